@@ -1,0 +1,395 @@
+package agent
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Config is everything `run` needs, wherever it came from. The installer
+// writes the same keys to the TOML file that `run --config` reads, so both
+// use the one option table below.
+type Config struct {
+	URL         string
+	Token       string
+	TokenFile   string
+	Name        string
+	Labels      []string
+	Python      string // as given; "" means the python3 on PATH
+	Parallel    int
+	ArtifactURL string
+	CPUs        int  // 0: detect
+	GPUs        *int // nil: detect; 0 is a real answer
+	RAMMB       int  // 0: detect
+	MaxIdle     time.Duration
+	Runtime     string // auto, embedded or a path
+	CancelGrace time.Duration
+	MaxLine     int64
+	LogFormat   string
+	LogLevel    string
+	StateDir    string
+}
+
+// Defaults the command line documents.
+const (
+	DefaultParallel    = 1
+	DefaultCancelGrace = 3 * time.Second
+	// DefaultMaxLine bounds one runner line (an event or the answer). Answers
+	// of tens of MiB are normal; hundreds are a node that should have saved an
+	// artifact, and unbounded would let one node exhaust the machine.
+	DefaultMaxLine = 256 << 20
+)
+
+// EnvPrefix names every option's environment variable: --ram-mb is
+// FLUKSIO_WORKER_RAM_MB.
+const EnvPrefix = "FLUKSIO_WORKER_"
+
+// Option is one setting: its flag and config key (the same name), its
+// environment variable (derived), its help text and how a text value is
+// applied. Declared once here, used by flags, env, TOML and the installer.
+type Option struct {
+	Name string
+	Arg  string // placeholder in help, e.g. URL
+	Help string
+	set  func(c *Config, v string) error
+}
+
+// Env is the option's environment variable.
+func (o Option) Env() string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(o.Name, "-", "_"))
+}
+
+// Options is the table of every `run` setting, in help order.
+var Options = []Option{
+	{"url", "URL", "the engine's worker endpoint, e.g. wss://engine.example.com/api/v1/workers/attach",
+		func(c *Config, v string) error { c.URL = v; return nil }},
+	{"token", "TOKEN", "the worker token the engine issued (prefer --token-file or FLUKSIO_WORKER_TOKEN: a flag is visible to every user in the process list)",
+		func(c *Config, v string) error { c.Token, c.TokenFile = v, ""; return nil }},
+	{"token-file", "PATH", "read the token from this file (first line)",
+		func(c *Config, v string) error { c.TokenFile, c.Token = v, ""; return nil }},
+	{"name", "NAME", "the name this worker attaches as (default: the host name)",
+		func(c *Config, v string) error { c.Name = v; return nil }},
+	{"labels", "A,B", "comma-separated labels the engine matches a node's device against, e.g. gpu,cuda12",
+		func(c *Config, v string) error { c.Labels = SplitLabels(v); return nil }},
+	{"python", "PATH", "the Python interpreter node code runs on (default: python3 on PATH)",
+		func(c *Config, v string) error { c.Python = v; return nil }},
+	{"parallel", "K", "how many calls this worker offers to run at once",
+		intSetter(func(c *Config, n int) { c.Parallel = n }, 1)},
+	{"artifact-url", "URL", "where node code saves and loads artifacts (default: derived from --url)",
+		func(c *Config, v string) error { c.ArtifactURL = v; return nil }},
+	{"cpus", "N", "CPUs to advertise (default: what the job, container or machine has)",
+		intSetter(func(c *Config, n int) { c.CPUs = n }, 1)},
+	{"gpus", "N", "GPUs to advertise; 0 means none (default: from SLURM variables or /dev/nvidia*)",
+		intSetter(func(c *Config, n int) { c.GPUs = &n }, 0)},
+	{"ram-mb", "MB", "memory in MiB to advertise (default: what the job, container or machine has)",
+		intSetter(func(c *Config, n int) { c.RAMMB = n }, 1)},
+	{"max-idle", "SECONDS", "exit 0 after this long with no call running, for batch jobs (default: never)",
+		durationSetter(func(c *Config, d time.Duration) { c.MaxIdle = d })},
+	{"runtime", "auto|embedded|PATH", "the runner script: the engine's if it serves one (auto), the one built in (embedded), or a file",
+		func(c *Config, v string) error { c.Runtime = v; return nil }},
+	{"cancel-grace", "DURATION", "how long a cancelled call gets after SIGTERM before SIGKILL",
+		durationSetter(func(c *Config, d time.Duration) { c.CancelGrace = d })},
+	{"max-line", "BYTES", "the largest line (event or answer) a call may send, e.g. 256MiB",
+		func(c *Config, v string) error {
+			n, err := ParseBytes(v)
+			if err == nil && n < 1024 {
+				err = errors.New("must be at least 1KiB")
+			}
+			c.MaxLine = n
+			return err
+		}},
+	{"log-format", "text|json", "how log lines are written to stderr",
+		oneOf(func(c *Config, v string) { c.LogFormat = v }, "text", "json")},
+	{"log-level", "LEVEL", "debug, info, warn or error",
+		oneOf(func(c *Config, v string) { c.LogLevel = v }, "debug", "info", "warn", "error")},
+	{"state-dir", "DIR", "where the runtime cache and the status file live (default: $STATE_DIRECTORY, else the user cache directory)",
+		func(c *Config, v string) error { c.StateDir = v; return nil }},
+}
+
+// OptionByName finds an option by flag or config key; TOML keys may use
+// underscores (ram_mb) as well as dashes (ram-mb).
+func OptionByName(name string) (Option, bool) {
+	name = strings.ReplaceAll(name, "_", "-")
+	for _, o := range Options {
+		if o.Name == name {
+			return o, true
+		}
+	}
+	return Option{}, false
+}
+
+// DefaultConfig is the configuration before any file, variable or flag.
+func DefaultConfig() Config {
+	return Config{
+		Parallel:    DefaultParallel,
+		Runtime:     "auto",
+		CancelGrace: DefaultCancelGrace,
+		MaxLine:     DefaultMaxLine,
+		LogFormat:   "text",
+		LogLevel:    "info",
+	}
+}
+
+// UsageError is a problem with the command line or configuration: the
+// process exits 2 and says what to change.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+func usagef(format string, args ...any) error {
+	return &UsageError{fmt.Errorf(format, args...)}
+}
+
+// Load builds the configuration for `run`: defaults, then the TOML file
+// (--config or FLUKSIO_WORKER_CONFIG), then environment variables, then
+// flags. Later layers win. The token is read from --token-file here, so a
+// missing or empty file is a usage error before anything dials.
+func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
+	cfg := DefaultConfig()
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var configPath string
+	var showVersion bool
+	fs.StringVar(&configPath, "config", "", "")
+	fs.BoolVar(&showVersion, "version", false, "")
+	flagValues := map[string]string{}
+	var order []string
+	for _, o := range Options {
+		name := o.Name
+		fs.Func(name, o.Help, func(v string) error {
+			if _, seen := flagValues[name]; !seen {
+				order = append(order, name)
+			}
+			flagValues[name] = v
+			return nil
+		})
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return cfg, err
+		}
+		return cfg, usagef("%v (see 'fluksio-worker run --help')", err)
+	}
+	if fs.NArg() > 0 {
+		return cfg, usagef("unexpected argument %q (see 'fluksio-worker run --help')", fs.Arg(0))
+	}
+	if showVersion {
+		return cfg, ErrVersion
+	}
+	if configPath == "" {
+		configPath = getenv(EnvPrefix + "CONFIG")
+	}
+	if configPath != "" {
+		if err := ApplyFile(&cfg, configPath); err != nil {
+			return cfg, err
+		}
+	}
+	for _, o := range Options {
+		if v := getenv(o.Env()); v != "" {
+			if err := o.set(&cfg, v); err != nil {
+				return cfg, usagef("%s=%q: %v", o.Env(), v, err)
+			}
+		}
+	}
+	for _, name := range order {
+		o, _ := OptionByName(name)
+		if err := o.set(&cfg, flagValues[name]); err != nil {
+			return cfg, usagef("--%s %q: %v", name, flagValues[name], err)
+		}
+	}
+	if err := cfg.finish(); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// ErrVersion asks the caller to print the version and exit 0.
+var ErrVersion = errors.New("version requested")
+
+// finish reads the token file and checks what must be present.
+func (c *Config) finish() error {
+	if c.URL == "" {
+		return usagef("--url is required: the engine's worker endpoint, e.g. wss://engine.example.com/api/v1/workers/attach")
+	}
+	if !strings.HasPrefix(c.URL, "ws://") && !strings.HasPrefix(c.URL, "wss://") {
+		return usagef("--url %q must start with ws:// or wss://", c.URL)
+	}
+	if c.TokenFile != "" {
+		tok, err := ReadTokenFile(c.TokenFile)
+		if err != nil {
+			return &UsageError{err}
+		}
+		c.Token = tok
+	}
+	if c.Token == "" {
+		return usagef("a token is required: --token-file PATH, FLUKSIO_WORKER_TOKEN, token in the --config file, or --token")
+	}
+	return nil
+}
+
+// ReadTokenFile returns the first line of a token file, trimmed.
+func ReadTokenFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("reading the token file: %w", err)
+	}
+	tok, _, _ := strings.Cut(string(b), "\n")
+	tok = strings.TrimSpace(tok)
+	if tok == "" {
+		return "", fmt.Errorf("the token file %s is empty", path)
+	}
+	return tok, nil
+}
+
+// ApplyFile applies a TOML config file's keys to cfg. Unknown keys are an
+// error that names them, so a typo does not silently do nothing.
+func ApplyFile(cfg *Config, path string) error {
+	values, err := ReadFile(path)
+	if err != nil {
+		return &UsageError{err}
+	}
+	keys := make([]string, 0, len(values))
+	for k := range values {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		o, ok := OptionByName(k)
+		if !ok {
+			return usagef("%s: unknown key %q (known keys are the long flags of 'fluksio-worker run --help')", path, k)
+		}
+		text, err := tomlText(values[k])
+		if err == nil {
+			err = o.set(cfg, text)
+		}
+		if err != nil {
+			return usagef("%s: %s: %v", path, k, err)
+		}
+	}
+	return nil
+}
+
+// ReadFile decodes a config file into its raw keys, for callers (the
+// installer) that rewrite it and must keep keys they do not set.
+func ReadFile(path string) (map[string]any, error) {
+	values := map[string]any{}
+	if _, err := toml.DecodeFile(path, &values); err != nil {
+		return nil, fmt.Errorf("reading config %s: %w", path, err)
+	}
+	return values, nil
+}
+
+// tomlText turns a TOML value into the text a flag would carry.
+func tomlText(v any) (string, error) {
+	switch x := v.(type) {
+	case string:
+		return x, nil
+	case int64:
+		return strconv.FormatInt(x, 10), nil
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64), nil
+	case bool:
+		return strconv.FormatBool(x), nil
+	case []any:
+		parts := make([]string, 0, len(x))
+		for _, item := range x {
+			s, ok := item.(string)
+			if !ok {
+				return "", fmt.Errorf("expected a list of strings, got %v", v)
+			}
+			parts = append(parts, s)
+		}
+		return strings.Join(parts, ","), nil
+	}
+	return "", fmt.Errorf("unsupported value %v", v)
+}
+
+// SplitLabels splits on commas and drops blanks, as the reference agent does.
+func SplitLabels(s string) []string {
+	labels := []string{}
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			labels = append(labels, part)
+		}
+	}
+	return labels
+}
+
+func intSetter(apply func(*Config, int), minimum int) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil {
+			return fmt.Errorf("expected a whole number")
+		}
+		if n < minimum {
+			return fmt.Errorf("must be at least %d", minimum)
+		}
+		apply(c, n)
+		return nil
+	}
+}
+
+// durationSetter accepts plain seconds ("300", "2.5", as the Python agent
+// did) or a Go duration ("5m", "3s").
+func durationSetter(apply func(*Config, time.Duration)) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		v = strings.TrimSpace(v)
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			secs, ferr := strconv.ParseFloat(v, 64)
+			if ferr != nil || math.IsNaN(secs) || math.IsInf(secs, 0) {
+				return fmt.Errorf("expected seconds (300) or a duration (5m, 3s)")
+			}
+			d = time.Duration(secs * float64(time.Second))
+		}
+		if d < 0 {
+			return fmt.Errorf("must not be negative")
+		}
+		apply(c, d)
+		return nil
+	}
+}
+
+func oneOf(apply func(*Config, string), choices ...string) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		for _, choice := range choices {
+			if strings.EqualFold(v, choice) {
+				apply(c, choice)
+				return nil
+			}
+		}
+		return fmt.Errorf("expected one of %s", strings.Join(choices, ", "))
+	}
+}
+
+// ParseBytes reads a size: plain bytes or with a KiB/MiB/GiB (or K/M/G)
+// suffix.
+func ParseBytes(v string) (int64, error) {
+	v = strings.TrimSpace(v)
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}}
+	mult := int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(strings.ToUpper(v), strings.ToUpper(u.suffix)) {
+			v, mult = strings.TrimSpace(v[:len(v)-len(u.suffix)]), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("expected a size in bytes, e.g. 268435456 or 256MiB")
+	}
+	return n * mult, nil
+}
