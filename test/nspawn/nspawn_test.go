@@ -1,0 +1,80 @@
+package nspawn_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/test/nspawn"
+)
+
+// TestBoot boots the rootfs, checks systemd and Python inside, and that what
+// a test writes in one container stays out of the cache and the next one.
+func TestBoot(t *testing.T) {
+	nspawn.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+
+	start := time.Now()
+	root, err := nspawn.Rootfs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("rootfs %s ready in %v", root, time.Since(start).Round(time.Millisecond))
+	if st, err := os.Stat(root); err != nil || st.Mode().Perm() != 0o755 {
+		t.Fatalf("rootfs %s: want mode 0755 (dbus needs it), got %v %v", root, st.Mode(), err)
+	}
+
+	start = time.Now()
+	m, err := nspawn.Boot(ctx, nspawn.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	t.Logf("booted %s in %v", m.Name, time.Since(start).Round(time.Millisecond))
+
+	out, err := m.Exec(ctx, "systemctl is-system-running")
+	if state := strings.TrimSpace(out); state != "running" && state != "degraded" {
+		t.Errorf("systemctl is-system-running = %q (%v)", state, err)
+	}
+	if strings.Contains(out, "degraded") {
+		failed, _ := m.Exec(ctx, "systemctl --failed --no-legend")
+		t.Logf("degraded; failed units:\n%s", failed)
+	}
+	if out, err := m.Exec(ctx, "python3 --version"); err != nil || !strings.HasPrefix(out, "Python 3.") {
+		t.Errorf("python3 --version = %q, %v", out, err)
+	}
+	if out, err := m.Exec(ctx, "hostname"); err != nil || strings.TrimSpace(out) != m.Name {
+		t.Errorf("hostname = %q, %v; want %s", out, err, m.Name)
+	}
+	if _, err := m.Exec(ctx, "exit 3"); err == nil {
+		t.Error("Exec of a failing script: no error")
+	}
+
+	// CopyIn, then prove the file is inside and not in the shared cache.
+	host := filepath.Join(t.TempDir(), "hello.sh")
+	if err := os.WriteFile(host, []byte("#!/bin/sh\necho hello from $(hostname)\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.CopyIn(host, "/opt/test/hello.sh"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := m.Exec(ctx, "/opt/test/hello.sh"); err != nil || strings.TrimSpace(out) != "hello from "+m.Name {
+		t.Errorf("copied script: %q, %v", out, err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "opt/test/hello.sh")); err == nil {
+		t.Error("a file copied into the container leaked into the cached rootfs")
+	}
+
+	start = time.Now()
+	if err := m.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	t.Logf("powered off in %v", time.Since(start).Round(time.Millisecond))
+	if _, err := os.Stat(m.Path("/")); err == nil {
+		t.Errorf("the container's copy %s is still there after Close", m.Path("/"))
+	}
+}
