@@ -9,16 +9,6 @@ import (
 // Version is the binary's version, set by main.
 var Version = "dev"
 
-func RunCommand(_ context.Context, _ []string, _, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "not built yet")
-	return 2
-}
-
-func InventoryCommand(_ context.Context, _ []string, _, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "not built yet")
-	return 2
-}
-
 func SelftestCommand(_ context.Context, _ []string, _, stderr io.Writer) int {
 	fmt.Fprintln(stderr, "not built yet")
 	return 2

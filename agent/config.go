@@ -150,11 +150,10 @@ func usagef(format string, args ...any) error {
 	return &UsageError{fmt.Errorf(format, args...)}
 }
 
-// Load builds the configuration for `run`: defaults, then the TOML file
-// (--config or FLUKSIO_WORKER_CONFIG), then environment variables, then
-// flags. Later layers win. The token is read from --token-file here, so a
-// missing or empty file is a usage error before anything dials.
-func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
+// Load builds the configuration: defaults, then the TOML file (--config or
+// FLUKSIO_WORKER_CONFIG), then environment variables, then flags. Later
+// layers win. Commands that dial then call Resolve.
+func Load(args []string, getenv func(string) string) (Config, error) {
 	cfg := DefaultConfig()
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -207,17 +206,15 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 			return cfg, usagef("--%s %q: %v", name, flagValues[name], err)
 		}
 	}
-	if err := cfg.finish(); err != nil {
-		return cfg, err
-	}
 	return cfg, nil
 }
 
 // ErrVersion asks the caller to print the version and exit 0.
 var ErrVersion = errors.New("version requested")
 
-// finish reads the token file and checks what must be present.
-func (c *Config) finish() error {
+// Resolve checks what dialing needs and reads the token file, so a missing
+// URL or an empty token file is a usage error before anything dials.
+func (c *Config) Resolve() error {
 	if c.URL == "" {
 		return usagef("--url is required: the engine's worker endpoint, e.g. wss://engine.example.com/api/v1/workers/attach")
 	}

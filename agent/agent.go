@@ -1,0 +1,509 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/platform"
+)
+
+// Reconnection backoff: 1 s, doubling to 30 s, reset after a welcome.
+const (
+	backoffMin = time.Second
+	backoffMax = 30 * time.Second
+)
+
+// Agent holds the worker's state across connections: the running calls and
+// the stop, drain and idle decisions. One Agent serves until it is told to
+// stop, is refused, drained or idle.
+type Agent struct {
+	cfg      Config
+	log      *slog.Logger
+	python   string // absolute path of the interpreter
+	stateDir string
+	baseEnv  []string
+	status   *statusFile
+
+	mu       sync.Mutex
+	calls    map[string]*call
+	lastDone time.Time
+	done     int64
+	changed  chan struct{} // a call started or ended
+
+	stopCh    chan struct{}
+	stopOnce  sync.Once
+	drainCh   chan struct{}
+	drainOnce sync.Once
+	killCh    chan struct{}
+	killOnce  sync.Once
+}
+
+// New prepares an agent. python is the resolved interpreter.
+func New(cfg Config, log *slog.Logger, python, stateDir string) *Agent {
+	a := &Agent{
+		cfg:      cfg,
+		log:      log,
+		python:   python,
+		stateDir: stateDir,
+		calls:    map[string]*call{},
+		lastDone: time.Now(),
+		changed:  make(chan struct{}, 1),
+		stopCh:   make(chan struct{}),
+		drainCh:  make(chan struct{}),
+		killCh:   make(chan struct{}),
+	}
+	a.baseEnv = append(os.Environ(),
+		"FLUKSIO_ARTIFACT_URL="+cfg.ArtifactBase(),
+		"FLUKSIO_ARTIFACT_TOKEN="+cfg.Token)
+	a.status = newStatusFile(stateDir, Status{
+		PID:     os.Getpid(),
+		Version: Version,
+		Engine:  RedactURL(cfg.URL),
+		State:   "connecting",
+	}, func(err error) { log.Debug("could not write the status file", "error", err) })
+	return a
+}
+
+// Stop stops every running call (each answered NodeCancelled, "the worker
+// is stopping"), closes the connection cleanly, and makes Serve return.
+func (a *Agent) Stop() { a.stopOnce.Do(func() { close(a.stopCh) }) }
+
+// Drain answers new calls NodeCancelled ("the worker is draining"), lets
+// running ones finish, then makes Serve return.
+func (a *Agent) Drain() { a.drainOnce.Do(func() { close(a.drainCh) }) }
+
+// Kill stops every call's process group at once, for a second signal.
+func (a *Agent) Kill() {
+	a.killOnce.Do(func() { close(a.killCh) })
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, c := range a.calls {
+		c.kill()
+	}
+}
+
+func closed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// Serve attaches and reattaches until the worker should stop. It returns
+// nil for a stop, a drain or an idle exit, and a *RefusedError when the
+// engine will not have this worker.
+func (a *Agent) Serve(ctx context.Context) error {
+	defer func() {
+		a.status.Update(func(s *Status) { s.State = "stopped" })
+		a.status.Flush()
+	}()
+	backoff := backoffMin
+	for {
+		attached, err := a.session(ctx)
+		if errors.Is(err, errFinished) || closed(a.stopCh) || closed(a.killCh) {
+			return nil
+		}
+		var refused *RefusedError
+		var usage *UsageError
+		if errors.As(err, &refused) || errors.As(err, &usage) {
+			a.status.Update(func(s *Status) { s.State = "refused"; s.LastError = err.Error() })
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if attached {
+			backoff = backoffMin
+		}
+		// Jitter spreads a fleet's reconnections after an engine restart.
+		wait := backoff/2 + rand.N(backoff/2+1)
+		a.log.Warn("disconnected; retrying", "error", err, "retry_in", wait.Round(time.Millisecond).String())
+		a.status.Update(func(s *Status) { s.State = "connecting"; s.Name = ""; s.LastError = err.Error() })
+		backoff = min(backoff*2, backoffMax)
+		if a.waitOffline(ctx, wait) {
+			return nil
+		}
+	}
+}
+
+// waitOffline sleeps between connections. It reports true when the worker
+// should exit instead: stopped, drained (nothing can be running while
+// disconnected) or idle.
+func (a *Agent) waitOffline(ctx context.Context, wait time.Duration) bool {
+	retry := time.NewTimer(wait)
+	defer retry.Stop()
+	var idle <-chan time.Time
+	if a.cfg.MaxIdle > 0 {
+		t := time.NewTimer(time.Until(a.idleDeadline()))
+		defer t.Stop()
+		idle = t.C
+	}
+	select {
+	case <-retry.C:
+		return false
+	case <-idle:
+		a.log.Info("nothing ran for --max-idle; stopping", "max_idle", a.cfg.MaxIdle.String())
+		return true
+	case <-a.stopCh:
+	case <-a.drainCh:
+	case <-a.killCh:
+	case <-ctx.Done():
+	}
+	return true
+}
+
+// errFinished ends a session on purpose: stopped, drained or idle.
+var errFinished = errors.New("finished")
+
+// session is one connection: dial, hello, welcome, then calls until the
+// connection is lost or the worker finishes. It reports whether the
+// engine welcomed this worker. Every call started on the connection is
+// stopped and gone when it returns.
+func (a *Agent) session(ctx context.Context) (attached bool, err error) {
+	rt, err := EnsureRuntime(ctx, a.cfg, a.stateDir, a.log)
+	if err != nil {
+		return false, err
+	}
+	hello := a.hello(ctx)
+	ws, err := dialEngine(ctx, a.cfg)
+	if err != nil {
+		return false, err
+	}
+	name, err := greet(ws, hello)
+	if err != nil {
+		ws.Close()
+		return false, err
+	}
+	since := time.Now()
+	a.log.Info("attached", "engine", RedactURL(a.cfg.URL), "name", name, "labels", hello.Labels,
+		"runtime", rt.Source, "runtime_hash", rt.Hash[:12])
+	a.status.Update(func(s *Status) {
+		s.State, s.Name, s.Since, s.LastError = "attached", name, since.UTC(), ""
+		if closed(a.drainCh) {
+			s.State = "draining"
+		}
+	})
+	a.mu.Lock()
+	a.lastDone = time.Now() // a fresh connection starts the idle clock
+	a.mu.Unlock()
+
+	conn := newEngineConn(ws)
+	callsCtx, cancelCalls := context.WithCancel(ctx)
+	var calls sync.WaitGroup
+	defer func() {
+		cancelCalls()
+		calls.Wait()
+		conn.finish()
+	}()
+	lost := make(chan error, 1)
+	go func() {
+		for {
+			data, err := conn.read()
+			if err != nil {
+				lost <- err
+				return
+			}
+			a.handle(callsCtx, conn, rt, data, &calls)
+		}
+	}()
+
+	stopC, drainC, ctxDone := a.stopCh, a.drainCh, ctx.Done()
+	idle := time.NewTimer(time.Hour)
+	defer idle.Stop()
+	a.armIdle(idle)
+	for {
+		select {
+		case err := <-lost:
+			return true, fmt.Errorf("connection lost: %w", err)
+		case <-a.killCh:
+			return true, errFinished
+		case <-ctxDone:
+			ctxDone, stopC = nil, nil
+			a.stopAll(msgStopping)
+		case <-stopC:
+			stopC = nil
+			a.log.Info("stopping: running calls are being stopped")
+			a.status.Update(func(s *Status) { s.State = "stopping" })
+			a.stopAll(msgStopping)
+		case <-drainC:
+			drainC = nil
+			a.log.Info("draining: running calls finish, new calls are refused")
+			a.status.Update(func(s *Status) { s.State = "draining" })
+		case <-a.changed:
+			a.armIdle(idle)
+		case <-idle.C:
+			if a.running() == 0 && time.Now().After(a.idleDeadline()) {
+				a.log.Info("nothing ran for --max-idle; stopping", "max_idle", a.cfg.MaxIdle.String())
+				conn.Close()
+				return true, errFinished
+			}
+			a.armIdle(idle)
+		}
+		if (stopC == nil || drainC == nil) && a.running() == 0 {
+			conn.Close()
+			return true, errFinished
+		}
+	}
+}
+
+// hello describes this worker. The inventory and the venv digest are taken
+// afresh for each connection, as the reference agent does.
+func (a *Agent) hello(ctx context.Context) Hello {
+	name := a.cfg.Name
+	if name == "" {
+		name, _ = os.Hostname()
+	}
+	python := a.cfg.Python
+	if python == "" {
+		python = a.python
+	}
+	labels := a.cfg.Labels
+	if labels == nil {
+		labels = []string{}
+	}
+	return Hello{
+		Op:          "hello",
+		Protocol:    ProtocolVersion,
+		Name:        name,
+		Labels:      labels,
+		Python:      python,
+		MaxParallel: a.cfg.Parallel,
+		VenvDigest:  platform.VenvDigest(ctx, a.python),
+		Inventory:   platform.DetectInventory(a.cfg.overrides()),
+	}
+}
+
+func (c Config) overrides() platform.Overrides {
+	return platform.Overrides{CPUs: c.CPUs, GPUs: c.GPUs, RAMMB: c.RAMMB}
+}
+
+// armIdle points the idle timer at the moment this worker becomes idle.
+func (a *Agent) armIdle(t *time.Timer) {
+	if a.cfg.MaxIdle <= 0 {
+		return
+	}
+	wait := time.Until(a.idleDeadline())
+	if a.running() > 0 {
+		wait = time.Hour // a running call is never idle; its end re-arms
+	}
+	t.Reset(max(wait, 0))
+}
+
+func (a *Agent) idleDeadline() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lastDone.Add(a.cfg.MaxIdle)
+}
+
+func (a *Agent) running() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.calls)
+}
+
+func (a *Agent) stopAll(reason string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, c := range a.calls {
+		c.stop(reason)
+	}
+}
+
+// notify wakes the session loop after a call started or ended.
+func (a *Agent) notify() {
+	select {
+	case a.changed <- struct{}{}:
+	default:
+	}
+}
+
+// message is the part of an engine message the agent reads itself.
+type message struct {
+	fields map[string]json.RawMessage
+	op     string
+	callID string
+}
+
+func parseMessage(data []byte) (message, error) {
+	m := message{}
+	if err := json.Unmarshal(data, &m.fields); err != nil || m.fields == nil {
+		return m, errors.New("not a JSON object")
+	}
+	if raw, ok := m.fields["op"]; ok {
+		json.Unmarshal(raw, &m.op)
+	}
+	m.callID = callIDText(m.fields["call_id"])
+	return m, nil
+}
+
+// callIDText is the call_id as text, as the reference agent's str() made
+// it: a string as it is, a number as written, null or absent as "".
+func callIDText(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var n json.Number
+	if json.Unmarshal(raw, &n) == nil {
+		return n.String()
+	}
+	return ""
+}
+
+// handle acts on one engine message. Bad input is logged and skipped:
+// it never takes the connection down.
+func (a *Agent) handle(ctx context.Context, conn *engineConn, rt Runtime, data []byte, calls *sync.WaitGroup) {
+	m, err := parseMessage(data)
+	if err != nil {
+		a.log.Warn("ignoring a message from the engine that is not a JSON object", "message", string(truncate(data, 200)))
+		return
+	}
+	switch m.op {
+	case "run", "compile":
+		if m.callID == "" {
+			a.log.Warn("ignoring a "+m.op+" without call_id", "message", string(truncate(data, 200)))
+			return
+		}
+		a.startCall(ctx, conn, rt, m, calls)
+	case "cancel":
+		a.mu.Lock()
+		c := a.calls[m.callID]
+		a.mu.Unlock()
+		if c == nil {
+			a.log.Info("cancel for a call that is not running here", "call_id", m.callID)
+			return
+		}
+		c.log.Info("cancelling")
+		c.stop("")
+	default:
+		a.log.Warn("ignoring a message with an unknown op", "op", m.op)
+	}
+}
+
+func (a *Agent) startCall(ctx context.Context, conn *engineConn, rt Runtime, m message, calls *sync.WaitGroup) {
+	log := a.log.With("call_id", m.callID)
+	refuse := func(typ, msg string) {
+		log.Warn("call refused", "op", m.op, "reason", msg)
+		conn.sendJSON(newErrorAnswer(m.callID, typ, msg))
+	}
+	switch {
+	case closed(a.stopCh) || closed(a.killCh):
+		refuse(errTypeCancelled, msgStopping)
+		return
+	case closed(a.drainCh):
+		refuse(errTypeCancelled, msgDraining)
+		return
+	}
+	env, err := a.callEnv(m.fields["env"])
+	if err != nil {
+		refuse(errTypeRemote, err.Error())
+		return
+	}
+	request, err := requestLine(m.fields)
+	if err != nil {
+		refuse(errTypeRemote, "could not re-encode the request: "+err.Error())
+		return
+	}
+	c := &call{
+		id: m.callID, request: request, env: env, agent: a, conn: conn, log: log,
+		started: make(chan struct{}), exited: make(chan struct{}),
+	}
+	a.mu.Lock()
+	if _, dup := a.calls[m.callID]; dup {
+		a.mu.Unlock()
+		refuse(errTypeRemote, fmt.Sprintf("a call with call_id %q is already running on this worker; this duplicate was not started", m.callID))
+		return
+	}
+	a.calls[m.callID] = c
+	n := len(a.calls)
+	a.mu.Unlock()
+	if n > a.cfg.Parallel {
+		log.Warn("the engine sent more calls than --parallel; running them anyway", "running", n, "parallel", a.cfg.Parallel)
+	}
+	log.Info("call started", "op", m.op)
+	a.status.Update(func(s *Status) { s.CallsRunning = n })
+	a.notify()
+	calls.Add(1)
+	go func() {
+		defer calls.Done()
+		c.run(ctx, rt)
+	}()
+}
+
+// callEnded is called once per call when the engine has its answer (or
+// can no longer get one): the call no longer counts as running.
+func (a *Agent) callEnded(c *call) {
+	a.mu.Lock()
+	if a.calls[c.id] == c {
+		delete(a.calls, c.id)
+	}
+	a.lastDone = time.Now()
+	a.done++
+	n, done := len(a.calls), a.done
+	a.mu.Unlock()
+	a.status.Update(func(s *Status) { s.CallsRunning, s.CallsDone = n, done })
+	a.notify()
+}
+
+// callEnv is the runner's environment: the agent's own, the artifact
+// endpoint and token, and the request's env with CUDA devices read as
+// positions in this worker's own CUDA_VISIBLE_DEVICES.
+func (a *Agent) callEnv(raw json.RawMessage) ([]string, error) {
+	env := a.baseEnv
+	if len(raw) == 0 || string(raw) == "null" {
+		return env, nil
+	}
+	var extra map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &extra); err != nil {
+		return nil, fmt.Errorf("the request's env is not an object: %w", err)
+	}
+	env = append(make([]string, 0, len(env)+len(extra)), env...)
+	mask := os.Getenv("CUDA_VISIBLE_DEVICES")
+	for k, v := range extra {
+		value := pythonStr(v)
+		if k == "CUDA_VISIBLE_DEVICES" && mask != "" && value != "" {
+			value = platform.RemapCUDA(mask, value)
+		}
+		env = append(env, k+"="+value)
+	}
+	return env, nil
+}
+
+// pythonStr renders a JSON value as Python's str() renders the decoded
+// value, which is how the reference agent turned env values into text.
+func pythonStr(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	switch string(raw) {
+	case "true":
+		return "True"
+	case "false":
+		return "False"
+	case "null":
+		return "None"
+	}
+	if f, err := strconv.ParseFloat(string(raw), 64); err == nil {
+		if _, ierr := strconv.ParseInt(string(raw), 10, 64); ierr == nil {
+			return string(raw)
+		}
+		s := strconv.FormatFloat(f, 'g', -1, 64)
+		if f == float64(int64(f)) && !strings.ContainsAny(s, "e.") {
+			s += ".0"
+		}
+		return s
+	}
+	return string(raw)
+}

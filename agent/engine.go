@@ -1,0 +1,268 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/fluksio/fluksio-worker/platform"
+)
+
+// Protocol constants, each from the protocol or the reference agent.
+const (
+	// ProtocolVersion is sent in hello; engines speaking version 2 read it.
+	ProtocolVersion = 2
+	// heartbeatInterval: while a call runs, the engine hears from it at
+	// least this often, so it can tell working from wedged.
+	heartbeatInterval = 10 * time.Second
+	// pingInterval and pongWait: a WebSocket ping every 20 s, and a peer
+	// that has not answered within 20 s more is gone (a NAT that dropped the
+	// connection sends no FIN, so only this notices).
+	pingInterval = 20 * time.Second
+	pongWait     = 20 * time.Second
+	// handshakeTimeout bounds dialing, TLS, the upgrade, and the welcome.
+	handshakeTimeout = 30 * time.Second
+	// writeTimeout: a frame the engine has not taken in this long means the
+	// connection is dead, not slow.
+	writeTimeout = 60 * time.Second
+	// outboxSize bounds queued outgoing frames; when it is full, runners
+	// block on their stdout pipe instead of the agent buffering without end.
+	outboxSize = 256
+	// closeWait is how long a clean close waits for the engine's close frame.
+	closeWait = 2 * time.Second
+)
+
+// RefusedError is the engine saying no: a refusal answer to hello, or HTTP
+// 401/403 on the handshake. Retrying would not change it, so the worker
+// exits 1.
+type RefusedError struct{ Reason string }
+
+func (e *RefusedError) Error() string { return "the engine refused this worker: " + e.Reason }
+
+// Hello is the first message of every connection: who this worker is and
+// what it holds.
+type Hello struct {
+	Op          string             `json:"op"`
+	Protocol    int                `json:"protocol"`
+	Name        string             `json:"name"`
+	Labels      []string           `json:"labels"`
+	Python      string             `json:"python"`
+	MaxParallel int                `json:"max_parallel"`
+	VenvDigest  string             `json:"venv_digest"`
+	Inventory   platform.Inventory `json:"inventory"`
+}
+
+// dialEngine opens the WebSocket with the token as the ?token= query
+// parameter (engines read it there) and as a bearer header.
+func dialEngine(ctx context.Context, cfg Config) (*websocket.Conn, error) {
+	u, err := url.Parse(cfg.URL)
+	if err != nil {
+		return nil, &UsageError{fmt.Errorf("--url: %w", err)}
+	}
+	q := u.Query()
+	q.Set("token", cfg.Token)
+	u.RawQuery = q.Encode()
+	dialer := websocket.Dialer{
+		Proxy:            http.ProxyFromEnvironment,
+		HandshakeTimeout: handshakeTimeout,
+		ReadBufferSize:   64 << 10,
+		WriteBufferSize:  64 << 10,
+	}
+	header := http.Header{"Authorization": {"Bearer " + cfg.Token}}
+	ws, resp, err := dialer.DialContext(ctx, u.String(), header)
+	if err != nil {
+		if resp != nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) {
+			return nil, &RefusedError{Reason: fmt.Sprintf("HTTP %s%s (check the token)", resp.Status, bodySnippet(resp))}
+		}
+		if resp != nil {
+			return nil, fmt.Errorf("connecting to %s: HTTP %s%s", RedactURL(u.String()), resp.Status, bodySnippet(resp))
+		}
+		return nil, fmt.Errorf("connecting to %s: %w", RedactURL(u.String()), err)
+	}
+	// No message-size limit: answers of tens of MiB are normal.
+	ws.SetReadLimit(0)
+	return ws, nil
+}
+
+func bodySnippet(resp *http.Response) string {
+	if resp.Body == nil {
+		return ""
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return ""
+	}
+	return ": " + s
+}
+
+// greet sends hello and waits for the welcome. Anything other than a
+// welcome is a refusal, with the engine's reason.
+func greet(ws *websocket.Conn, hello Hello) (name string, err error) {
+	b, _ := json.Marshal(hello)
+	ws.SetWriteDeadline(time.Now().Add(handshakeTimeout))
+	if err := ws.WriteMessage(websocket.TextMessage, b); err != nil {
+		return "", fmt.Errorf("sending hello: %w", err)
+	}
+	ws.SetReadDeadline(time.Now().Add(handshakeTimeout))
+	_, data, err := ws.ReadMessage()
+	if err != nil {
+		return "", fmt.Errorf("waiting for the engine's welcome: %w", err)
+	}
+	var answer struct {
+		Op     string `json:"op"`
+		Name   string `json:"name"`
+		Reason any    `json:"reason"`
+	}
+	if err := json.Unmarshal(data, &answer); err != nil {
+		return "", &RefusedError{Reason: fmt.Sprintf("the engine answered hello with something that is not JSON: %.200q", data)}
+	}
+	if answer.Op != "welcome" {
+		reason := "refused"
+		if answer.Reason != nil && answer.Reason != "" {
+			reason = fmt.Sprint(answer.Reason)
+		}
+		return "", &RefusedError{Reason: reason}
+	}
+	ws.SetWriteDeadline(time.Time{})
+	return answer.Name, nil
+}
+
+// engineConn is an attached connection. One goroutine, writeLoop, writes
+// the socket; everyone else hands it frames through send.
+type engineConn struct {
+	ws      *websocket.Conn
+	out     chan []byte
+	closing chan struct{} // asks writeLoop for a clean close
+	dead    chan struct{} // closed when the connection is finished
+	once    sync.Once
+	closeMu sync.Once
+}
+
+func newEngineConn(ws *websocket.Conn) *engineConn {
+	c := &engineConn{
+		ws:      ws,
+		out:     make(chan []byte, outboxSize),
+		closing: make(chan struct{}),
+		dead:    make(chan struct{}),
+	}
+	ws.SetPongHandler(func(string) error { c.extendRead(); return nil })
+	c.extendRead()
+	go c.writeLoop()
+	return c
+}
+
+// extendRead pushes the read deadline past the next ping's answer.
+func (c *engineConn) extendRead() {
+	c.ws.SetReadDeadline(time.Now().Add(pingInterval + pongWait))
+}
+
+// send queues one text frame. It reports false once the connection is gone.
+func (c *engineConn) send(frame []byte) bool {
+	select {
+	case c.out <- frame:
+		return true
+	case <-c.dead:
+		return false
+	}
+}
+
+// sendJSON marshals and queues v.
+func (c *engineConn) sendJSON(v any) bool {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return false
+	}
+	return c.send(b)
+}
+
+// read returns the next message from the engine.
+func (c *engineConn) read() ([]byte, error) {
+	for {
+		kind, data, err := c.ws.ReadMessage()
+		if err != nil {
+			c.finish()
+			return nil, err
+		}
+		c.extendRead()
+		if kind == websocket.TextMessage || kind == websocket.BinaryMessage {
+			return data, nil
+		}
+	}
+}
+
+func (c *engineConn) writeLoop() {
+	ping := time.NewTicker(pingInterval)
+	defer ping.Stop()
+	for {
+		select {
+		case frame := <-c.out:
+			if err := c.write(frame); err != nil {
+				c.finish()
+				return
+			}
+		case <-ping.C:
+			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeTimeout)); err != nil {
+				c.finish()
+				return
+			}
+		case <-c.closing:
+			c.flushAndClose()
+			return
+		case <-c.dead:
+			return
+		}
+	}
+}
+
+func (c *engineConn) write(frame []byte) error {
+	c.ws.SetWriteDeadline(time.Now().Add(writeTimeout))
+	return c.ws.WriteMessage(websocket.TextMessage, frame)
+}
+
+// flushAndClose sends what is queued, then a close frame, and gives the
+// engine closeWait to answer it before the socket is closed.
+func (c *engineConn) flushAndClose() {
+	for {
+		select {
+		case frame := <-c.out:
+			if c.write(frame) != nil {
+				c.finish()
+				return
+			}
+			continue
+		default:
+		}
+		break
+	}
+	msg := websocket.FormatCloseMessage(websocket.CloseNormalClosure, "worker stopping")
+	c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(closeWait))
+	select {
+	case <-c.dead: // the reader saw the engine's close
+	case <-time.After(closeWait):
+		c.finish()
+	}
+}
+
+// Close closes the connection cleanly: queued frames first, then a close
+// frame. It returns when the connection is finished.
+func (c *engineConn) Close() {
+	c.closeMu.Do(func() { close(c.closing) })
+	<-c.dead
+}
+
+// finish tears the connection down; safe to call more than once.
+func (c *engineConn) finish() {
+	c.once.Do(func() {
+		close(c.dead)
+		c.ws.Close()
+	})
+}

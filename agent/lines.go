@@ -1,0 +1,159 @@
+package agent
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"unicode/utf8"
+)
+
+// lineReader splits a runner's stdout into lines of any size up to max,
+// without bufio.Scanner's fixed 64 KiB token limit. A longer line is
+// skipped to its end and reported as errLineTooLong, so the call can fail
+// with a clear answer instead of the agent running out of memory.
+type lineReader struct {
+	r   *bufio.Reader
+	max int64
+	buf []byte
+}
+
+// lineBufferSize is the read buffer: large enough that a typical event is
+// one ReadSlice with no copying into buf.
+const lineBufferSize = 64 << 10
+
+type lineTooLongError struct{ max int64 }
+
+func (e *lineTooLongError) Error() string {
+	return fmt.Sprintf("the node sent a line longer than --max-line (%s); save large outputs with fluksio.save_artifact, or raise --max-line", formatBytes(e.max))
+}
+
+func newLineReader(r io.Reader, max int64) *lineReader {
+	return &lineReader{r: bufio.NewReaderSize(r, lineBufferSize), max: max}
+}
+
+// Next returns the next line without its newline. The slice is valid until
+// the next call. At the end of input it returns io.EOF (a final line
+// without a newline is returned first).
+func (lr *lineReader) Next() ([]byte, error) {
+	line, err := lr.r.ReadSlice('\n')
+	if err == nil {
+		return line[:len(line)-1], nil
+	}
+	if !errors.Is(err, bufio.ErrBufferFull) {
+		if len(line) > 0 && errors.Is(err, io.EOF) {
+			return line, nil
+		}
+		return nil, err
+	}
+	lr.buf = append(lr.buf[:0], line...)
+	for {
+		line, err = lr.r.ReadSlice('\n')
+		if int64(len(lr.buf)+len(line)) > lr.max+1 {
+			lr.buf = nil // do not keep a huge buffer alive
+			if err == nil {
+				return nil, &lineTooLongError{lr.max}
+			}
+			if skipErr := lr.skipLine(err); skipErr != nil {
+				return nil, skipErr
+			}
+			return nil, &lineTooLongError{lr.max}
+		}
+		lr.buf = append(lr.buf, line...)
+		switch {
+		case err == nil:
+			return lr.buf[:len(lr.buf)-1], nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF) && len(lr.buf) > 0:
+			return lr.buf, nil
+		default:
+			return nil, err
+		}
+	}
+}
+
+// skipLine discards input up to and including the next newline.
+func (lr *lineReader) skipLine(err error) error {
+	for errors.Is(err, bufio.ErrBufferFull) {
+		_, err = lr.r.ReadSlice('\n')
+	}
+	if err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
+}
+
+// lineKind is what a runner line is to the agent.
+type lineKind int
+
+const (
+	lineGarbage lineKind = iota // not a JSON object: logged here, never forwarded
+	lineEvent                   // has a truthy "event": progress, forwarded
+	lineAnswer                  // the first line without one: forwarded, ends the call
+)
+
+// classify trims a runner line and says what it is. The protocol keys only
+// on "event" being truthy (in Python's sense), so nothing else is decoded.
+func classify(line []byte) ([]byte, lineKind) {
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 || line[0] != '{' {
+		return line, lineGarbage
+	}
+	var head struct {
+		Event json.RawMessage `json:"event"`
+	}
+	if json.Unmarshal(line, &head) != nil {
+		return line, lineGarbage
+	}
+	if truthy(head.Event) {
+		return line, lineEvent
+	}
+	return line, lineAnswer
+}
+
+// truthy is Python's truth value of a JSON value: null, false, 0, "", []
+// and {} are false.
+func truthy(raw json.RawMessage) bool {
+	v := bytes.TrimSpace(raw)
+	if len(v) == 0 {
+		return false
+	}
+	switch v[0] {
+	case 'n', 'f':
+		return false
+	case 't':
+		return true
+	case '"':
+		return len(v) > 2
+	case '[', '{':
+		return len(bytes.TrimSpace(v[1:len(v)-1])) > 0
+	}
+	f, err := strconv.ParseFloat(string(v), 64)
+	return err != nil || f != 0
+}
+
+// textFrame makes a line safe to send as a WebSocket text frame, which must
+// be UTF-8: invalid bytes become U+FFFD, as the reference agent's decoding
+// did.
+func textFrame(line []byte) []byte {
+	if utf8.Valid(line) {
+		return bytes.Clone(line)
+	}
+	return bytes.ToValidUTF8(line, []byte("\uFFFD"))
+}
+
+func formatBytes(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%dGiB", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}

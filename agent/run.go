@@ -1,0 +1,184 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/fluksio/fluksio-worker/platform"
+)
+
+// Exit codes of `run`.
+const (
+	ExitOK      = 0 // stopped, drained or idle
+	ExitRefused = 1 // the engine refused this worker, or it failed
+	ExitUsage   = 2 // a usage or configuration error
+)
+
+// RunCommand is `fluksio-worker run`: attach and serve in the foreground
+// until stopped (SIGTERM/SIGINT), drained (SIGQUIT), idle (--max-idle) or
+// refused.
+func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := Load(args, os.Getenv)
+	if err == nil {
+		err = cfg.Resolve()
+	}
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		WriteRunUsage(stdout)
+		return ExitOK
+	case errors.Is(err, ErrVersion):
+		fmt.Fprintf(stdout, "fluksio-worker %s\n", Version)
+		return ExitOK
+	case err != nil:
+		fmt.Fprintf(stderr, "fluksio-worker: %v\n", err)
+		return ExitUsage
+	}
+	log := NewLogger(stderr, cfg.LogFormat, cfg.LogLevel, cfg.Token)
+	python, pyVersion, err := platform.FindPython(ctx, cfg.Python)
+	if err != nil {
+		log.Error("cannot run node code: " + err.Error())
+		return ExitUsage
+	}
+	stateDir, err := ResolveStateDir(cfg, os.Getenv)
+	if err != nil {
+		log.Error(err.Error())
+		return ExitUsage
+	}
+	log.Info("starting", "version", Version, "engine", RedactURL(cfg.URL), "python", python,
+		"python_version", pyVersion, "state_dir", stateDir, "parallel", cfg.Parallel)
+	a := New(cfg, log, python, stateDir)
+
+	signals := make(chan os.Signal, 4)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGQUIT)
+	defer signal.Stop(signals)
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(ctx) }()
+	stopping := false
+	for {
+		select {
+		case err := <-served:
+			return exitCode(log, err)
+		case sig := <-signals:
+			switch {
+			case sig == syscall.SIGQUIT:
+				log.Info("SIGQUIT: draining")
+				a.Drain()
+			case !stopping:
+				stopping = true
+				log.Info(sig.String() + ": stopping (a second signal stops at once)")
+				a.Stop()
+			default:
+				log.Warn(sig.String() + " again: killing running calls and exiting now")
+				a.Kill()
+				select {
+				case <-served:
+				case <-time.After(time.Second):
+				}
+				return ExitOK
+			}
+		}
+	}
+}
+
+func exitCode(log interface{ Error(string, ...any) }, err error) int {
+	var refused *RefusedError
+	var usage *UsageError
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.As(err, &refused):
+		log.Error(refused.Error() + "; not retrying (a new token or an engine-side change is needed)")
+		return ExitRefused
+	case errors.As(err, &usage):
+		log.Error(err.Error())
+		return ExitUsage
+	default:
+		log.Error(err.Error())
+		return ExitRefused
+	}
+}
+
+// WriteRunUsage prints `run --help`, generated from the option table.
+func WriteRunUsage(w io.Writer) {
+	fmt.Fprint(w, `Usage: fluksio-worker [run] --url URL [--token-file PATH] [options]
+
+Attach to a Fluksio engine and run the calls it sends, in the foreground.
+Each call runs in a fresh Python process; its output streams back live.
+
+Options (each also settable as the environment variable shown, or as a key
+of the same name in the --config file; flags win over variables, variables
+over the file):
+`)
+	fmt.Fprintf(w, "  --%-22s %s\n", "config PATH", "read settings from this TOML file (env FLUKSIO_WORKER_CONFIG)")
+	for _, o := range Options {
+		fmt.Fprintf(w, "  --%-22s %s\n", o.Name+" "+o.Arg, o.Help)
+		fmt.Fprintf(w, "  %-24s [%s]\n", "", o.Env())
+	}
+	fmt.Fprint(w, `  --version                print the version
+
+Signals: SIGTERM or SIGINT stops running calls (reported to the engine as
+cancelled) and exits 0; a second one kills them at once. SIGQUIT drains:
+running calls finish, new ones are declined, then it exits 0.
+Exit codes: 0 stopped, drained or idle; 1 refused by the engine; 2 bad usage.
+`)
+}
+
+// InventoryCommand is `fluksio-worker inventory`: what this machine would
+// advertise in hello, as JSON.
+func InventoryCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := Load(args, os.Getenv)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprintln(stdout, "Usage: fluksio-worker inventory [--cpus N] [--gpus N] [--ram-mb MB] [--labels A,B] [--python P] [--config PATH]\n\nPrints what this worker would tell the engine it holds, as JSON.")
+		return ExitOK
+	case err != nil:
+		fmt.Fprintf(stderr, "fluksio-worker: %v\n", err)
+		return ExitUsage
+	}
+	a := &Agent{cfg: cfg}
+	if python, _, err := platform.FindPython(ctx, cfg.Python); err == nil {
+		a.python = python
+	} else {
+		fmt.Fprintf(stderr, "fluksio-worker: warning: %v\n", err)
+	}
+	hello := a.hello(ctx)
+	if a.python == "" {
+		hello.VenvDigest = ""
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	enc.Encode(hello)
+	return ExitOK
+}
+
+// Probe dials the engine, says hello and waits for the welcome, then
+// closes: the check `install` and `check` make. The error wraps a
+// *RefusedError when the engine said no.
+func Probe(ctx context.Context, cfg Config) error {
+	a := &Agent{cfg: cfg}
+	if python, _, err := platform.FindPython(ctx, cfg.Python); err == nil {
+		a.python = python
+	}
+	hello := a.hello(ctx)
+	ws, err := dialEngine(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer ws.Close()
+	if _, err := greet(ws, hello); err != nil {
+		return err
+	}
+	ws.WriteControl(websocket.CloseMessage,
+		websocket.FormatCloseMessage(websocket.CloseNormalClosure, "check done"), time.Now().Add(closeWait))
+	return nil
+}

@@ -1,0 +1,169 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// embeddedRuntime is the runner each call's Python process executes unless
+// the engine serves its own: standard library only, so it runs on whatever
+// interpreter the user's nodes need.
+//
+//go:embed runtime/worker_main.py
+var embeddedRuntime []byte
+
+// maxServedRuntime bounds what the engine may serve as a runner script.
+const maxServedRuntime = 16 << 20
+
+// runtimeFetchTimeout bounds asking the engine for its runner; a slow engine
+// must not delay attaching, the embedded runner is always there.
+const runtimeFetchTimeout = 15 * time.Second
+
+// Runtime is the runner script a call's Python executes.
+type Runtime struct {
+	Path   string // on disk, named by content hash
+	Hash   string // sha256 hex of the content
+	Source string // "engine", "embedded" or "file"
+}
+
+// EnsureRuntime resolves --runtime: a file path is used as it is;
+// "embedded" writes the built-in runner to the state directory (once per
+// content hash); "auto" first asks the engine for its runner and caches
+// what it serves, falling back to the built-in one.
+func EnsureRuntime(ctx context.Context, cfg Config, stateDir string, log *slog.Logger) (Runtime, error) {
+	switch cfg.Runtime {
+	case "", "auto":
+		body, err := fetchRuntime(ctx, cfg)
+		if err == nil {
+			return cacheRuntime(stateDir, body, "engine")
+		}
+		if !errors.Is(err, errNoServedRuntime) {
+			log.Warn("could not fetch the engine's runner; using the embedded one", "error", err)
+		}
+		return cacheRuntime(stateDir, embeddedRuntime, "embedded")
+	case "embedded":
+		return cacheRuntime(stateDir, embeddedRuntime, "embedded")
+	default:
+		path, err := filepath.Abs(cfg.Runtime)
+		if err == nil {
+			var b []byte
+			if b, err = os.ReadFile(path); err == nil {
+				sum := sha256.Sum256(b)
+				return Runtime{Path: path, Hash: hex.EncodeToString(sum[:]), Source: "file"}, nil
+			}
+		}
+		return Runtime{}, &UsageError{fmt.Errorf("--runtime %s: %w (use auto, embedded or a readable file)", cfg.Runtime, err)}
+	}
+}
+
+var errNoServedRuntime = errors.New("the engine serves no runner")
+
+// HTTPBase is the engine's HTTP address beside the socket, the way the
+// protocol derives the artifact URL: ws->http, wss->https, and the tail
+// /workers/attach replaced by the endpoint asked for.
+func HTTPBase(socketURL, endpoint string) string {
+	base := socketURL
+	if i := strings.IndexByte(base, '?'); i >= 0 {
+		base = base[:i]
+	}
+	switch {
+	case strings.HasPrefix(base, "wss://"):
+		base = "https://" + base[len("wss://"):]
+	case strings.HasPrefix(base, "ws://"):
+		base = "http://" + base[len("ws://"):]
+	}
+	if i := strings.LastIndex(base, "/workers/attach"); i >= 0 {
+		base = base[:i]
+	}
+	return base + endpoint
+}
+
+// ArtifactBase is where node code saves and loads artifacts
+// (FLUKSIO_ARTIFACT_URL): --artifact-url, else derived from --url.
+func (c Config) ArtifactBase() string {
+	if c.ArtifactURL != "" {
+		return c.ArtifactURL
+	}
+	return HTTPBase(c.URL, "/artifacts")
+}
+
+func fetchRuntime(ctx context.Context, cfg Config) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, runtimeFetchTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, HTTPBase(cfg.URL, "/workers/runtime"), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+cfg.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		return nil, errNoServedRuntime
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /workers/runtime: %s", resp.Status)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxServedRuntime+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(body) == 0 || len(body) > maxServedRuntime {
+		return nil, fmt.Errorf("GET /workers/runtime: served %d bytes, expected 1 byte to 16 MiB", len(body))
+	}
+	return body, nil
+}
+
+// cacheRuntime writes content to <state>/runtime/<sha256>.py once; a file of
+// that name is that content, so it is never written twice.
+func cacheRuntime(stateDir string, content []byte, source string) (Runtime, error) {
+	sum := sha256.Sum256(content)
+	hash := hex.EncodeToString(sum[:])
+	dir := filepath.Join(stateDir, "runtime")
+	path := filepath.Join(dir, hash+".py")
+	rt := Runtime{Path: path, Hash: hash, Source: source}
+	if st, err := os.Stat(path); err == nil && st.Size() == int64(len(content)) {
+		return rt, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return rt, fmt.Errorf("cannot create %s for the runner script: %w (set --state-dir to a writable directory)", dir, err)
+	}
+	if err := writeFileAtomic(path, content, 0o644); err != nil {
+		return rt, fmt.Errorf("cannot write the runner script: %w (set --state-dir to a writable directory with free space)", err)
+	}
+	return rt, nil
+}
+
+// ResolveStateDir picks where the runtime cache and status file live:
+// --state-dir, else systemd's $STATE_DIRECTORY, else the user's cache
+// directory.
+func ResolveStateDir(cfg Config, getenv func(string) string) (string, error) {
+	dir := cfg.StateDir
+	if dir == "" {
+		dir, _, _ = strings.Cut(getenv("STATE_DIRECTORY"), ":")
+	}
+	if dir == "" {
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			cache = filepath.Join(os.TempDir(), fmt.Sprintf("fluksio-worker-%d", os.Getuid()))
+		}
+		dir = filepath.Join(cache, "fluksio-worker")
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return "", fmt.Errorf("cannot create the state directory %s: %w (set --state-dir)", dir, err)
+	}
+	return dir, nil
+}

@@ -1,0 +1,130 @@
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// Status is what the running worker says about itself in
+// <state-dir>/status.json, for `fluksio-worker status` to show. It never
+// holds the token.
+type Status struct {
+	PID          int       `json:"pid"`
+	Version      string    `json:"version"`
+	Engine       string    `json:"engine"`
+	State        string    `json:"state"` // connecting, attached, draining, stopping, stopped
+	Name         string    `json:"name,omitempty"`
+	Since        time.Time `json:"since,omitzero"`
+	CallsRunning int       `json:"calls_running"`
+	CallsDone    int64     `json:"calls_done"`
+	LastError    string    `json:"last_error,omitempty"`
+	Updated      time.Time `json:"updated"`
+}
+
+// StatusPath is where the worker with this state directory keeps its status.
+func StatusPath(stateDir string) string { return filepath.Join(stateDir, "status.json") }
+
+// ReadStatus reads the status a worker left in stateDir.
+func ReadStatus(stateDir string) (Status, error) {
+	var st Status
+	b, err := os.ReadFile(StatusPath(stateDir))
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("reading %s: %w", StatusPath(stateDir), err)
+	}
+	return st, nil
+}
+
+// statusInterval bounds how often the status file is rewritten: a worker
+// doing hundreds of calls a second must not spend its time renaming files.
+const statusInterval = time.Second
+
+// statusFile keeps Status on disk, written atomically, at most once per
+// statusInterval; Flush writes what is pending at once.
+type statusFile struct {
+	path    string
+	mu      sync.Mutex
+	st      Status
+	last    time.Time
+	pending *time.Timer
+	onError func(error)
+}
+
+func newStatusFile(stateDir string, st Status, onError func(error)) *statusFile {
+	s := &statusFile{path: StatusPath(stateDir), st: st, onError: onError}
+	s.Update(func(*Status) {})
+	return s
+}
+
+// Update changes the status and schedules a write.
+func (s *statusFile) Update(change func(*Status)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	change(&s.st)
+	if s.pending != nil {
+		return
+	}
+	wait := statusInterval - time.Since(s.last)
+	if wait <= 0 {
+		s.writeLocked()
+		return
+	}
+	s.pending = time.AfterFunc(wait, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.pending = nil
+		s.writeLocked()
+	})
+}
+
+// Flush writes the current status now.
+func (s *statusFile) Flush() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pending != nil {
+		s.pending.Stop()
+		s.pending = nil
+	}
+	s.writeLocked()
+}
+
+func (s *statusFile) writeLocked() {
+	s.last = time.Now()
+	s.st.Updated = s.last.UTC()
+	b, _ := json.MarshalIndent(s.st, "", "  ")
+	if err := writeFileAtomic(s.path, append(b, '\n'), 0o644); err != nil && s.onError != nil {
+		s.onError(err)
+	}
+}
+
+// writeFileAtomic writes through a temporary file in the same directory and
+// a rename, so a reader never sees half a file and a full disk leaves the
+// old one in place.
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(mode)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
