@@ -1,0 +1,1278 @@
+"""The embedded Fluksio runtime: runs exactly one node call for fluksio-worker.
+
+The Go agent starts ``PYTHON worker_main.py`` for every call, writes one JSON
+request line on stdin and reads JSON lines back on stdout (PROTOCOL.md,
+sections 2 and 4). This file owns everything on the Python side of that trip:
+
+- the protocol channel: the process's real stdout carries protocol lines and
+  nothing else; node code's fd 1 and fd 2 are pipes that become ``log``
+  events (rate-bounded) and are echoed on the runner's real stderr;
+- loading node code (shipped source or an importable module) and the
+  ``fluksio`` SDK surface when the real SDK is not installed;
+- calling the node (plain, generator or async), validating every stream
+  value and output against the declared ports;
+- the answer, including errors with tracebacks trimmed to the user's frames,
+  and ``NodeCancelled`` when the agent sends SIGTERM;
+- ``save_artifact`` / ``load_artifact`` against the engine's artifact store,
+  streamed in both directions so a file of any size never sits in memory.
+
+It is shipped as this one file and uses the standard library only (Python
+3.8 and later). It handles one request, answers, and exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import http.client
+import importlib
+import inspect
+import json
+import linecache
+import math
+import numbers
+import os
+import random
+import re
+import select
+import signal
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import types
+import urllib.parse
+
+RUNTIME_VERSION = "1"
+RUNTIME_FILE = os.path.abspath(__file__)
+
+# Log events are bounded so a node printing in a tight loop cannot flood the
+# engine: a burst of LOG_BURST lines, then LOG_RATE lines per second. Lines
+# over the budget are counted and reported as one "lines dropped" note. The
+# runner's stderr still gets every line (that is the local log, and its reader
+# provides back-pressure).
+LOG_BURST = 1000
+LOG_RATE = 200.0
+# One log line longer than this is cut: a progress bar without newlines or a
+# dumped array must not become one event of hundreds of MiB.
+LOG_LINE_MAX = 8192
+
+# Artifact transfers: chunk size for hashing and streaming, and the retry
+# policy for connection errors and 5xx answers.
+CHUNK = 1 << 20
+HTTP_TRIES = 4
+HTTP_BACKOFF_S = 0.5
+HTTP_TIMEOUT_S = 120.0
+
+# After SIGTERM the node gets this long to unwind through its finally blocks
+# before the runtime answers on its own (the agent kills the group ~3 s after
+# its SIGTERM, and an answer is better than a killed process).
+CANCEL_GRACE_S = 1.0
+
+PORT_TYPES = ("int", "float", "str", "bool", "json", "artifact", "list")
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+class NodeCancelled(BaseException):
+    """Raised in the node's thread when the agent cancels the call.
+
+    A BaseException, like KeyboardInterrupt, so ``except Exception`` in node
+    code does not swallow a cancel.
+    """
+
+
+class BadRequest(Exception):
+    """The request line is not a request this runtime understands."""
+
+
+# ---------------------------------------------------------------------------
+# The protocol channel
+# ---------------------------------------------------------------------------
+
+
+class Channel:
+    """Writes protocol lines to the runner's real stdout, one whole line at a time.
+
+    Two threads write here (the node's thread: stream events and the answer;
+    the log pump: log events), so a lock keeps lines whole. After the answer
+    nothing else is written: the agent stops reading at the answer.
+    """
+
+    def __init__(self, fd: int, call_id: str = ""):
+        self.fd = fd
+        self.call_id = call_id
+        self.lock = threading.Lock()
+        self.answered = False
+
+    def _write(self, obj: dict) -> None:
+        data = (json.dumps(obj, allow_nan=False, ensure_ascii=False) + "\n").encode("utf-8", "surrogatepass")
+        view = memoryview(data)
+        while view:
+            n = os.write(self.fd, view)
+            view = view[n:]
+
+    def event(self, kind: str, **fields) -> None:
+        obj = {"call_id": self.call_id, "event": kind}
+        obj.update(fields)
+        with self.lock:
+            if not self.answered:
+                self._write(obj)
+
+    def answer(self, obj: dict) -> bool:
+        """Writes the answer unless one was written; True if this one was."""
+        full = {"call_id": self.call_id}
+        full.update(obj)
+        with self.lock:
+            if self.answered:
+                return False
+            try:
+                self._write(full)
+            except (TypeError, ValueError) as exc:
+                # The validators should have caught this; never leave the
+                # agent without an answer because of it.
+                self._write(error_answer_fields(exc, self.call_id))
+            self.answered = True
+            return True
+
+
+def error_answer_fields(exc: BaseException, call_id: str = "", where: str = "") -> dict:
+    kind, message = describe_exception(exc)
+    if where and not re.search(r"\bline \d+", message):
+        message = "%s (%s)" % (message, where) if message else where
+    return {
+        "call_id": call_id,
+        "ok": False,
+        "error": {
+            "type": kind,
+            "message": message,
+            "short": "%s: %s" % (kind, message) if message else kind,
+            "traceback": user_traceback(exc),
+        },
+    }
+
+
+def describe_exception(exc: BaseException):
+    kind = type(exc).__name__
+    if isinstance(exc, SystemExit):
+        return kind, "the node called sys.exit(%r)" % (exc.code,)
+    if isinstance(exc, KeyboardInterrupt) and not str(exc):
+        return kind, "the node was interrupted (SIGINT)"
+    try:
+        message = str(exc)
+    except Exception:  # a broken __str__ must not lose the answer
+        message = "<unprintable %s>" % kind
+    return kind, message
+
+
+def _is_runtime_frame(frame: traceback.FrameSummary) -> bool:
+    # The runtime's own frames and importlib's machinery tell the user
+    # nothing about their node; the frames of their code (and of the
+    # libraries it called) stay.
+    name = frame.filename
+    return name == RUNTIME_FILE or name.startswith("<frozen importlib")
+
+
+def _trim(te: traceback.TracebackException, seen: set) -> None:
+    if id(te) in seen:
+        return
+    seen.add(id(te))
+    te.stack = traceback.StackSummary.from_list([f for f in te.stack if not _is_runtime_frame(f)])
+    for nested in (te.__cause__, te.__context__):
+        if nested is not None:
+            _trim(nested, seen)
+
+
+def user_traceback(exc: BaseException) -> str:
+    try:
+        te = traceback.TracebackException(type(exc), exc, exc.__traceback__)
+        _trim(te, set())
+        return "".join(te.format())
+    except Exception:  # formatting must never cost the answer
+        return "".join(traceback.format_exception_only(type(exc), exc))
+
+
+# ---------------------------------------------------------------------------
+# Node output capture: fd 1 and fd 2 become pipes read by one pump thread
+# ---------------------------------------------------------------------------
+
+
+class LogPump:
+    """Turns what the node writes on fd 1 and fd 2 into bounded log events.
+
+    Redirecting the file descriptors (not just sys.stdout) catches C-level
+    writes and child processes too. One thread selects over both pipes so
+    the node never blocks on a full pipe while the runtime is busy.
+    """
+
+    def __init__(self, channel: Channel, echo_fd: int):
+        self.channel = channel
+        self.echo_fd = echo_fd
+        self.streams = {}  # read fd -> [name, pending bytes]
+        self.tokens = float(LOG_BURST)
+        self.refilled = time.monotonic()
+        self.dropped = 0
+        # The node's thread wakes the pump through this pipe to ask for a
+        # drain (sync) or the final drain (finish); `drained` counts answers.
+        self.wake_r, self.wake_w = os.pipe()
+        self.cond = threading.Condition()
+        self.asked = 0
+        self.drained = 0
+        self.stopping = False
+        self.thread = threading.Thread(target=self._run, name="fluksio-log-pump", daemon=True)
+
+    def capture(self, target_fd: int, name: str) -> None:
+        read_fd, write_fd = os.pipe()
+        os.dup2(write_fd, target_fd)  # inheritable: child processes log too
+        os.close(write_fd)
+        self.streams[read_fd] = [name, b""]
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def sync(self, timeout: float = 0.5) -> None:
+        """Waits until everything written so far went out as log events.
+
+        Called before each stream event, so a line printed before a yield
+        arrives before that yield's values. Bounded: a pump stuck on a slow
+        stderr reader must not stall the node.
+        """
+        with self.cond:
+            self.asked += 1
+            target = self.asked
+            os.write(self.wake_w, b"s")
+            self.cond.wait_for(lambda: self.drained >= target or not self.thread.is_alive(), timeout)
+
+    def finish(self, timeout: float = 2.0) -> None:
+        """Drains what was written so far, then stops the pump.
+
+        Waiting for EOF is not enough: a grandchild the node left running may
+        hold the pipe open forever. So the pump reads until nothing is
+        immediately readable, which covers every write that already returned.
+        """
+        with self.cond:
+            self.stopping = True
+        os.write(self.wake_w, b"f")
+        self.thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            while True:
+                ready, _, _ = select.select([self.wake_r] + list(self.streams), [], [])
+                if self.wake_r in ready:
+                    os.read(self.wake_r, 4096)
+                    with self.cond:
+                        target, stopping = self.asked, self.stopping
+                    self._drain()
+                    with self.cond:
+                        self.drained = target
+                        self.cond.notify_all()
+                    if stopping:
+                        break
+                    continue
+                for fd in ready:
+                    self._read(fd)
+            for fd in list(self.streams):
+                self._flush_partial(fd)
+            self._note_dropped()
+        except Exception as exc:  # the pump must not die silently
+            self._echo(("fluksio runtime: log pump failed: %r\n" % (exc,)).encode())
+        finally:
+            with self.cond:
+                self.cond.notify_all()
+
+    def _drain(self) -> None:
+        """Reads until no captured pipe has anything waiting (briefly, if it keeps coming)."""
+        deadline = time.monotonic() + 0.25
+        while self.streams and time.monotonic() < deadline:
+            ready, _, _ = select.select(list(self.streams), [], [], 0)
+            if not ready:
+                return
+            for fd in ready:
+                self._read(fd)
+
+    def _read(self, fd: int) -> None:
+        data = os.read(fd, 65536)
+        if not data:
+            self._flush_partial(fd)
+            del self.streams[fd]
+            os.close(fd)
+            return
+        name, pending = self.streams[fd]
+        pending += data
+        # \r ends a line too: progress bars redraw with \r and no \n.
+        parts = re.split(b"\r\n|\n|\r", pending)
+        pending = parts.pop()
+        if len(pending) > LOG_LINE_MAX:
+            parts.append(pending)
+            pending = b""
+        self.streams[fd][1] = pending
+        complete = [p for p in parts if p]
+        if complete:
+            self._echo(b"\n".join(complete) + b"\n")
+            for line in complete:
+                self._log(name, line)
+
+    def _flush_partial(self, fd: int) -> None:
+        name, pending = self.streams[fd]
+        if pending:
+            self.streams[fd][1] = b""
+            self._echo(pending + b"\n")
+            self._log(name, pending)
+
+    def _echo(self, data: bytes) -> None:
+        try:
+            while data:
+                data = data[os.write(self.echo_fd, data):]
+        except OSError:
+            pass  # nobody reads our stderr any more; the events still go
+
+    def _log(self, name: str, raw: bytes) -> None:
+        now = time.monotonic()
+        self.tokens = min(float(LOG_BURST), self.tokens + (now - self.refilled) * LOG_RATE)
+        self.refilled = now
+        if self.tokens < 1:
+            self.dropped += 1
+            return
+        self.tokens -= 1
+        self._note_dropped()
+        line = raw.decode("utf-8", "replace")
+        if len(line) > LOG_LINE_MAX:
+            line = "%s… (%d more characters cut)" % (line[:LOG_LINE_MAX], len(line) - LOG_LINE_MAX)
+        self.channel.event("log", stream=name, line=line)
+
+    def _note_dropped(self) -> None:
+        if self.dropped:
+            count, self.dropped = self.dropped, 0
+            self.channel.event(
+                "log",
+                stream="stderr",
+                line="… %d lines dropped (log events are limited to %d lines/s; the worker's log has them all)"
+                % (count, int(LOG_RATE)),
+            )
+
+
+_FFLUSH = []
+
+
+def flush_node_output() -> None:
+    """Pushes what node code buffered (Python and C stdio) into the pipes."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    if not _FFLUSH:
+        try:
+            import ctypes
+
+            _FFLUSH.append(ctypes.CDLL(None).fflush)
+        except Exception:
+            _FFLUSH.append(None)
+    if _FFLUSH[0] is not None:
+        _FFLUSH[0](None)  # printf output of C extensions
+
+
+# ---------------------------------------------------------------------------
+# Cancel: SIGTERM from the agent
+# ---------------------------------------------------------------------------
+
+
+class Cancel:
+    """SIGTERM turns into NodeCancelled in the node's thread.
+
+    The exception is held back while the runtime writes a protocol line (an
+    exception in the middle of a write would leave half a line), and a
+    watcher thread answers on its own if the node does not unwind in
+    CANCEL_GRACE_S (code stuck in C, or code that swallowed the exception).
+    """
+
+    def __init__(self):
+        self.requested = False
+        self.shield = 0
+        self.on_timeout = None  # set by the call: writes the answer and exits
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._handler)
+        try:
+            read_fd, write_fd = os.pipe()
+            os.set_blocking(write_fd, False)
+            # The C-level handler writes the signal number here at once, even
+            # while the main thread is busy in C code and cannot run Python.
+            signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+            threading.Thread(target=self._watch, args=(read_fd,), name="fluksio-cancel", daemon=True).start()
+        except (ValueError, OSError):
+            pass
+
+    def _handler(self, signum, frame) -> None:
+        self.requested = True
+        if not self.shield:
+            raise NodeCancelled("the call was cancelled")
+
+    def check(self) -> None:
+        if self.requested and not self.shield:
+            raise NodeCancelled("the call was cancelled")
+
+    def _watch(self, read_fd: int) -> None:
+        while True:
+            try:
+                data = os.read(read_fd, 64)
+            except OSError:
+                return
+            if not data:
+                return
+            if signal.SIGTERM in data:
+                time.sleep(CANCEL_GRACE_S)
+                if self.on_timeout is not None:
+                    self.on_timeout()
+                return
+
+
+CANCEL = Cancel()
+
+
+class Shielded:
+    """Holds back NodeCancelled while a protocol line is being written."""
+
+    def __enter__(self):
+        CANCEL.shield += 1
+
+    def __exit__(self, *exc):
+        CANCEL.shield -= 1
+        if exc[0] is None:
+            CANCEL.check()
+        return False
+
+
+# ---------------------------------------------------------------------------
+# The fluksio SDK surface
+# ---------------------------------------------------------------------------
+
+
+class Port:
+    """A node input or output: name, type, default, stream flag, list item type."""
+
+    def __init__(self, name, type="json", initial=None, stream=False, item=None):
+        self.name = name
+        self.type = type
+        self.initial = initial
+        self.stream = stream
+        self.item = item
+
+    def __repr__(self):
+        return "Port(%r, %r)" % (self.name, self.type)
+
+
+class NodeSpec:
+    """What @node recorded about one function."""
+
+    def __init__(self, requires=None, provides=None, timeout=None, cache=True, device=None, **extra):
+        self.requires = [port_dict(p) for p in as_list(requires)]
+        self.provides = [port_dict(p) for p in as_list(provides)]
+        self.timeout = timeout
+        self.cache = cache
+        self.device = device
+        self.extra = extra
+
+
+# Functions decorated while this runtime runs, keyed by id(function): filled
+# by our own @node and by the observer around the real SDK's @node.
+SPECS = {}
+
+
+NODE_ARGS = ("requires", "provides", "timeout", "cache", "device")
+
+
+def node(*args, **kwargs):
+    """@node(requires=[...], provides=[...], timeout=, cache=, device=).
+
+    Records the metadata and returns the function unchanged, so it stays
+    callable in plain tests. Bare @node works too.
+    """
+    if len(args) == 1 and callable(args[0]) and not kwargs:
+        return _record(args[0], NodeSpec())
+    spec = NodeSpec(**_node_kwargs(args, kwargs))
+    return lambda fn: _record(fn, spec)
+
+
+def _node_kwargs(args, kwargs) -> dict:
+    if len(args) > len(NODE_ARGS):
+        raise TypeError("node() takes at most %d positional arguments" % len(NODE_ARGS))
+    merged = dict(zip(NODE_ARGS, args))
+    merged.update(kwargs)
+    return merged
+
+
+def _record(fn, spec):
+    SPECS[id(fn)] = (fn, spec)
+    try:
+        fn.__fluksio_node__ = spec
+    except (AttributeError, TypeError):
+        pass
+    return fn
+
+
+class Flow:
+    """Inert on a worker: pipelines are assembled by the engine.
+
+    Node files often build their Flow at module level; here that must import
+    cleanly, so any method call is accepted and ignored (and chains).
+    """
+
+    def __init__(self, *args, **kwargs):
+        self.args = args
+        self.kwargs = kwargs
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return lambda *a, **k: self
+
+
+def use(*args, **kwargs):
+    """Inert on a worker, like Flow: returns a record of its arguments."""
+    return Flow(*args, **kwargs)
+
+
+def as_list(ports):
+    if ports is None:
+        return []
+    if isinstance(ports, (list, tuple)):
+        return list(ports)
+    return [ports]
+
+
+def port_dict(port) -> dict:
+    """Normalizes a Port from our SDK, the real SDK, a dict or a bare name."""
+    if isinstance(port, str):
+        fields = {"name": port}
+    elif isinstance(port, dict):
+        fields = dict(port)
+    else:
+        fields = {k: getattr(port, k, None) for k in ("name", "type", "initial", "stream", "item")}
+    kind = fields.get("type") or "json"
+    if isinstance(kind, type):
+        kind = {dict: "json", tuple: "list"}.get(kind, kind.__name__)
+    item = fields.get("item")
+    if isinstance(item, type):
+        item = item.__name__
+    initial = fields.get("initial")
+    try:
+        json.dumps(initial, allow_nan=False)
+    except (TypeError, ValueError):
+        initial = repr(initial)
+    return {
+        "name": str(fields.get("name")),
+        "type": str(kind),
+        "initial": initial,
+        "stream": bool(fields.get("stream")),
+        "item": item,
+    }
+
+
+def spec_of(fn):
+    """The node metadata of fn, from @node as recorded here or attributes."""
+    hit = SPECS.get(id(fn))
+    if hit is not None and hit[0] is fn:
+        return hit[1]
+    spec = getattr(fn, "__fluksio_node__", None)
+    if isinstance(spec, NodeSpec):
+        return spec
+    # The real SDK may keep its own record; read the common shapes.
+    for attr in ("__fluksio_node__", "__fluksio__", "_fluksio_node", "__node__", "node_spec", "spec"):
+        found = getattr(fn, attr, None)
+        if found is None:
+            continue
+        get = found.get if isinstance(found, dict) else (lambda k, d=None, o=found: getattr(o, k, d))
+        if get("requires") is not None or get("provides") is not None:
+            return NodeSpec(
+                requires=get("requires"),
+                provides=get("provides"),
+                timeout=get("timeout"),
+                cache=get("cache", True),
+                device=get("device"),
+            )
+    return None
+
+
+def observe_real_node(sdk) -> None:
+    """Wraps the real SDK's @node so this runtime learns each node's ports.
+
+    The wrapper passes every call through and returns what the real
+    decorator returns; it only records the arguments on the side.
+    """
+    real = getattr(sdk, "node", None)
+    if real is None or getattr(real, "__fluksio_observer__", False):
+        return
+
+    def observed(*args, **kwargs):
+        if len(args) == 1 and callable(args[0]) and not kwargs:
+            result = real(*args)
+            SPECS[id(result)] = (result, NodeSpec())
+            return result
+        inner = real(*args, **kwargs)
+        spec = NodeSpec(**_node_kwargs(args, kwargs))
+
+        def decorate(fn):
+            result = inner(fn)
+            SPECS[id(result)] = (result, spec)
+            return result
+
+        return decorate
+
+    observed.__fluksio_observer__ = True
+    observed.__doc__ = getattr(real, "__doc__", None)
+    sdk.node = observed
+
+
+def install_sdk():
+    """Makes `import fluksio` work for node code and binds artifacts to this call."""
+    try:
+        sdk = importlib.import_module("fluksio")
+    except ImportError:
+        sdk = None
+    if sdk is None:
+        sdk = types.ModuleType("fluksio", "The Fluksio SDK surface, as provided by fluksio-worker's runtime.")
+        for name, value in (("node", node), ("Port", Port), ("Flow", Flow), ("use", use)):
+            setattr(sdk, name, value)
+        sdk.__fluksio_runtime__ = RUNTIME_VERSION
+        sys.modules["fluksio"] = sdk
+    else:
+        observe_real_node(sdk)
+    # Only these two are bound to this runtime, even with the real SDK: the
+    # store and its token are this call's.
+    sdk.save_artifact = save_artifact
+    sdk.load_artifact = load_artifact
+    return sdk
+
+
+# ---------------------------------------------------------------------------
+# Artifacts
+# ---------------------------------------------------------------------------
+
+
+class ArtifactCall:
+    """Set while a node runs: artifacts are this call's, and only then."""
+
+    active = False
+
+
+def _store():
+    if not ArtifactCall.active:
+        raise RuntimeError("artifacts can only be saved or loaded while a node runs on a worker")
+    base = os.environ.get("FLUKSIO_ARTIFACT_URL", "")
+    if not base:
+        raise RuntimeError("FLUKSIO_ARTIFACT_URL is not set: this worker has no artifact store")
+    return base.rstrip("/"), os.environ.get("FLUKSIO_ARTIFACT_TOKEN", "")
+
+
+def _connection(url: str):
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "https":
+        conn = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=HTTP_TIMEOUT_S)
+    elif parts.scheme == "http":
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=HTTP_TIMEOUT_S)
+    else:
+        raise RuntimeError("FLUKSIO_ARTIFACT_URL must be http or https, not %r" % url)
+    path = parts.path + ("?" + parts.query if parts.query else "")
+    return conn, path
+
+
+class _Retry(Exception):
+    """A transient failure (connection trouble or 5xx): try again."""
+
+
+def _with_retries(what: str, attempt):
+    delay = HTTP_BACKOFF_S
+    for n in range(1, HTTP_TRIES + 1):
+        try:
+            return attempt()
+        except (_Retry, OSError, http.client.HTTPException) as exc:
+            if n == HTTP_TRIES:
+                raise RuntimeError("%s failed after %d tries: %s" % (what, n, exc)) from None
+            # On the node's log, so a slow save is explained.
+            sys.stderr.write("fluksio: %s: %s; retrying in %.1fs\n" % (what, exc, delay))
+            time.sleep(delay * (0.75 + random.random() / 2))
+            delay *= 2
+
+
+def _check_status(what: str, resp) -> None:
+    if 200 <= resp.status < 300:
+        return
+    body = resp.read(2000).decode("utf-8", "replace").strip()
+    detail = "HTTP %d %s%s" % (resp.status, resp.reason, ": " + body if body else "")
+    if resp.status >= 500:
+        raise _Retry(detail)
+    raise RuntimeError("%s was refused by the artifact store: %s" % (what, detail))
+
+
+def _hash_file(path: str):
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while True:
+            chunk = f.read(CHUNK)
+            if not chunk:
+                break
+            h.update(chunk)
+            size += len(chunk)
+    return h.hexdigest(), size
+
+
+def save_artifact(data, name="", media_type="application/octet-stream"):
+    """Stores bytes or a file in the engine's artifact store; returns its reference.
+
+    A file is hashed in one pass and streamed in a second, so its size does
+    not matter. The reference is a JSON-able dict with digest, name, size and
+    media_type.
+    """
+    base, token = _store()
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        body = bytes(data)
+        hexdigest, size, path = hashlib.sha256(body).hexdigest(), len(body), None
+    elif isinstance(data, (str, os.PathLike)):
+        path = os.fspath(data)
+        if not os.path.isfile(path):
+            raise FileNotFoundError("save_artifact: no such file: %s" % path)
+        hexdigest, size = _hash_file(path)
+        name = name or os.path.basename(path)
+        body = None
+    else:
+        raise TypeError("save_artifact takes bytes or a file path, not %s" % type(data).__name__)
+    digest = "sha256:" + hexdigest
+    what = "saving artifact %s (%s)" % (name or digest, digest)
+
+    def attempt():
+        conn, path_prefix = _connection(base)
+        try:
+            conn.putrequest("PUT", "%s/%s" % (path_prefix, digest))
+            conn.putheader("Authorization", "Bearer " + token)
+            conn.putheader("X-Artifact-Name", urllib.parse.quote(name, safe=" /._-()[]"))
+            conn.putheader("Content-Type", media_type)
+            conn.putheader("Content-Length", str(size))
+            conn.endheaders()
+            if body is not None:
+                conn.send(body)
+            else:
+                _send_file(conn, path, hexdigest)
+            resp = conn.getresponse()
+            _check_status(what, resp)
+            reply = resp.read(1 << 20)
+        finally:
+            conn.close()
+        return reply
+
+    reply = _with_retries(what, attempt)
+    ref = {"digest": digest, "name": name, "size": size, "media_type": media_type}
+    try:
+        extra = json.loads(reply) if reply.strip() else {}
+    except ValueError:
+        extra = {}
+    if isinstance(extra, dict):
+        for key, value in extra.items():
+            ref.setdefault(key, value)
+    return ref
+
+
+def _send_file(conn, path: str, hexdigest: str) -> None:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            chunk = f.read(CHUNK)
+            if not chunk:
+                break
+            h.update(chunk)
+            conn.send(chunk)
+    if h.hexdigest() != hexdigest:
+        # The store would keep bytes under the wrong name; fail loudly.
+        raise RuntimeError("save_artifact: %s changed while it was being saved" % path)
+
+
+def artifact_cache_dir() -> str:
+    configured = os.environ.get("FLUKSIO_ARTIFACT_CACHE")
+    if configured:
+        return configured
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(xdg, "fluksio-worker", "artifacts")
+
+
+def load_artifact(ref):
+    """Returns a local path holding the artifact's bytes, fetched once and verified."""
+    digest = ref.get("digest") if isinstance(ref, dict) else ref
+    if not isinstance(digest, str) or not DIGEST_RE.match(digest):
+        raise ValueError("load_artifact takes a reference dict or a 'sha256:<64 hex>' digest, not %r" % (ref,))
+    base, token = _store()
+    hexdigest = digest.split(":", 1)[1]
+    cache = os.path.join(artifact_cache_dir(), "sha256")
+    final = os.path.join(cache, hexdigest)
+    if os.path.isfile(final):
+        return final  # only verified files are ever renamed into place
+    os.makedirs(cache, exist_ok=True)
+    what = "loading artifact %s" % digest
+
+    def attempt():
+        conn, path_prefix = _connection(base)
+        fd, tmp = tempfile.mkstemp(dir=cache, prefix=".part-")
+        try:
+            conn.request("GET", "%s/%s" % (path_prefix, digest), headers={"Authorization": "Bearer " + token})
+            resp = conn.getresponse()
+            _check_status(what, resp)
+            h = hashlib.sha256()
+            with os.fdopen(fd, "wb") as out:
+                fd = -1
+                while True:
+                    chunk = resp.read(CHUNK)
+                    if not chunk:
+                        break
+                    h.update(chunk)
+                    out.write(chunk)
+            if h.hexdigest() != hexdigest:
+                raise _Retry("the store sent bytes whose digest is sha256:%s" % h.hexdigest())
+            os.replace(tmp, final)
+            tmp = None
+        finally:
+            conn.close()
+            if fd != -1:
+                os.close(fd)
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+        return final
+
+    return _with_retries(what, attempt)
+
+
+# ---------------------------------------------------------------------------
+# Validation of stream values and outputs
+# ---------------------------------------------------------------------------
+
+
+def _type_name(value) -> str:
+    return type(value).__name__
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_json(value, where: str):
+    """Returns value as plain JSON types, or raises TypeError/ValueError naming where."""
+    if value is None or isinstance(value, (str, bool)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        number = float(value)
+        if not math.isfinite(number):
+            raise ValueError("%s is %s; JSON has no NaN or infinity" % (where, number))
+        return number
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError("%s has the key %s (%s); JSON object keys must be strings" % (where, _short(key), _type_name(key)))
+            out[key] = check_json(item, "%s[%r]" % (where, key))
+        return out
+    if isinstance(value, (list, tuple)):
+        return [check_json(item, "%s[%d]" % (where, i)) for i, item in enumerate(value)]
+    raise TypeError("%s is a %s, which cannot travel as JSON" % (where, _type_name(value)))
+
+
+def check_port_value(port: dict, value, kind=None, where=None):
+    """Checks value against the port's type; returns the value to send."""
+    kind = kind or port["type"]
+    where = where or "port %r" % port["name"]
+    label = "%s (%s)" % (where, kind)
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError("%s got %s (%s); it takes a finite number" % (label, _short(value), _type_name(value)))
+        number = float(value)
+        if not math.isfinite(number):
+            raise ValueError("%s got %s; it takes a finite number" % (label, number))
+        return number
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError("%s got %s (%s); it takes an int" % (label, _short(value), _type_name(value)))
+        return int(value)
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise TypeError("%s got %s (%s); it takes a bool" % (label, _short(value), _type_name(value)))
+        return value
+    if kind == "str":
+        if not isinstance(value, str):
+            raise TypeError("%s got %s (%s); it takes a str" % (label, _short(value), _type_name(value)))
+        return value
+    if kind == "list":
+        if not isinstance(value, (list, tuple)):
+            raise TypeError("%s got %s (%s); it takes a list" % (label, _short(value), _type_name(value)))
+        item = port.get("item")
+        if item:
+            return [check_port_value(port, v, item, "%s[%d]" % (where, i)) for i, v in enumerate(value)]
+        return check_json(value, where)
+    if kind == "artifact":
+        if not isinstance(value, dict) or not isinstance(value.get("digest"), str):
+            raise TypeError("%s got %s; it takes the dict save_artifact returned" % (label, _short(value)))
+        return check_json(value, where)
+    return check_json(value, where)
+
+
+def check_stream(fname: str, spec, values) -> dict:
+    if not isinstance(values, dict):
+        raise TypeError("%s yielded %s (%s); a generator node yields dicts of stream ports" % (fname, _short(values), _type_name(values)))
+    if spec is None:  # not a declared node: any key, JSON values
+        return {str(k): check_json(v, "stream value %r" % (k,)) for k, v in values.items()}
+    streams = {p["name"]: p for p in spec.provides if p["stream"]}
+    outputs = {p["name"] for p in spec.provides if not p["stream"]}
+    checked = {}
+    for key, value in values.items():
+        if key not in streams:
+            if key in outputs:
+                raise ValueError("%s yielded %r, which is not a stream port; return it instead" % (fname, key))
+            declared = ", ".join(streams) or "none"
+            raise ValueError("%s yielded the undeclared stream port %r (declared stream ports: %s)" % (fname, key, declared))
+        checked[key] = check_port_value(streams[key], value)
+    return checked
+
+
+def check_outputs(fname: str, spec, result) -> dict:
+    if spec is None:
+        if result is None:
+            return {}
+        if isinstance(result, dict):
+            return check_json(result, "%s's outputs" % fname)
+        raise TypeError("%s returned %s; a function without @node must return a dict of outputs" % (fname, _type_name(result)))
+    outputs = [p for p in spec.provides if not p["stream"]]
+    names = [p["name"] for p in outputs]
+    if not outputs:
+        if result is None or result == {}:
+            return {}
+        raise ValueError("%s returned %s but declares no outputs" % (fname, _short(result)))
+    declared = {p["name"] for p in spec.provides}
+    keyed = isinstance(result, dict) and names[0] in result and set(result) <= declared
+    if len(outputs) == 1 and not keyed:
+        # The bare value of a single output (a json output's dict included,
+        # unless it is keyed by the node's own port names).
+        result = {names[0]: result}
+    if not isinstance(result, dict):
+        raise TypeError("%s returned %s (%s); it provides %s, so it returns a dict" % (fname, _short(result), _type_name(result), ", ".join(names)))
+    streams = {p["name"] for p in spec.provides if p["stream"]}
+    for key in result:
+        if key not in names:
+            if key in streams:
+                raise ValueError("%s returned %r, which is a stream port; yield it instead" % (fname, key))
+            raise ValueError("%s returned the undeclared output %r (outputs: %s)" % (fname, key, ", ".join(names)))
+    missing = [n for n in names if n not in result]
+    if missing:
+        raise ValueError("%s returned no value for the output %s" % (fname, ", ".join(repr(m) for m in missing)))
+    return {p["name"]: check_port_value(p, result[p["name"]]) for p in outputs}
+
+
+# ---------------------------------------------------------------------------
+# Loading node code
+# ---------------------------------------------------------------------------
+
+
+class ImportFailed(Exception):
+    """Wraps an exception raised while importing node code, with where it happened."""
+
+    def __init__(self, cause: BaseException, where: str):
+        super().__init__(str(cause))
+        self.cause = cause
+        self.where = where
+
+
+def _where(exc: BaseException, filename: str = "") -> str:
+    """'pipeline.py, line 4': the deepest frame of the node's file (or of any user file)."""
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if name == filename or (not filename and name != RUNTIME_FILE and not name.startswith("<frozen")):
+            found = (name, tb.tb_lineno)
+        tb = tb.tb_next
+    return "%s, line %d" % found if found else ""
+
+
+def module_name_for(filename: str) -> str:
+    stem = os.path.splitext(os.path.basename(filename))[0]
+    # Registering under the file's own name keeps pickle, dataclasses and
+    # multiprocessing working; never shadow a module that is already loaded
+    # (a node file called json.py must not replace json).
+    if stem.isidentifier() and stem not in sys.modules and stem not in sys.builtin_module_names:
+        return stem
+    return "fluksio_node"
+
+
+def load_node_code(spec: dict):
+    """Imports the request's node code; returns (module, source digest)."""
+    if not isinstance(spec, dict):
+        raise BadRequest("'node' must be an object with 'source' or 'module'")
+    if "source" in spec:
+        source = spec["source"]
+        filename = spec.get("filename") or "node.py"
+        if not isinstance(source, str) or not isinstance(filename, str):
+            raise BadRequest("'node.source' and 'node.filename' must be strings")
+        digest = "sha256:" + hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()
+        # The file does not exist here: give tracebacks its lines directly
+        # (a file of the same name in the cwd must not be shown instead).
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        name = module_name_for(filename)
+        module = types.ModuleType(name)
+        module.__file__ = filename
+        sys.modules[name] = module
+        try:
+            code = compile(source, filename, "exec", dont_inherit=True)
+            exec(code, module.__dict__)
+        except SyntaxError as exc:
+            raise ImportFailed(exc, "") from exc
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:
+            raise ImportFailed(exc, _where(exc, filename)) from exc
+        return module, digest
+    if "module" in spec:
+        target = spec["module"]
+        if not isinstance(target, str) or not target:
+            raise BadRequest("'node.module' must be a module name")
+        try:
+            module = importlib.import_module(target)
+        except SyntaxError as exc:
+            raise ImportFailed(exc, "") from exc
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:
+            raise ImportFailed(exc, _where(exc)) from exc
+        return module, _module_digest(module, target)
+    raise BadRequest("'node' must have 'source' (with 'filename') or 'module'")
+
+
+def _module_digest(module, target: str) -> str:
+    path = getattr(module, "__file__", None)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except (OSError, TypeError):
+        data = target.encode()
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def node_functions(module):
+    """The @node functions a module defines or imports, in definition order."""
+    found = []
+    for attr, value in list(vars(module).items()):
+        if callable(value) and not isinstance(value, type):
+            spec = spec_of(value)
+            if spec is not None:
+                found.append((attr, value, spec))
+    return found
+
+
+# ---------------------------------------------------------------------------
+# The call
+# ---------------------------------------------------------------------------
+
+
+def do_compile(channel: Channel, request: dict) -> None:
+    module, digest = load_node_code(request.get("node"))
+    nodes = [
+        {
+            "name": attr,
+            "requires": spec.requires,
+            "provides": spec.provides,
+            "timeout": spec.timeout,
+            "device": spec.device,
+        }
+        for attr, _, spec in node_functions(module)
+    ]
+    finish_then_answer(channel, {"ok": True, "nodes": nodes, "digest": digest})
+
+
+def call_arguments(fn, spec, request: dict) -> dict:
+    inputs = request.get("inputs") or {}
+    settings = request.get("settings") or {}
+    if not isinstance(inputs, dict) or not isinstance(settings, dict):
+        raise BadRequest("'inputs' and 'settings' must be objects")
+    both = sorted(set(inputs) & set(settings))
+    if both:
+        raise TypeError("%s() got multiple values for %s (in both inputs and settings)" % (fn.__name__, ", ".join(both)))
+    kwargs = {}
+    if spec is not None:
+        for port in spec.requires:
+            if port["initial"] is not None and port["name"] not in inputs:
+                kwargs[port["name"]] = port["initial"]
+    kwargs.update(inputs)
+    kwargs.update(settings)
+    return kwargs
+
+
+def emit_stream(channel: Channel, values: dict) -> None:
+    if PUMP is not None:
+        flush_node_output()
+        PUMP.sync()
+    with Shielded():
+        channel.event("stream", values=values)
+
+
+def run_generator(channel: Channel, fname: str, spec, gen):
+    """Drives a generator node: each yield is validated and sent at once."""
+    while True:
+        try:
+            values = next(gen)
+        except StopIteration as stop:
+            return stop.value
+        try:
+            checked = check_stream(fname, spec, values)
+        except (TypeError, ValueError) as exc:
+            _point_at(exc, gen.gi_frame)
+            gen.close()
+            raise
+        emit_stream(channel, checked)
+
+
+def run_async_generator(channel: Channel, fname: str, spec, agen):
+    loop = asyncio.new_event_loop()
+    try:
+        while True:
+            try:
+                values = loop.run_until_complete(agen.__anext__())
+            except StopAsyncIteration:
+                return None  # async generators cannot return a value
+            checked = check_stream(fname, spec, values)
+            emit_stream(channel, checked)
+    finally:
+        loop.close()
+
+
+def _point_at(exc: BaseException, frame) -> None:
+    """Gives a validation error the yield's line as its traceback."""
+    if frame is None:
+        return
+    exc.__traceback__ = types.TracebackType(None, frame, frame.f_lasti, frame.f_lineno)
+
+
+def do_run(channel: Channel, request: dict) -> None:
+    module, _ = load_node_code(request.get("node"))
+    fname = request.get("function")
+    if not isinstance(fname, str) or not fname:
+        raise BadRequest("'function' must name a function in the node code")
+    fn = getattr(module, fname, None)
+    if fn is None or not callable(fn):
+        raise AttributeError("%s has no function %r" % (getattr(module, "__file__", None) or module.__name__, fname))
+    spec = spec_of(fn)
+    kwargs = call_arguments(fn, spec, request)
+    ArtifactCall.active = True
+    try:
+        result = fn(**kwargs)
+        if inspect.isgenerator(result):
+            result = run_generator(channel, fname, spec, result)
+        elif inspect.isasyncgen(result):
+            result = run_async_generator(channel, fname, spec, result)
+        elif inspect.iscoroutine(result):
+            result = asyncio.run(result)
+    finally:
+        ArtifactCall.active = False
+    outputs = check_outputs(fname, spec, result)
+    finish_then_answer(channel, {"ok": True, "outputs": outputs})
+
+
+# Set up in main(): the pump whose events must all go out before the answer.
+PUMP = None
+
+
+def finish_then_answer(channel: Channel, answer: dict) -> None:
+    """Sends what the node logged, then the answer, then leaves.
+
+    Exiting with os._exit skips interpreter shutdown on purpose: a node's
+    non-daemon thread must not keep a finished call alive.
+    """
+    # From here on a late SIGTERM must not interrupt the answer.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    flush_node_output()
+    if PUMP is not None:
+        PUMP.finish()
+    channel.answer(answer)
+    os._exit(0 if answer.get("ok") else 1)
+
+
+def fail(channel: Channel, exc: BaseException) -> None:
+    where = ""
+    if isinstance(exc, ImportFailed):
+        exc, where = exc.cause, exc.where
+    finish_then_answer(channel, error_answer_fields(exc, channel.call_id, where))
+
+
+def read_request(channel: Channel) -> dict:
+    # Read the one line byte by byte from the fd: a buffered reader could
+    # not be told apart from node code reading stdin later.
+    raw = bytearray()
+    while not raw.endswith(b"\n"):
+        chunk = os.read(0, 1)
+        if not chunk:
+            break
+        raw += chunk
+    if not raw.strip():
+        raise BadRequest("no request line on stdin")
+    try:
+        request = json.loads(raw.decode("utf-8"))
+    except ValueError as exc:
+        raise BadRequest("the request line is not JSON: %s" % exc) from None
+    if not isinstance(request, dict):
+        raise BadRequest("the request line must be a JSON object")
+    call_id = request.get("call_id")
+    channel.call_id = call_id if isinstance(call_id, str) else ("" if call_id is None else str(call_id))
+    return request
+
+
+def main() -> None:
+    global PUMP
+    # The real stdout is the protocol channel and nothing else may reach it:
+    # keep a private, close-on-exec copy (children never inherit it, so a
+    # grandchild cannot hold the agent's pipe open) before anything can print.
+    channel = Channel(os.dup(1))
+    echo_fd = os.dup(2)
+    try:
+        import faulthandler
+
+        faulthandler.enable(file=os.fdopen(os.dup(echo_fd), "w"))
+    except Exception:
+        pass
+    CANCEL.install()
+    CANCEL.on_timeout = lambda: (
+        channel.answer(error_answer_fields(NodeCancelled("the call was cancelled (the node did not stop in time)"), channel.call_id)),
+        os._exit(1),
+    )
+    try:
+        request = read_request(channel)
+        # stdin stays open until the call ends; node code must not wait on it.
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        PUMP = LogPump(channel, echo_fd)
+        PUMP.capture(1, "stdout")
+        PUMP.capture(2, "stderr")
+        PUMP.start()
+        # Print and logging reach the pump line by line, as they happen.
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.reconfigure(line_buffering=True)
+            except (AttributeError, ValueError):
+                pass
+        install_sdk()
+        op = request.get("op", "run")
+        if op == "run":
+            do_run(channel, request)
+        elif op == "compile":
+            do_compile(channel, request)
+        else:
+            raise BadRequest("unknown op %r (this runtime knows run and compile)" % (op,))
+    except BaseException as exc:  # every failure is an answer, never a silent exit
+        fail(channel, exc)
+
+
+if __name__ == "__main__":
+    main()
