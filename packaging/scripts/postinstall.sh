@@ -1,0 +1,44 @@
+#!/bin/sh
+# After install or upgrade (deb postinst, rpm %post).
+#
+# Fresh install: say what to run next; the package never starts a worker,
+# because only `install` knows the engine and the token.
+# Upgrade with the service installed: rewrite its unit from the new binary
+# (a newer unit template may fix things) and restart it only if it was
+# running: `try-restart` leaves a stopped service stopped.
+#
+# Whether the service is installed is read off the unit file, not off the
+# arguments: after `apt remove` and a later reinstall dpkg passes the old
+# version, yet there is no service to refresh.
+set -e
+
+unit=/etc/systemd/system/fluksio-worker.service
+
+case "$1" in
+abort-*) exit 0 ;; # deb: rolling back a failed upgrade or removal
+esac
+
+if [ ! -e "$unit" ]; then
+	cat <<'MSG'
+
+fluksio-worker is installed. To attach this machine to your Fluksio engine
+as a service (token from a file or stdin, so it stays out of shell history):
+
+  sudo fluksio-worker install --url wss://ENGINE/api/v1/workers/attach --token-file PATH
+
+Then: systemctl status fluksio-worker (or: fluksio-worker status)
+Example settings: /usr/share/doc/fluksio-worker/config.example.toml
+
+MSG
+	exit 0
+fi
+
+if ! /usr/bin/fluksio-worker install --refresh-unit; then
+	# Keep the package installed and the old unit working; say so loudly.
+	echo "fluksio-worker: could not refresh $unit from the new version; the old unit stays. Run: sudo fluksio-worker install --refresh-unit" >&2
+fi
+if [ -d /run/systemd/system ]; then
+	systemctl daemon-reload || true
+	systemctl try-restart fluksio-worker.service || true
+fi
+exit 0
