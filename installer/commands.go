@@ -1,5 +1,5 @@
-// Package installer writes the worker's config and registers it as an OS
-// service (systemd or launchd).
+// Stubs for the commands not built yet; each moves to its own file.
+
 package installer
 
 import (

@@ -1,0 +1,197 @@
+package installer
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/fluksio/fluksio-worker/agent"
+)
+
+// configHeader opens every config install writes. Comments a person adds
+// below it are not kept by the next install (the file is re-encoded); keys are.
+const configHeader = `# fluksio-worker configuration, written by 'fluksio-worker install'.
+# Keys are the long options of 'fluksio-worker run --help'. Running install
+# again keeps keys it is not told to change, but not comments.
+# This file holds the worker token: keep it mode 0600.
+
+`
+
+// Modes of what install writes. The config holds the token, so only its
+// owner (the service account) may read it. The system config directory is
+// root's, with the service account's group, so the service can read its
+// config but not replace it; a user service's directory is the user's alone.
+const (
+	configFileMode      fs.FileMode = 0o600
+	systemConfigDirMode fs.FileMode = 0o750
+	userConfigDirMode   fs.FileMode = 0o700
+)
+
+// readConfig returns the keys of an existing config, or none if there is no
+// file yet.
+func readConfig(path string) (map[string]any, error) {
+	values, err := agent.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return map[string]any{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w (fix the file or remove it, then run install again)", err)
+	}
+	return values, nil
+}
+
+// encodeConfig renders the keys as the TOML file install writes.
+func encodeConfig(values map[string]any) ([]byte, error) {
+	var buf bytes.Buffer
+	buf.WriteString(configHeader)
+	if err := toml.NewEncoder(&buf).Encode(values); err != nil {
+		return nil, fmt.Errorf("encoding the config: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// loadConfig checks the keys the way `run --config` will read them, through
+// the agent's own loader, and returns what the service will run with. Only
+// these keys count: not the installer's environment.
+func loadConfig(values map[string]any) (agent.Config, error) {
+	keys := make([]string, 0, len(values))
+	for k := range values {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var args []string
+	for _, k := range keys {
+		o, ok := agent.OptionByName(k)
+		if !ok {
+			return agent.Config{}, fmt.Errorf("unknown config key %q (known keys are the long options of 'fluksio-worker run --help')", k)
+		}
+		text, err := valueText(values[k])
+		if err != nil {
+			return agent.Config{}, fmt.Errorf("config key %s: %w", k, err)
+		}
+		args = append(args, "--"+o.Name+"="+text)
+	}
+	noEnv := func(string) string { return "" }
+	cfg, err := agent.Load(args, noEnv)
+	if err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.Resolve()
+}
+
+// valueText is a TOML value as the flag would carry it.
+func valueText(v any) (string, error) {
+	switch x := v.(type) {
+	case string:
+		return x, nil
+	case int64:
+		return strconv.FormatInt(x, 10), nil
+	case int:
+		return strconv.Itoa(x), nil
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64), nil
+	case bool:
+		return strconv.FormatBool(x), nil
+	case []string:
+		return strings.Join(x, ","), nil
+	case []any:
+		parts := make([]string, 0, len(x))
+		for _, item := range x {
+			s, ok := item.(string)
+			if !ok {
+				return "", fmt.Errorf("expected a list of strings, got %v", v)
+			}
+			parts = append(parts, s)
+		}
+		return strings.Join(parts, ","), nil
+	}
+	return "", fmt.Errorf("unsupported value %v", v)
+}
+
+// flagValue is what install writes for an option given on its command line:
+// labels as a list, whole numbers as numbers (parallel = 2, not "2"), the
+// rest as text. `run` reads all of them back the same way.
+func flagValue(name, text string) any {
+	if name == "labels" {
+		return agent.SplitLabels(text)
+	}
+	if n, err := strconv.ParseInt(text, 10, 64); err == nil && name != "name" && name != "token" {
+		return n
+	}
+	return text
+}
+
+// owner is who a written file or directory belongs to; -1 keeps what the
+// process creating it gets.
+type owner struct{ UID, GID int }
+
+var keepOwner = owner{-1, -1}
+
+// writeConfig replaces the config at path atomically: a temporary file in
+// the same directory, written, synced, chmod 0600 and chowned before it
+// takes the config's name, so no reader (the service starting, or a
+// person) ever sees half a file or a token in a file anyone else may read,
+// and a full disk or a crash leaves the old config whole. The directory is
+// created with dirMode, its group set to the file owner's.
+func writeConfig(path string, data []byte, file owner, dirMode fs.FileMode) (err error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, dirMode); err != nil {
+		return fmt.Errorf("creating %s: %w", dir, err)
+	}
+	// MkdirAll leaves an existing directory's mode alone, and the umask
+	// trims a new one's.
+	if err := os.Chmod(dir, dirMode); err != nil {
+		return fmt.Errorf("securing %s: %w", dir, err)
+	}
+	if file.GID >= 0 {
+		if err := os.Chown(dir, -1, file.GID); err != nil {
+			return fmt.Errorf("securing %s: %w", dir, err)
+		}
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("writing the config: %w", err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	// CreateTemp already makes the file 0600; the chmod says so on purpose.
+	if err := f.Chmod(configFileMode); err != nil {
+		return fmt.Errorf("writing the config: %w", err)
+	}
+	if file.UID >= 0 || file.GID >= 0 {
+		if err := f.Chown(file.UID, file.GID); err != nil {
+			return fmt.Errorf("writing the config: %w", err)
+		}
+	}
+	if _, err := f.Write(data); err != nil {
+		return fmt.Errorf("writing the config: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("writing the config: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("writing the config: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("writing the config: %w", err)
+	}
+	// The rename is durable only once the directory is synced.
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}

@@ -1,0 +1,172 @@
+package installer
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// serviceParams is everything the unit file or plist depends on. Nothing
+// secret: the token stays in the config file.
+type serviceParams struct {
+	Executable  string // absolute path of the fluksio-worker binary
+	ConfigPath  string
+	Account     string        // User= / UserName; "" for a user service
+	CancelGrace time.Duration // the agent's SIGTERM→SIGKILL grace for each call
+}
+
+// stopTimeout is how long the service manager lets the worker stop before
+// it kills everything: the agent cancels its calls (SIGTERM, then SIGKILL
+// after the cancel grace), reports them to the engine and closes the
+// socket, so it needs the grace plus time for a slow network.
+func stopTimeout(grace time.Duration) int {
+	const closeMargin = 30 * time.Second
+	return int(math.Ceil((grace + closeMargin).Seconds()))
+}
+
+// systemUnit is the unit of a system service. The rules it follows:
+//   - ExecStart carries no secret: the token is read from the 0600 config.
+//   - RestartPreventExitStatus=1: the agent exits 1 when the engine refuses
+//     it (a revoked token); restarting would ask again every 5 s forever.
+//     Exit 2 (a bad config) is not listed because a Go panic also exits 2,
+//     and a crash must restart.
+//   - KillMode=mixed: stop sends SIGTERM to the agent alone, which cancels
+//     and reports its calls itself; whatever is left when TimeoutStopSec
+//     runs out gets SIGKILL. (kardianos' default unit, KillMode=control-group
+//     with no stop timeout, would kill the calls under the agent.)
+//   - Hardening that keeps the GPUs and the user's Python reachable: no
+//     PrivateDevices, DeviceAllow or ProtectClock (each closes /dev, and the
+//     GPUs are /dev/nvidia* and /dev/dri/*); ProtectHome=read-only, not yes
+//     (venvs live under /home); no MemoryDenyWriteExecute (JITs: numba,
+//     triton) and no allow-list of system calls (node code is arbitrary).
+//     The system calls denied are ones an unprivileged process cannot use
+//     anyway, and they fail with EPERM rather than killing the process.
+const systemUnit = `# Written by 'fluksio-worker install'; running it again rewrites this file.
+# Settings are in @CONFIG@.
+[Unit]
+Description=Fluksio worker: runs pipeline nodes for a Fluksio engine
+Documentation=https://github.com/fluksio/fluksio-worker
+After=network-online.target
+Wants=network-online.target
+
+[Service]
+Type=exec
+ExecStart=@EXEC@ run --config @CONFIG_ARG@
+User=@USER@
+# Exit 1 means the engine refused this worker (say, a revoked token):
+# asking again would not change its answer.
+Restart=on-failure
+RestartSec=5
+RestartPreventExitStatus=1
+# SIGTERM goes to the worker alone; it stops its calls and reports them.
+KillMode=mixed
+TimeoutStopSec=@STOP_TIMEOUT@
+StateDirectory=fluksio-worker
+StateDirectoryMode=0750
+# Data loaders in node code open many files at once.
+LimitNOFILE=65536
+
+# Hardening that leaves GPUs (/dev) and a Python under /home or /opt usable.
+NoNewPrivileges=yes
+CapabilityBoundingSet=
+ProtectSystem=full
+ProtectHome=read-only
+PrivateTmp=yes
+ProtectKernelTunables=yes
+ProtectKernelModules=yes
+ProtectKernelLogs=yes
+ProtectControlGroups=yes
+ProtectHostname=yes
+ProtectProc=invisible
+RestrictNamespaces=yes
+RestrictRealtime=yes
+RestrictSUIDSGID=yes
+RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK
+LockPersonality=yes
+RemoveIPC=yes
+PrivateMounts=yes
+UMask=0027
+SystemCallArchitectures=native
+SystemCallFilter=~@clock @cpu-emulation @module @mount @obsolete @raw-io @reboot @swap
+SystemCallErrorNumber=EPERM
+
+[Install]
+WantedBy=multi-user.target
+`
+
+// userUnit is the unit of a systemd --user service. The user manager has
+// no network-online.target to wait for (the agent retries its connection
+// anyway), cannot raise limits above its own, and can only apply the
+// sandboxing options that need no privileges.
+const userUnit = `# Written by 'fluksio-worker install --user-service'; running it again rewrites this file.
+# Settings are in @CONFIG@.
+[Unit]
+Description=Fluksio worker: runs pipeline nodes for a Fluksio engine
+Documentation=https://github.com/fluksio/fluksio-worker
+
+[Service]
+Type=exec
+ExecStart=@EXEC@ run --config @CONFIG_ARG@
+# Exit 1 means the engine refused this worker (say, a revoked token):
+# asking again would not change its answer.
+Restart=on-failure
+RestartSec=5
+RestartPreventExitStatus=1
+# SIGTERM goes to the worker alone; it stops its calls and reports them.
+KillMode=mixed
+TimeoutStopSec=@STOP_TIMEOUT@
+NoNewPrivileges=yes
+
+[Install]
+WantedBy=default.target
+`
+
+// renderUnit returns the systemd unit for p.
+func renderUnit(p serviceParams, userService bool) (string, error) {
+	if err := checkServiceParams(p); err != nil {
+		return "", err
+	}
+	text := systemUnit
+	if userService {
+		text = userUnit
+	} else if p.Account == "" {
+		return "", fmt.Errorf("a system unit needs the account it runs as")
+	}
+	r := strings.NewReplacer(
+		"@EXEC@", systemdWord(p.Executable),
+		"@CONFIG_ARG@", systemdWord(p.ConfigPath),
+		"@CONFIG@", strings.ReplaceAll(p.ConfigPath, "%", "%%"),
+		"@USER@", p.Account,
+		"@STOP_TIMEOUT@", fmt.Sprint(stopTimeout(p.CancelGrace)),
+	)
+	return r.Replace(text), nil
+}
+
+// systemdWord writes one word of a systemd command line. systemd expands %
+// specifiers and $VARIABLES even inside quotes, so those are doubled; a word
+// with blanks, quotes or backslashes is double-quoted with C escapes.
+func systemdWord(s string) string {
+	s = strings.NewReplacer("%", "%%", "$", "$$").Replace(s)
+	if s == "" || strings.ContainsAny(s, " \t\"'\\;") {
+		s = `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
+	}
+	return s
+}
+
+// checkServiceParams rejects what no service file can carry safely: control
+// characters (a newline would end the line and start a new directive) and
+// "{{", which kardianos would take for a template action.
+func checkServiceParams(p serviceParams) error {
+	for what, v := range map[string]string{"the binary's path": p.Executable, "the config path": p.ConfigPath, "the account name": p.Account} {
+		if strings.Contains(v, "{{") {
+			return fmt.Errorf("%s %q contains {{, which the service file cannot carry; move it", what, v)
+		}
+		for _, r := range v {
+			if r < 0x20 || r == 0x7f {
+				return fmt.Errorf("%s %q contains a control character; move it", what, v)
+			}
+		}
+	}
+	return nil
+}
