@@ -297,7 +297,7 @@ func (c *call) relayStdout(r *os.File) outcome {
 			return outcome{answer: textFrame(line)}
 		default:
 			if len(line) > 0 {
-				garbage.log(slog.LevelWarn, "runner line is not a JSON object; not forwarded", "line", truncate(line, 200))
+				garbage.log(slog.LevelWarn, "runner line is not a JSON object; not forwarded", "line", string(truncate(line, 200)))
 			}
 		}
 	}

@@ -197,6 +197,58 @@ def user_traceback(exc: BaseException) -> str:
 # ---------------------------------------------------------------------------
 
 
+# \r ends a line too: progress bars redraw with \r and no \n.
+LINE_END = re.compile(b"\r\n|\n|\r")
+CUT_MARK = " … [line cut at %d bytes]" % LOG_LINE_MAX
+
+
+class Captured:
+    """One captured descriptor: its name and the line being assembled.
+
+    A line longer than LOG_LINE_MAX is sent cut, with a mark, and the rest of
+    it is skipped up to its end: one dumped array must not become megabytes
+    of log.
+    """
+
+    def __init__(self, name: str):
+        self.name = name
+        self.pending = b""
+        self.cutting = False
+
+    def feed(self, data: bytes) -> list:
+        """The complete lines data finishes (empty ones left out)."""
+        lines = []
+        parts = LINE_END.split(data)
+        for part in parts[:-1]:
+            if self.cutting:
+                self.cutting = False  # the end of a line already sent cut
+            else:
+                self._take(lines, self.pending + part)
+            self.pending = b""
+        if not self.cutting:
+            self.pending += parts[-1]
+            if len(self.pending) > LOG_LINE_MAX:
+                self._take(lines, self.pending)
+                self.pending = b""
+                self.cutting = True
+        return lines
+
+    def rest(self) -> list:
+        """The unfinished line, at the end of the call."""
+        lines = []
+        if not self.cutting:
+            self._take(lines, self.pending)
+        self.pending, self.cutting = b"", False
+        return lines
+
+    @staticmethod
+    def _take(lines: list, line: bytes) -> None:
+        if len(line) > LOG_LINE_MAX:
+            line = line[:LOG_LINE_MAX] + CUT_MARK.encode("utf-8")
+        if line:
+            lines.append(line)
+
+
 class LogPump:
     """Turns what the node writes on fd 1 and fd 2 into bounded log events.
 
@@ -208,7 +260,7 @@ class LogPump:
     def __init__(self, channel: Channel, echo_fd: int):
         self.channel = channel
         self.echo_fd = echo_fd
-        self.streams = {}  # read fd -> [name, pending bytes]
+        self.streams = {}  # read fd -> Captured
         self.tokens = float(LOG_BURST)
         self.refilled = time.monotonic()
         self.dropped = 0
@@ -225,7 +277,7 @@ class LogPump:
         read_fd, write_fd = os.pipe()
         os.dup2(write_fd, target_fd)  # inheritable: child processes log too
         os.close(write_fd)
-        self.streams[read_fd] = [name, b""]
+        self.streams[read_fd] = Captured(name)
 
     def start(self) -> None:
         self.thread.start()
@@ -292,33 +344,24 @@ class LogPump:
                 self._read(fd)
 
     def _read(self, fd: int) -> None:
+        stream = self.streams[fd]
         data = os.read(fd, 65536)
         if not data:
-            self._flush_partial(fd)
+            self._send(stream.name, stream.rest())
             del self.streams[fd]
             os.close(fd)
             return
-        name, pending = self.streams[fd]
-        pending += data
-        # \r ends a line too: progress bars redraw with \r and no \n.
-        parts = re.split(b"\r\n|\n|\r", pending)
-        pending = parts.pop()
-        if len(pending) > LOG_LINE_MAX:
-            parts.append(pending)
-            pending = b""
-        self.streams[fd][1] = pending
-        complete = [p for p in parts if p]
-        if complete:
-            self._echo(b"\n".join(complete) + b"\n")
-            for line in complete:
-                self._log(name, line)
+        self._send(stream.name, stream.feed(data))
 
     def _flush_partial(self, fd: int) -> None:
-        name, pending = self.streams[fd]
-        if pending:
-            self.streams[fd][1] = b""
-            self._echo(pending + b"\n")
-            self._log(name, pending)
+        stream = self.streams[fd]
+        self._send(stream.name, stream.rest())
+
+    def _send(self, name: str, lines: list) -> None:
+        if lines:
+            self._echo(b"\n".join(lines) + b"\n")
+            for line in lines:
+                self._log(name, line)
 
     def _echo(self, data: bytes) -> None:
         try:
@@ -336,10 +379,7 @@ class LogPump:
             return
         self.tokens -= 1
         self._note_dropped()
-        line = raw.decode("utf-8", "replace")
-        if len(line) > LOG_LINE_MAX:
-            line = "%s… (%d more characters cut)" % (line[:LOG_LINE_MAX], len(line) - LOG_LINE_MAX)
-        self.channel.event("log", stream=name, line=line)
+        self.channel.event("log", stream=name, line=raw.decode("utf-8", "replace"))
 
     def _note_dropped(self) -> None:
         if self.dropped:
@@ -1111,10 +1151,12 @@ def call_arguments(fn, spec, request: dict) -> dict:
 
 
 def emit_stream(channel: Channel, values: dict) -> None:
-    if PUMP is not None:
-        flush_node_output()
-        PUMP.sync()
+    # Shielded as a whole: a cancel landing inside the pump's condition
+    # variable or the channel's lock would leave them broken.
     with Shielded():
+        if PUMP is not None:
+            flush_node_output()
+            PUMP.sync()
         channel.event("stream", values=values)
 
 
@@ -1126,12 +1168,17 @@ def run_generator(channel: Channel, fname: str, spec, gen):
         except StopIteration as stop:
             return stop.value
         try:
-            checked = check_stream(fname, spec, values)
-        except (TypeError, ValueError) as exc:
+            emit_stream(channel, check_stream(fname, spec, values))
+        except BaseException as exc:
+            # A refused value, or a cancel that arrived while the event was
+            # being sent: point at the yield, and close the generator so the
+            # node's finally blocks run.
             _point_at(exc, gen.gi_frame)
-            gen.close()
+            try:
+                gen.close()
+            except BaseException:
+                pass  # the first failure is the one to report
             raise
-        emit_stream(channel, checked)
 
 
 def run_async_generator(channel: Channel, fname: str, spec, agen):
@@ -1142,8 +1189,15 @@ def run_async_generator(channel: Channel, fname: str, spec, agen):
                 values = loop.run_until_complete(agen.__anext__())
             except StopAsyncIteration:
                 return None  # async generators cannot return a value
-            checked = check_stream(fname, spec, values)
-            emit_stream(channel, checked)
+            try:
+                emit_stream(channel, check_stream(fname, spec, values))
+            except BaseException as exc:
+                _point_at(exc, agen.ag_frame)
+                try:
+                    loop.run_until_complete(agen.aclose())
+                except BaseException:
+                    pass
+                raise
     finally:
         loop.close()
 

@@ -1,0 +1,288 @@
+// Package engine is a fake Fluksio engine for tests, benchmarks and
+// `fluksio-worker selftest`, in the spirit of net/http/httptest: it serves
+// the worker endpoint (/api/v1/workers/attach) on loopback with token
+// checks, welcomes or refuses workers, lets the caller send run, compile and
+// cancel and read back each call's events and answer, serves the runner at
+// /api/v1/workers/runtime, and keeps an in-memory content-addressed
+// artifact store (PUT and GET /api/v1/artifacts/sha256:<hex>).
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// Options configure an Engine.
+type Options struct {
+	// Tokens accepted on attach, runtime and artifacts; a wrong one gets
+	// HTTP 401. Empty accepts any non-empty token.
+	Tokens []string
+	// Refuse, when set, answers every hello with {"op": "refused", "reason": Refuse}.
+	Refuse string
+	// Runtime is served at GET /api/v1/workers/runtime; nil answers 404.
+	Runtime []byte
+	// Addr to listen on; default 127.0.0.1:0.
+	Addr string
+}
+
+// Engine is a running fake engine.
+type Engine struct {
+	opts     Options
+	listener net.Listener
+	server   *http.Server
+	addr     string
+
+	workers chan *Worker
+
+	mu        sync.Mutex
+	conns     map[*Worker]struct{}
+	artifacts map[string][]byte
+	hellos    []Hello
+}
+
+// Start listens and serves until Close.
+func Start(opts Options) (*Engine, error) {
+	if opts.Addr == "" {
+		opts.Addr = "127.0.0.1:0"
+	}
+	e := &Engine{
+		opts:      opts,
+		workers:   make(chan *Worker, 64),
+		conns:     map[*Worker]struct{}{},
+		artifacts: map[string][]byte{},
+	}
+	if err := e.listen(opts.Addr); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *Engine) listen(addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/api/v1/workers/attach", e.attach)
+	mux.HandleFunc("GET /api/v1/workers/runtime", e.runtime)
+	mux.HandleFunc("/api/v1/artifacts/", e.artifact)
+	e.listener, e.addr = l, l.Addr().String()
+	e.server = &http.Server{Handler: mux}
+	go e.server.Serve(l)
+	return nil
+}
+
+// Addr is host:port.
+func (e *Engine) Addr() string { return e.addr }
+
+// AttachURL is what a worker's --url should be.
+func (e *Engine) AttachURL() string { return "ws://" + e.addr + "/api/v1/workers/attach" }
+
+// BaseURL is the engine's HTTP root.
+func (e *Engine) BaseURL() string { return "http://" + e.addr }
+
+// Close stops the engine and drops every connection.
+func (e *Engine) Close() {
+	e.server.Close()
+	e.DropAll()
+}
+
+// Restart simulates an engine restart: every connection dropped, nothing
+// listening for down, then listening again on the same address.
+func (e *Engine) Restart(down time.Duration) error {
+	e.server.Close()
+	e.DropAll()
+	time.Sleep(down)
+	return e.listen(e.addr)
+}
+
+// DropAll closes every worker connection abruptly, without a close frame.
+func (e *Engine) DropAll() {
+	e.mu.Lock()
+	conns := make([]*Worker, 0, len(e.conns))
+	for w := range e.conns {
+		conns = append(conns, w)
+	}
+	e.mu.Unlock()
+	for _, w := range conns {
+		w.Drop()
+	}
+}
+
+// NextWorker waits for the next worker to be welcomed.
+func (e *Engine) NextWorker(ctx context.Context) (*Worker, error) {
+	select {
+	case w := <-e.workers:
+		return w, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("no worker attached: %w", ctx.Err())
+	}
+}
+
+// Hellos returns every hello received, refused ones included.
+func (e *Engine) Hellos() []Hello {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]Hello(nil), e.hellos...)
+}
+
+func (e *Engine) tokenOK(token string) bool {
+	if token == "" {
+		return false
+	}
+	if len(e.opts.Tokens) == 0 {
+		return true
+	}
+	for _, t := range e.opts.Tokens {
+		if t == token {
+			return true
+		}
+	}
+	return false
+}
+
+func bearer(r *http.Request) string {
+	return strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+}
+
+var upgrader = websocket.Upgrader{ReadBufferSize: 64 << 10, WriteBufferSize: 64 << 10}
+
+func (e *Engine) attach(w http.ResponseWriter, r *http.Request) {
+	if !e.tokenOK(r.URL.Query().Get("token")) {
+		http.Error(w, "invalid worker token", http.StatusUnauthorized)
+		return
+	}
+	ws, err := upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return
+	}
+	ws.SetReadLimit(0)
+	ws.SetReadDeadline(time.Now().Add(time.Minute))
+	_, data, err := ws.ReadMessage()
+	if err != nil {
+		ws.Close()
+		return
+	}
+	var hello Hello
+	if err := json.Unmarshal(data, &hello); err != nil || hello.Op != "hello" {
+		ws.WriteJSON(map[string]any{"op": "refused", "reason": "expected hello"})
+		ws.Close()
+		return
+	}
+	hello.Raw = data
+	e.mu.Lock()
+	e.hellos = append(e.hellos, hello)
+	e.mu.Unlock()
+	if e.opts.Refuse != "" {
+		ws.WriteJSON(map[string]any{"op": "refused", "reason": e.opts.Refuse})
+		ws.Close()
+		return
+	}
+	ws.SetReadDeadline(time.Time{})
+	if err := ws.WriteJSON(map[string]any{"op": "welcome", "name": hello.Name}); err != nil {
+		ws.Close()
+		return
+	}
+	wk := newWorker(ws, hello)
+	e.mu.Lock()
+	e.conns[wk] = struct{}{}
+	e.mu.Unlock()
+	go func() {
+		<-wk.Done()
+		e.mu.Lock()
+		delete(e.conns, wk)
+		e.mu.Unlock()
+	}()
+	e.workers <- wk
+}
+
+func (e *Engine) runtime(w http.ResponseWriter, r *http.Request) {
+	if !e.tokenOK(bearer(r)) {
+		http.Error(w, "invalid worker token", http.StatusUnauthorized)
+		return
+	}
+	if e.opts.Runtime == nil {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "text/x-python")
+	w.Write(e.opts.Runtime)
+}
+
+// artifact serves the content-addressed store. A PUT whose bytes do not
+// hash to the digest in its path is refused, as a real store would.
+func (e *Engine) artifact(w http.ResponseWriter, r *http.Request) {
+	if !e.tokenOK(bearer(r)) {
+		http.Error(w, "invalid worker token", http.StatusUnauthorized)
+		return
+	}
+	digest := strings.TrimPrefix(r.URL.Path, "/api/v1/artifacts/")
+	if !strings.HasPrefix(digest, "sha256:") || len(digest) != len("sha256:")+64 {
+		http.Error(w, "expected /api/v1/artifacts/sha256:<64 hex>", http.StatusBadRequest)
+		return
+	}
+	switch r.Method {
+	case http.MethodPut:
+		h := sha256.New()
+		body, err := io.ReadAll(io.TeeReader(r.Body, h))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != digest {
+			http.Error(w, "content does not match digest "+digest+" (got "+got+")", http.StatusBadRequest)
+			return
+		}
+		e.mu.Lock()
+		e.artifacts[digest] = body
+		e.mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+	case http.MethodGet, http.MethodHead:
+		e.mu.Lock()
+		body, ok := e.artifacts[digest]
+		e.mu.Unlock()
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Length", fmt.Sprint(len(body)))
+		if r.Method == http.MethodGet {
+			w.Write(body)
+		}
+	default:
+		http.Error(w, "PUT or GET", http.StatusMethodNotAllowed)
+	}
+}
+
+// Artifact returns a stored artifact by digest ("sha256:<hex>").
+func (e *Engine) Artifact(digest string) ([]byte, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	b, ok := e.artifacts[digest]
+	return b, ok
+}
+
+// PutArtifact stores data and returns its digest.
+func (e *Engine) PutArtifact(data []byte) string {
+	sum := sha256.Sum256(data)
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	e.mu.Lock()
+	e.artifacts[digest] = data
+	e.mu.Unlock()
+	return digest
+}
+
+// ErrClosed is returned by a Worker whose connection has ended.
+var ErrClosed = errors.New("the worker's connection is closed")

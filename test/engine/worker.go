@@ -1,0 +1,267 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// Hello is a worker's first message.
+type Hello struct {
+	Op          string   `json:"op"`
+	Protocol    int      `json:"protocol"`
+	Name        string   `json:"name"`
+	Labels      []string `json:"labels"`
+	Python      string   `json:"python"`
+	MaxParallel int      `json:"max_parallel"`
+	VenvDigest  string   `json:"venv_digest"`
+	Inventory   struct {
+		CPUs  int  `json:"cpus"`
+		GPUs  int  `json:"gpus"`
+		RAMMB *int `json:"ram_mb"`
+	} `json:"inventory"`
+	Raw []byte `json:"-"`
+}
+
+// Message is one frame from a worker, with the fields tests look at most.
+type Message struct {
+	Raw    []byte
+	CallID string
+	Event  string
+	OK     bool
+	Error  *Error
+}
+
+// Error is an error answer's error object.
+type Error struct {
+	Type      string `json:"type"`
+	Message   string `json:"message"`
+	Short     string `json:"short"`
+	Traceback string `json:"traceback"`
+}
+
+// IsAnswer reports whether the message ends its call.
+func (m Message) IsAnswer() bool { return m.Event == "" }
+
+// Decode unmarshals the whole message into v.
+func (m Message) Decode(v any) error { return json.Unmarshal(m.Raw, v) }
+
+func parse(raw []byte) (Message, error) {
+	var head struct {
+		CallID json.RawMessage `json:"call_id"`
+		Event  any             `json:"event"`
+		OK     bool            `json:"ok"`
+		Error  *Error          `json:"error"`
+	}
+	if err := json.Unmarshal(raw, &head); err != nil {
+		return Message{}, err
+	}
+	m := Message{Raw: raw, OK: head.OK, Error: head.Error}
+	if json.Unmarshal(head.CallID, &m.CallID) != nil {
+		m.CallID = string(head.CallID)
+	}
+	switch ev := head.Event.(type) {
+	case string:
+		m.Event = ev
+	case nil, bool, float64:
+		if ev == true {
+			m.Event = "true"
+		}
+	default:
+		m.Event = fmt.Sprint(ev)
+	}
+	return m, nil
+}
+
+// Worker is one attached worker connection.
+type Worker struct {
+	Hello Hello
+
+	ws      *websocket.Conn
+	writeMu sync.Mutex
+	done    chan struct{}
+	once    sync.Once
+
+	mu    sync.Mutex
+	calls map[string]*Call
+	other chan Message // frames for no known call, and frames that are not JSON
+}
+
+func newWorker(ws *websocket.Conn, hello Hello) *Worker {
+	w := &Worker{
+		Hello: hello,
+		ws:    ws,
+		done:  make(chan struct{}),
+		calls: map[string]*Call{},
+		other: make(chan Message, 1024),
+	}
+	go w.readLoop()
+	return w
+}
+
+func (w *Worker) readLoop() {
+	defer w.Drop()
+	for {
+		_, raw, err := w.ws.ReadMessage()
+		if err != nil {
+			return
+		}
+		m, err := parse(raw)
+		if err != nil {
+			m = Message{Raw: raw}
+		}
+		w.mu.Lock()
+		c := w.calls[m.CallID]
+		w.mu.Unlock()
+		if c == nil {
+			select {
+			case w.other <- m:
+			default: // nobody is reading strays; drop the oldest
+				<-w.other
+				w.other <- m
+			}
+			continue
+		}
+		c.deliver(m)
+	}
+}
+
+// Done is closed when the connection has ended.
+func (w *Worker) Done() <-chan struct{} { return w.done }
+
+// Drop closes the connection abruptly.
+func (w *Worker) Drop() {
+	w.once.Do(func() {
+		close(w.done)
+		w.ws.Close()
+	})
+}
+
+// Send writes one JSON message (or raw bytes, as a text frame) to the worker.
+func (w *Worker) Send(v any) error {
+	var b []byte
+	switch x := v.(type) {
+	case []byte:
+		b = x
+	case string:
+		b = []byte(x)
+	default:
+		var err error
+		if b, err = json.Marshal(v); err != nil {
+			return err
+		}
+	}
+	w.writeMu.Lock()
+	defer w.writeMu.Unlock()
+	select {
+	case <-w.done:
+		return ErrClosed
+	default:
+	}
+	return w.ws.WriteMessage(websocket.TextMessage, b)
+}
+
+// Run registers a call and sends it. req must hold "call_id"; "op"
+// defaults to "run".
+func (w *Worker) Run(req map[string]any) (*Call, error) {
+	id, _ := req["call_id"].(string)
+	if id == "" {
+		return nil, fmt.Errorf("Run needs a string call_id")
+	}
+	if _, ok := req["op"]; !ok {
+		req["op"] = "run"
+	}
+	c := w.Expect(id)
+	return c, w.Send(req)
+}
+
+// Expect registers a call id whose frames the caller wants to read,
+// without sending anything.
+func (w *Worker) Expect(id string) *Call {
+	c := &Call{ID: id, worker: w, messages: make(chan Message, 4096)}
+	w.mu.Lock()
+	w.calls[id] = c
+	w.mu.Unlock()
+	return c
+}
+
+// Cancel sends a cancel for the call.
+func (w *Worker) Cancel(id string) error {
+	return w.Send(map[string]any{"op": "cancel", "call_id": id})
+}
+
+// Stray returns the next frame that belonged to no registered call.
+func (w *Worker) Stray(ctx context.Context) (Message, error) {
+	select {
+	case m := <-w.other:
+		return m, nil
+	case <-ctx.Done():
+		return Message{}, ctx.Err()
+	}
+}
+
+// Call is one call's frames, in the order the worker sent them.
+type Call struct {
+	ID       string
+	worker   *Worker
+	messages chan Message
+	answered bool
+}
+
+func (c *Call) deliver(m Message) {
+	select {
+	case c.messages <- m:
+	case <-c.worker.done:
+	}
+}
+
+// Next returns the call's next frame.
+func (c *Call) Next(ctx context.Context) (Message, error) {
+	select {
+	case m := <-c.messages:
+		return m, nil
+	default:
+	}
+	select {
+	case m := <-c.messages:
+		return m, nil
+	case <-c.worker.done:
+		select {
+		case m := <-c.messages:
+			return m, nil
+		default:
+			return Message{}, ErrClosed
+		}
+	case <-ctx.Done():
+		return Message{}, fmt.Errorf("call %s: %w", c.ID, ctx.Err())
+	}
+}
+
+// Wait reads the call's frames up to its answer and returns the answer and
+// the events before it (heartbeats included).
+func (c *Call) Wait(ctx context.Context) (answer Message, events []Message, err error) {
+	for {
+		m, err := c.Next(ctx)
+		if err != nil {
+			return Message{}, events, err
+		}
+		if m.IsAnswer() {
+			c.worker.mu.Lock()
+			delete(c.worker.calls, c.ID)
+			c.worker.mu.Unlock()
+			return m, events, nil
+		}
+		events = append(events, m)
+	}
+}
+
+// WaitTimeout is Wait with a timeout.
+func (c *Call) WaitTimeout(d time.Duration) (Message, []Message, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return c.Wait(ctx)
+}

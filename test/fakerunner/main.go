@@ -1,0 +1,139 @@
+// Command fakerunner stands in for Python and the runtime in the agent's
+// tests and benchmarks: a compiled runner, so what is measured is the
+// agent. Started as `fakerunner RUNTIME_PATH`, it reads one request line
+// and follows the request's "steps", then answers ok with what it saw.
+// Started as `fakerunner -c …` it answers the agent's Python version check;
+// as `fakerunner -m pip freeze` it prints a fixed package list.
+//
+// Steps (each an object with one key):
+//
+//	{"events": N}         N stream events {"call_id","event":"stream","values":{"i":k}}
+//	{"raw": "text"}       a raw stdout line (garbage, or hand-written JSON)
+//	{"raw_hex": "hex"}    a raw stdout line given as hex, for bytes JSON cannot carry
+//	{"stderr": "text"}    a line on stderr
+//	{"sleep_ms": N}       sleep
+//	{"grandchild": true}  start a child that holds stdout open and sleeps; its pid is in the answer
+//	{"exit": N}           exit with status N without answering
+//	{"answer_bytes": N}   make the answer carry a string of N bytes
+//	{"ignore_term": true} ignore SIGTERM from now on
+//	{"on_term_answer": true} on SIGTERM, answer NodeCancelled and exit
+//	{"env": ["NAME"]}     report these variables in the answer
+//	{"no_answer": true}   end without answering (exit 0)
+//	{"announce": true}    an event {"event":"started","pid":N} with the runner's pid
+package main
+
+import (
+	"bufio"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "-c":
+			fmt.Println("3.11.0")
+			return
+		case "-m":
+			fmt.Println("fakerunner==1.0")
+			return
+		case "--hold":
+			// The grandchild: keep the inherited stdout open.
+			time.Sleep(time.Hour)
+			return
+		}
+	}
+	in := bufio.NewReaderSize(os.Stdin, 1<<20)
+	line, err := in.ReadBytes('\n')
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fakerunner: no request:", err)
+		os.Exit(3)
+	}
+	var req struct {
+		CallID string           `json:"call_id"`
+		Op     string           `json:"op"`
+		Steps  []map[string]any `json:"steps"`
+	}
+	if err := json.Unmarshal(line, &req); err != nil {
+		fmt.Fprintln(os.Stderr, "fakerunner: bad request:", err)
+		os.Exit(3)
+	}
+	out := bufio.NewWriterSize(os.Stdout, 64<<10)
+	id, _ := json.Marshal(req.CallID)
+	result := map[string]any{"request": json.RawMessage(line), "pid": os.Getpid()}
+	answerBytes := 0
+	for _, step := range req.Steps {
+		for key, v := range step {
+			n, _ := v.(float64)
+			switch key {
+			case "events":
+				for i := 0; i < int(n); i++ {
+					fmt.Fprintf(out, `{"call_id":%s,"event":"stream","values":{"i":%d}}`+"\n", id, i)
+				}
+				out.Flush()
+			case "raw":
+				fmt.Fprintln(out, v)
+				out.Flush()
+			case "raw_hex":
+				b, _ := hex.DecodeString(v.(string))
+				out.Write(append(b, '\n'))
+				out.Flush()
+			case "stderr":
+				fmt.Fprintln(os.Stderr, v)
+			case "sleep_ms":
+				time.Sleep(time.Duration(n) * time.Millisecond)
+			case "grandchild":
+				child := exec.Command(os.Args[0], "--hold")
+				child.Stdout = os.Stdout
+				if err := child.Start(); err != nil {
+					fmt.Fprintln(os.Stderr, "fakerunner:", err)
+					os.Exit(3)
+				}
+				result["grandchild"] = child.Process.Pid
+				fmt.Fprintf(out, `{"call_id":%s,"event":"grandchild","pid":%d}`+"\n", id, child.Process.Pid)
+				out.Flush()
+			case "exit":
+				out.Flush()
+				os.Exit(int(n))
+			case "answer_bytes":
+				answerBytes = int(n)
+			case "ignore_term":
+				signal.Ignore(syscall.SIGTERM)
+			case "on_term_answer":
+				term := make(chan os.Signal, 1)
+				signal.Notify(term, syscall.SIGTERM)
+				go func() {
+					<-term
+					fmt.Printf(`{"call_id":%s,"ok":false,"error":{"type":"NodeCancelled","message":"runner saw SIGTERM","short":"NodeCancelled: runner saw SIGTERM","traceback":""}}`+"\n", id)
+					os.Exit(0)
+				}()
+			case "env":
+				env := map[string]string{}
+				for _, name := range v.([]any) {
+					env[name.(string)] = os.Getenv(name.(string))
+				}
+				result["env"] = env
+			case "announce":
+				fmt.Fprintf(out, `{"call_id":%s,"event":"started","pid":%d}`+"\n", id, os.Getpid())
+				out.Flush()
+			case "no_answer":
+				out.Flush()
+				os.Exit(0)
+			}
+		}
+	}
+	if answerBytes > 0 {
+		result["blob"] = strings.Repeat("x", answerBytes)
+	}
+	b, _ := json.Marshal(map[string]any{"call_id": req.CallID, "ok": true, "outputs": result})
+	out.Write(b)
+	out.WriteByte('\n')
+	out.Flush()
+}

@@ -1,0 +1,303 @@
+// Package test holds the tests that need the whole worker: the real binary,
+// a real fake engine on a loopback socket (test/engine), real runner
+// processes.
+package test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/test/engine"
+)
+
+// Built once per test binary.
+var (
+	binDir     string
+	workerBin  string // the fluksio-worker under test
+	fakeRunner string // a compiled stand-in for Python and the runtime
+)
+
+const testToken = "tok-3f9a-secret-7c1d"
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "fluksio-worker-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	workerBin = filepath.Join(dir, "fluksio-worker")
+	fakeRunner = filepath.Join(dir, "fakerunner")
+	build := func(out, pkg string, race bool) {
+		args := []string{"build", "-o", out}
+		if race {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command("go", append(args, pkg)...)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "building", pkg, ":", err)
+			os.Exit(1)
+		}
+	}
+	build(workerBin, "github.com/fluksio/fluksio-worker", raceEnabled)
+	build(fakeRunner, "github.com/fluksio/fluksio-worker/test/fakerunner", false)
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// syncBuffer collects a process's stderr while tests read it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// worker is a running fluksio-worker process.
+type worker struct {
+	t      testing.TB
+	cmd    *exec.Cmd
+	logs   *syncBuffer
+	exited chan struct{}
+	err    error
+}
+
+// startWorker runs the binary against eng with the fake runner as Python
+// and the token in the environment. Extra args come last, so they win.
+func startWorker(t testing.TB, eng *engine.Engine, extraEnv []string, args ...string) *worker {
+	t.Helper()
+	base := []string{
+		"run",
+		"--url", eng.AttachURL(),
+		"--python", fakeRunner,
+		"--runtime", "embedded",
+		"--state-dir", t.TempDir(),
+		"--log-level", "debug",
+	}
+	return startBinary(t, append([]string{"FLUKSIO_WORKER_TOKEN=" + testToken}, extraEnv...), append(base, args...)...)
+}
+
+func startBinary(t testing.TB, env []string, args ...string) *worker {
+	t.Helper()
+	cmd := exec.Command(workerBin, args...)
+	cmd.Env = append(cleanEnv(), env...)
+	w := &worker{t: t, cmd: cmd, logs: &syncBuffer{}, exited: make(chan struct{})}
+	cmd.Stderr = w.logs
+	cmd.Stdout = w.logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		w.err = cmd.Wait()
+		close(w.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-w.exited:
+		default:
+			cmd.Process.Kill()
+			<-w.exited
+		}
+		if t.Failed() {
+			t.Logf("worker log:\n%s", w.logs.String())
+		}
+	})
+	return w
+}
+
+// cleanEnv is this process's environment without anything that would
+// change the worker's inventory or configuration behind a test's back.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "SLURM_") || strings.HasPrefix(name, "FLUKSIO_") || name == "CUDA_VISIBLE_DEVICES" || name == "STATE_DIRECTORY" {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// wait returns the exit code, failing the test after timeout.
+func (w *worker) wait(timeout time.Duration) int {
+	w.t.Helper()
+	select {
+	case <-w.exited:
+	case <-time.After(timeout):
+		w.t.Fatalf("the worker did not exit within %s", timeout)
+	}
+	if w.err == nil {
+		return 0
+	}
+	if ee, ok := w.err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	w.t.Fatal(w.err)
+	return -1
+}
+
+func (w *worker) signal(sig syscall.Signal) {
+	w.t.Helper()
+	if err := w.cmd.Process.Signal(sig); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// attach waits for the worker's connection.
+func attach(t testing.TB, eng *engine.Engine) *engine.Worker {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	wk, err := eng.NextWorker(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wk
+}
+
+func startEngine(t testing.TB, opts engine.Options) *engine.Engine {
+	t.Helper()
+	if opts.Tokens == nil {
+		opts.Tokens = []string{testToken}
+	}
+	eng, err := engine.Start(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(eng.Close)
+	return eng
+}
+
+// run sends a fake-runner request with these steps and returns its call.
+func run(t testing.TB, wk *engine.Worker, id string, steps ...map[string]any) *engine.Call {
+	t.Helper()
+	req := map[string]any{"call_id": id, "steps": steps}
+	c, err := wk.Run(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func wait(t testing.TB, c *engine.Call) (engine.Message, []engine.Message) {
+	t.Helper()
+	answer, events, err := c.WaitTimeout(60 * time.Second)
+	if err != nil {
+		t.Fatalf("call %s: %v", c.ID, err)
+	}
+	return answer, events
+}
+
+type step = map[string]any
+
+// alive reports whether pid is a live process (zombies count as gone).
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// eventually polls cond until it holds or timeout passes.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// intField reads a number from a decoded JSON object.
+func intField(t testing.TB, m engine.Message, path ...string) int {
+	t.Helper()
+	var v any
+	if err := m.Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range path {
+		obj, ok := v.(map[string]any)
+		if !ok {
+			t.Fatalf("no %v in %s", path, m.Raw)
+		}
+		v = obj[p]
+	}
+	n, ok := v.(float64)
+	if !ok {
+		t.Fatalf("%v in %s is not a number", path, m.Raw)
+	}
+	return int(n)
+}
+
+func timeoutCtx(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func rawOf(ms []engine.Message) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = string(m.Raw)
+	}
+	return out
+}
+
+func openFDs(t testing.TB, pid int) int {
+	entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(entries)
+}
+
+// childrenOf lists live child processes of pid.
+func childrenOf(pid int) []int {
+	var kids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		fields := strings.Fields(s[i+1:])
+		if len(fields) > 2 && fields[1] != "Z" && fields[2] == strconv.Itoa(pid) {
+			kids = append(kids, child)
+		}
+	}
+	return kids
+}

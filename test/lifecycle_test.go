@@ -1,0 +1,299 @@
+package test
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/test/engine"
+)
+
+// pidsOf reads the runner and grandchild pids from a call's events.
+func pidsOf(t *testing.T, c *engine.Call) (runner, grandchild int) {
+	t.Helper()
+	for runner == 0 || grandchild == 0 {
+		m, err := c.Next(timeoutCtx(t, 20*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m.Event {
+		case "started":
+			runner = intField(t, m, "pid")
+		case "grandchild":
+			grandchild = intField(t, m, "pid")
+		}
+	}
+	return runner, grandchild
+}
+
+func TestCancelStopsTheWholeProcessGroup(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	startWorker(t, eng, nil, "--cancel-grace", "1s")
+	wk := attach(t, eng)
+	// A runner that ignores SIGTERM and leaves a grandchild holding its
+	// stdout: only SIGKILL of the whole group ends it.
+	c := run(t, wk, "k1", step{"announce": true}, step{"grandchild": true}, step{"ignore_term": true}, step{"sleep_ms": 60000})
+	runner, grandchild := pidsOf(t, c)
+	start := time.Now()
+	if err := wk.Cancel("k1"); err != nil {
+		t.Fatal(err)
+	}
+	answer, _ := wait(t, c)
+	if answer.OK || answer.Error == nil || answer.Error.Type != "NodeCancelled" || answer.Error.Message != "the node process stopped" {
+		t.Fatalf("cancel answered %s", answer.Raw)
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("cancel took %s", took)
+	}
+	eventually(t, 10*time.Second, "runner and grandchild to be gone", func() bool { return !alive(runner) && !alive(grandchild) })
+}
+
+func TestCancelledRunnerMayAnswerItself(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	startWorker(t, eng, nil)
+	wk := attach(t, eng)
+	c := run(t, wk, "k2", step{"on_term_answer": true}, step{"events": 1}, step{"sleep_ms": 60000})
+	if _, err := c.Next(timeoutCtx(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	wk.Cancel("k2")
+	answer, _ := wait(t, c)
+	if answer.Error == nil || answer.Error.Message != "runner saw SIGTERM" {
+		t.Fatalf("want the runner's own answer, got %s", answer.Raw)
+	}
+}
+
+func TestRunnerDeathIsReported(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	startWorker(t, eng, nil)
+	wk := attach(t, eng)
+	for _, tc := range []struct {
+		id    string
+		steps []step
+	}{
+		{"crash", []step{{"events": 2}, {"exit": 3}}},
+		{"quiet-exit", []step{{"no_answer": true}}},
+	} {
+		answer, events := wait(t, run(t, wk, tc.id, tc.steps...))
+		e := answer.Error
+		if answer.OK || e == nil || e.Type != "RemoteError" || e.Message != "the node process stopped" || e.Short != e.Message || e.Traceback != "" {
+			t.Errorf("%s answered %s", tc.id, answer.Raw)
+		}
+		if tc.id == "crash" && len(events) != 2 {
+			t.Errorf("crash: events before the death were lost: %d", len(events))
+		}
+	}
+	// A grandchild holding stdout after the runner died must not hang the call.
+	c := run(t, wk, "orphan", step{"announce": true}, step{"grandchild": true}, step{"exit": 1})
+	_, grandchild := pidsOf(t, c)
+	answer, _ := wait(t, c)
+	if answer.Error == nil || answer.Error.Type != "RemoteError" {
+		t.Fatalf("orphan answered %s", answer.Raw)
+	}
+	eventually(t, 10*time.Second, "the grandchild to be stopped", func() bool { return !alive(grandchild) })
+}
+
+func TestMissingPythonIsAUsageError(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	w := startWorker(t, eng, nil, "--python", "/nonexistent/python3")
+	if code := w.wait(30 * time.Second); code != 2 {
+		t.Fatalf("exit %d, want 2", code)
+	}
+	if !strings.Contains(w.logs.String(), "--python /nonexistent/python3") {
+		t.Errorf("log does not say which Python is missing:\n%s", w.logs.String())
+	}
+	w = startBinary(t, nil, "run", "--url", eng.AttachURL())
+	if code := w.wait(30 * time.Second); code != 2 || !strings.Contains(w.logs.String(), "token is required") {
+		t.Fatalf("no token: exit %d, log %s", code, w.logs.String())
+	}
+	w = startBinary(t, nil, "--url", "https://engine", "--token-file", "/nonexistent")
+	if code := w.wait(30 * time.Second); code != 2 || !strings.Contains(w.logs.String(), "ws:// or wss://") {
+		t.Fatalf("bad url: exit %d, log %s", code, w.logs.String())
+	}
+}
+
+func TestRefusalExitsOne(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, engine.Options{Refuse: "worker pool is full"})
+	w := startWorker(t, eng, nil)
+	if code := w.wait(30 * time.Second); code != 1 {
+		t.Fatalf("refused: exit %d, want 1", code)
+	}
+	if !strings.Contains(w.logs.String(), "worker pool is full") {
+		t.Errorf("the engine's reason is not in the log:\n%s", w.logs.String())
+	}
+	if n := len(eng.Hellos()); n != 1 {
+		t.Errorf("the worker said hello %d times; a refusal must not be retried", n)
+	}
+}
+
+func TestWrongTokenExitsOne(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, engine.Options{Tokens: []string{"the-right-token"}})
+	w := startWorker(t, eng, nil)
+	if code := w.wait(30 * time.Second); code != 1 {
+		t.Fatalf("401: exit %d, want 1", code)
+	}
+	if logs := w.logs.String(); !strings.Contains(logs, "401") || strings.Contains(logs, testToken) {
+		t.Errorf("log should name the 401 and never the token:\n%s", logs)
+	}
+}
+
+func TestIdleExitsZero(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	w := startWorker(t, eng, nil, "--max-idle", "2")
+	wk := attach(t, eng)
+	// A call running longer than --max-idle is not idleness.
+	answer, _ := wait(t, run(t, wk, "i1", step{"sleep_ms": 3000}))
+	if !answer.OK {
+		t.Fatal(string(answer.Raw))
+	}
+	ended := time.Now()
+	if code := w.wait(20 * time.Second); code != 0 {
+		t.Fatalf("idle exit %d, want 0", code)
+	}
+	if idle := time.Since(ended); idle < 1500*time.Millisecond {
+		t.Errorf("exited %s after the last call, before --max-idle 2s", idle)
+	}
+	select {
+	case <-wk.Done():
+	case <-time.After(5 * time.Second):
+		t.Error("the connection was not closed")
+	}
+}
+
+func TestSIGTERMStopsRunningCalls(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	w := startWorker(t, eng, nil, "--parallel", "2", "--cancel-grace", "1s")
+	wk := attach(t, eng)
+	a := run(t, wk, "t1", step{"announce": true}, step{"grandchild": true}, step{"sleep_ms": 60000})
+	b := run(t, wk, "t2", step{"announce": true}, step{"grandchild": true}, step{"ignore_term": true}, step{"sleep_ms": 60000})
+	r1, g1 := pidsOf(t, a)
+	r2, g2 := pidsOf(t, b)
+	w.signal(syscall.SIGTERM)
+	for _, c := range []*engine.Call{a, b} {
+		answer, _ := wait(t, c)
+		if answer.Error == nil || answer.Error.Type != "NodeCancelled" || answer.Error.Message != "the worker is stopping" {
+			t.Errorf("%s answered %s", c.ID, answer.Raw)
+		}
+	}
+	if code := w.wait(20 * time.Second); code != 0 {
+		t.Fatalf("exit %d, want 0", code)
+	}
+	for _, pid := range []int{r1, g1, r2, g2} {
+		if alive(pid) {
+			t.Errorf("process %d outlived the worker", pid)
+		}
+	}
+}
+
+func TestSecondSignalStopsAtOnce(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	w := startWorker(t, eng, nil, "--cancel-grace", "60s")
+	wk := attach(t, eng)
+	c := run(t, wk, "s1", step{"announce": true}, step{"ignore_term": true}, step{"sleep_ms": 60000})
+	runner := runnerPID(t, c)
+	w.signal(syscall.SIGINT)
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	w.signal(syscall.SIGINT)
+	if code := w.wait(10 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("second signal took %s", took)
+	}
+	eventually(t, 5*time.Second, "the runner to be killed", func() bool { return !alive(runner) })
+}
+
+// runnerPID reads the runner's pid from its "started" event.
+func runnerPID(t *testing.T, c *engine.Call) int {
+	t.Helper()
+	for {
+		m, err := c.Next(timeoutCtx(t, 20*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Event == "started" {
+			return intField(t, m, "pid")
+		}
+	}
+}
+
+func TestSIGQUITDrains(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	w := startWorker(t, eng, nil, "--parallel", "2")
+	wk := attach(t, eng)
+	running := run(t, wk, "d1", step{"events": 1}, step{"sleep_ms": 1500}, step{"events": 1})
+	if _, err := running.Next(timeoutCtx(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	w.signal(syscall.SIGQUIT)
+	time.Sleep(300 * time.Millisecond)
+	late := run(t, wk, "d2")
+	answer, _ := wait(t, late)
+	if answer.Error == nil || answer.Error.Type != "NodeCancelled" || answer.Error.Message != "the worker is draining" {
+		t.Errorf("a call during the drain answered %s", answer.Raw)
+	}
+	answer, events := wait(t, running)
+	if !answer.OK || len(events) != 1 {
+		t.Errorf("the running call did not finish: %s", answer.Raw)
+	}
+	if code := w.wait(20 * time.Second); code != 0 {
+		t.Fatalf("exit %d, want 0", code)
+	}
+}
+
+func TestEngineRestartMidCall(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	startWorker(t, eng, nil, "--cancel-grace", "1s")
+	wk := attach(t, eng)
+	// A quiet call: it writes nothing, so only the agent noticing the lost
+	// connection can stop it.
+	c := run(t, wk, "r1", step{"announce": true}, step{"grandchild": true}, step{"sleep_ms": 60000})
+	runner, grandchild := pidsOf(t, c)
+	if err := eng.Restart(300 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the abandoned call's processes to be stopped", func() bool { return !alive(runner) && !alive(grandchild) })
+	wk = attach(t, eng)
+	answer, _ := wait(t, run(t, wk, "r2", step{"events": 2}))
+	if !answer.OK {
+		t.Fatalf("after reconnecting: %s", answer.Raw)
+	}
+}
+
+func TestTenDropsLeaveTheWorkerAsBefore(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	w := startWorker(t, eng, nil, "--cancel-grace", "500ms")
+	var fds []int
+	for i := 0; i < 10; i++ {
+		wk := attach(t, eng)
+		c := run(t, wk, "drop", step{"announce": true}, step{"sleep_ms": 60000})
+		runnerPID(t, c)
+		fds = append(fds, openFDs(t, w.cmd.Process.Pid))
+		wk.Drop()
+	}
+	wk := attach(t, eng)
+	answer, _ := wait(t, run(t, wk, "final"))
+	if !answer.OK {
+		t.Fatal(string(answer.Raw))
+	}
+	if fds[9] > fds[0]+2 {
+		t.Errorf("open file descriptors grew across drops: %v", fds)
+	}
+	if kids := childrenOf(w.cmd.Process.Pid); len(kids) != 0 {
+		t.Errorf("runner processes left behind: %v", kids)
+	}
+}

@@ -1,0 +1,304 @@
+package test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/test/engine"
+)
+
+func TestHelloDescribesTheWorker(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	startWorker(t, eng, nil, "--name", "box-7", "--labels", "gpu, cuda12,,", "--parallel", "3")
+	wk := attach(t, eng)
+	h := wk.Hello
+	if h.Op != "hello" || h.Protocol != 2 || h.Name != "box-7" || h.MaxParallel != 3 {
+		t.Errorf("hello = %s", h.Raw)
+	}
+	if strings.Join(h.Labels, "|") != "gpu|cuda12" {
+		t.Errorf("labels = %q, want gpu and cuda12 (split on commas, blanks dropped)", h.Labels)
+	}
+	if h.Python != fakeRunner {
+		t.Errorf("python = %q, want --python as given %q", h.Python, fakeRunner)
+	}
+	// The digest of `python -m pip freeze`, which the fake runner answers
+	// with one line.
+	sum := sha256.Sum256([]byte("fakerunner==1.0\n"))
+	if h.VenvDigest != hex.EncodeToString(sum[:])[:16] {
+		t.Errorf("venv_digest = %q", h.VenvDigest)
+	}
+	if h.Inventory.CPUs != runtime.NumCPU() && h.Inventory.CPUs < 1 {
+		t.Errorf("cpus = %d", h.Inventory.CPUs)
+	}
+	if h.Inventory.RAMMB == nil || *h.Inventory.RAMMB < 64 {
+		t.Errorf("ram_mb = %v", h.Inventory.RAMMB)
+	}
+}
+
+func TestInventoryFromSLURMAndFlags(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	slurm := []string{"SLURM_CPUS_ON_NODE=6", "SLURM_MEM_PER_NODE=12000", "SLURM_JOB_GPUS=2,5,7"}
+	startWorker(t, eng, slurm)
+	h := attach(t, eng).Hello
+	if h.Inventory.CPUs != 6 || h.Inventory.GPUs != 3 || h.Inventory.RAMMB == nil || *h.Inventory.RAMMB != 12000 {
+		t.Errorf("SLURM inventory = %s", h.Raw)
+	}
+	// SLURM_GPUS_ON_NODE wins over SLURM_JOB_GPUS; flags win over all, and
+	// --gpus 0 means zero, not "detect".
+	startWorker(t, eng, append(slurm, "SLURM_GPUS_ON_NODE=1"), "--cpus", "2", "--ram-mb", "512")
+	h = attach(t, eng).Hello
+	if h.Inventory.CPUs != 2 || h.Inventory.GPUs != 1 || *h.Inventory.RAMMB != 512 {
+		t.Errorf("flag inventory = %s", h.Raw)
+	}
+	startWorker(t, eng, append(slurm, "FLUKSIO_WORKER_GPUS=4"), "--gpus", "0")
+	if h = attach(t, eng).Hello; h.Inventory.GPUs != 0 {
+		t.Errorf("--gpus 0 gave %s", h.Raw)
+	}
+}
+
+func TestCallEventsArriveInOrderAndUnchanged(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	startWorker(t, eng, nil)
+	wk := attach(t, eng)
+	handWritten := `{"call_id":"c1","event":"log","line":"é \u00e9 <b>&amp;</b>","nested":{"z":1,"a":[1.50,2e3]}}`
+	c := run(t, wk, "c1", step{"events": 500}, step{"raw": handWritten}, step{"raw": "  " + handWritten + "  "})
+	answer, events := wait(t, c)
+	if !answer.OK {
+		t.Fatalf("answer = %s", answer.Raw)
+	}
+	if len(events) != 502 {
+		t.Fatalf("got %d events, want 502", len(events))
+	}
+	for i := 0; i < 500; i++ {
+		want := fmt.Sprintf(`{"call_id":"c1","event":"stream","values":{"i":%d}}`, i)
+		if string(events[i].Raw) != want {
+			t.Fatalf("event %d = %s, want %s", i, events[i].Raw, want)
+		}
+	}
+	for _, ev := range events[500:] {
+		if string(ev.Raw) != handWritten {
+			t.Errorf("forwarded %s, want the runner's line unchanged (trimmed): %s", ev.Raw, handWritten)
+		}
+	}
+	// The request reached the runner without its env, everything else intact.
+	var out struct {
+		Outputs struct {
+			Request map[string]any `json:"request"`
+		} `json:"outputs"`
+	}
+	answer.Decode(&out)
+	if out.Outputs.Request["op"] != "run" || out.Outputs.Request["call_id"] != "c1" || out.Outputs.Request["steps"] == nil {
+		t.Errorf("runner saw %v", out.Outputs.Request)
+	}
+}
+
+func TestCallEnvironmentAndCUDARemap(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	startWorker(t, eng, []string{"CUDA_VISIBLE_DEVICES=2,3"}, "--artifact-url", "")
+	wk := attach(t, eng)
+	c, err := wk.Run(map[string]any{
+		"call_id": "env1",
+		"env":     map[string]any{"CUDA_VISIBLE_DEVICES": "1,0,7", "OMP_NUM_THREADS": 4, "FLAG": true},
+		"steps":   []step{{"env": []string{"CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "FLAG", "FLUKSIO_ARTIFACT_URL", "FLUKSIO_ARTIFACT_TOKEN"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, _ := wait(t, c)
+	var out struct {
+		Outputs struct {
+			Env     map[string]string `json:"env"`
+			Request map[string]any    `json:"request"`
+		} `json:"outputs"`
+	}
+	answer.Decode(&out)
+	env := out.Outputs.Env
+	want := map[string]string{
+		"CUDA_VISIBLE_DEVICES":   "3,2,7", // positions in the worker's own mask; 7 is no position
+		"OMP_NUM_THREADS":        "4",
+		"FLAG":                   "True",
+		"FLUKSIO_ARTIFACT_URL":   eng.BaseURL() + "/api/v1/artifacts",
+		"FLUKSIO_ARTIFACT_TOKEN": testToken,
+	}
+	for k, v := range want {
+		if env[k] != v {
+			t.Errorf("%s = %q, want %q", k, env[k], v)
+		}
+	}
+	if _, has := out.Outputs.Request["env"]; has {
+		t.Errorf("the runner's request still holds env: %v", out.Outputs.Request)
+	}
+}
+
+func TestHeartbeatsWhileACallRuns(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	startWorker(t, eng, nil)
+	wk := attach(t, eng)
+	start := time.Now()
+	c := run(t, wk, "slow", step{"sleep_ms": 10500})
+	answer, events := wait(t, c)
+	if !answer.OK {
+		t.Fatalf("answer = %s", answer.Raw)
+	}
+	if len(events) != 1 || events[0].Event != "heartbeat" || string(events[0].Raw) != `{"call_id":"slow","event":"heartbeat"}` {
+		t.Fatalf("after %s got events %q, want one heartbeat", time.Since(start), rawOf(events))
+	}
+}
+
+func TestLargeAnswerAndLineBound(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	startWorker(t, eng, nil, "--max-line", "64MiB")
+	wk := attach(t, eng)
+	answer, _ := wait(t, run(t, wk, "big", step{"answer_bytes": 48 << 20}))
+	if !answer.OK || len(answer.Raw) < 48<<20 {
+		t.Fatalf("48 MiB answer arrived as %d bytes, ok=%v", len(answer.Raw), answer.OK)
+	}
+	answer, _ = wait(t, run(t, wk, "huge", step{"answer_bytes": 80 << 20}))
+	if answer.OK || answer.Error == nil || answer.Error.Type != "RemoteError" || !strings.Contains(answer.Error.Message, "--max-line") {
+		t.Fatalf("an 80 MiB line over a 64 MiB bound answered %.300s", answer.Raw)
+	}
+	// The worker is still fine.
+	if answer, _ = wait(t, run(t, wk, "after")); !answer.OK {
+		t.Fatalf("after the bound: %s", answer.Raw)
+	}
+}
+
+func TestParallelCalls(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	startWorker(t, eng, nil, "--parallel", "8")
+	wk := attach(t, eng)
+	start := time.Now()
+	var calls []*engine.Call
+	for i := 0; i < 8; i++ {
+		calls = append(calls, run(t, wk, fmt.Sprintf("p%d", i), step{"sleep_ms": 1500}, step{"events": 3}))
+	}
+	for _, c := range calls {
+		answer, events := wait(t, c)
+		if !answer.OK || len(events) != 3 || answer.CallID != c.ID {
+			t.Errorf("%s: answer %s with %d events", c.ID, answer.Raw, len(events))
+		}
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("8 calls of 1.5 s took %s: they did not run at once", took)
+	}
+}
+
+func TestRuntimeFromTheEngineIsUsedAndCached(t *testing.T) {
+	t.Parallel()
+	served := []byte("# the engine's own runner\n")
+	eng := startEngine(t, engine.Options{Runtime: served})
+	state := t.TempDir()
+	startWorker(t, eng, nil, "--runtime", "auto", "--state-dir", state)
+	wk := attach(t, eng)
+	answer, _ := wait(t, run(t, wk, "r1"))
+	var out struct {
+		Outputs struct{ PID int } `json:"outputs"`
+	}
+	answer.Decode(&out)
+	files, _ := filepath.Glob(filepath.Join(state, "runtime", "*.py"))
+	if len(files) != 1 {
+		t.Fatalf("runtime cache holds %v", files)
+	}
+	got, _ := os.ReadFile(files[0])
+	if !bytes.Equal(got, served) {
+		t.Errorf("cached runtime = %q, want the engine's", got)
+	}
+}
+
+func TestGarbageFromEngineAndRunnerNeverBreaksTheSession(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	w := startWorker(t, eng, nil)
+	wk := attach(t, eng)
+	for _, frame := range []string{"not json", "[1,2]", `"str"`, "null", `{"op":"dance"}`, `{"op":"run"}`, `{"op":"run","call_id":""}`, `{"op":"cancel","call_id":"nobody"}`, `{"op":5}`} {
+		if err := wk.Send(frame); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wk.Send([]byte{0xff, 0xfe})
+	c := run(t, wk, "g1",
+		step{"raw": "plain text"}, step{"raw": "{broken json"}, step{"raw": "[1]"}, step{"raw": ""},
+		step{"raw_hex": "fffe"}, step{"raw_hex": hex.EncodeToString([]byte(`{"call_id":"g1","event":"stream","values":{"s":"bad `+"\xff"+` utf8"}}`))},
+		step{"events": 1})
+	answer, events := wait(t, c)
+	if !answer.OK {
+		t.Fatalf("answer = %s", answer.Raw)
+	}
+	if len(events) != 2 {
+		t.Fatalf("forwarded %d events, want only the 2 JSON ones: %q", len(events), rawOf(events))
+	}
+	if !strings.Contains(string(events[0].Raw), "bad \uFFFD utf8") {
+		t.Errorf("invalid UTF-8 was not replaced: %q", events[0].Raw)
+	}
+	if !strings.Contains(w.logs.String(), "not a JSON object") {
+		t.Errorf("garbage was not logged locally")
+	}
+	select {
+	case <-wk.Done():
+		t.Fatal("the connection went down")
+	default:
+	}
+}
+
+func TestDuplicateCallIDLeavesTheFirstAlone(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	startWorker(t, eng, nil)
+	wk := attach(t, eng)
+	first := run(t, wk, "dup", step{"sleep_ms": 800}, step{"events": 1})
+	time.Sleep(200 * time.Millisecond)
+	if err := wk.Send(map[string]any{"op": "run", "call_id": "dup", "steps": []step{}}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := first.Next(timeoutCtx(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.OK || m.Error == nil || !strings.Contains(m.Error.Message, "already running") {
+		t.Fatalf("the duplicate was answered %s", m.Raw)
+	}
+	answer, events := wait(t, first)
+	if !answer.OK || len(events) != 1 {
+		t.Fatalf("the first call ended %s after %d events", answer.Raw, len(events))
+	}
+}
+
+func TestEngineRequestJSONPassesThrough(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	startWorker(t, eng, nil)
+	wk := attach(t, eng)
+	src := "def f(*, x):\n    return '<&>' + x\n"
+	c, _ := wk.Run(map[string]any{"call_id": "j1", "node": map[string]any{"source": src, "filename": "p.py"}, "inputs": map[string]any{"x": "é"}})
+	answer, _ := wait(t, c)
+	var out struct {
+		Outputs struct {
+			Request struct {
+				Node   map[string]string `json:"node"`
+				Inputs map[string]string `json:"inputs"`
+			} `json:"request"`
+		} `json:"outputs"`
+	}
+	if err := json.Unmarshal(answer.Raw, &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.Outputs.Request.Node["source"] != src || out.Outputs.Request.Inputs["x"] != "é" {
+		t.Errorf("runner saw %+v", out.Outputs.Request)
+	}
+}
