@@ -135,13 +135,11 @@ type owner struct{ UID, GID int }
 
 var keepOwner = owner{-1, -1}
 
-// writeConfig replaces the config at path atomically: a temporary file in
-// the same directory, written, synced, chmod 0600 and chowned before it
-// takes the config's name, so no reader (the service starting, or a
-// person) ever sees half a file or a token in a file anyone else may read,
-// and a full disk or a crash leaves the old config whole. The directory is
-// created with dirMode, its group set to the file owner's.
-func writeConfig(path string, data []byte, file owner, dirMode fs.FileMode) (err error) {
+// writeConfig replaces the config at path atomically (see writeFileAtomic)
+// as a 0600 file of the given owner, so no reader (the service starting, or
+// a person) ever sees half a file, or a token in a file others may read.
+// The directory is created with dirMode, its group set to the file owner's.
+func writeConfig(path string, data []byte, file owner, dirMode fs.FileMode) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, dirMode); err != nil {
 		return fmt.Errorf("creating %s: %w", dir, err)
@@ -156,40 +154,50 @@ func writeConfig(path string, data []byte, file owner, dirMode fs.FileMode) (err
 			return fmt.Errorf("securing %s: %w", dir, err)
 		}
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
+	return writeFileAtomic(path, data, configFileMode, file)
+}
+
+// writeFileAtomic replaces path with data: a temporary file in the same
+// directory is written, synced, given its mode and owner, and only then
+// renamed over path. A reader sees the old file or the new one, whole and
+// already protected; a full disk or a crash leaves the old one.
+func writeFileAtomic(path string, data []byte, mode fs.FileMode, file owner) (err error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
-		return fmt.Errorf("writing the config: %w", err)
+		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	tmp := f.Name()
 	defer func() {
 		if err != nil {
 			f.Close()
 			os.Remove(tmp)
+			err = fmt.Errorf("writing %s: %w", path, err)
 		}
 	}()
-	// CreateTemp already makes the file 0600; the chmod says so on purpose.
-	if err := f.Chmod(configFileMode); err != nil {
-		return fmt.Errorf("writing the config: %w", err)
+	// CreateTemp makes the file 0600, so the data is never readable by
+	// others, even before this chmod.
+	if err := f.Chmod(mode); err != nil {
+		return err
 	}
 	if file.UID >= 0 || file.GID >= 0 {
 		if err := f.Chown(file.UID, file.GID); err != nil {
-			return fmt.Errorf("writing the config: %w", err)
+			return err
 		}
 	}
 	if _, err := f.Write(data); err != nil {
-		return fmt.Errorf("writing the config: %w", err)
+		return err
 	}
 	if err := f.Sync(); err != nil {
-		return fmt.Errorf("writing the config: %w", err)
+		return err
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("writing the config: %w", err)
+		return err
 	}
 	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("writing the config: %w", err)
+		return err
 	}
 	// The rename is durable only once the directory is synced.
-	if d, err := os.Open(dir); err == nil {
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
 		d.Sync()
 		d.Close()
 	}

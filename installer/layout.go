@@ -108,7 +108,9 @@ func layoutFor(goos string, userService bool, d dirs) (Layout, error) {
 		l.ServiceName = launchdLabel
 		l.UnitPath = "/Library/LaunchDaemons/" + launchdLabel + ".plist"
 		l.ConfigPath = "/Library/Application Support/" + unitName + "/config.toml"
-		l.StateDir = "/Library/Application Support/" + unitName
+		// A directory of its own inside the config's: the service account
+		// owns it, while the config directory stays root's.
+		l.StateDir = "/Library/Application Support/" + unitName + "/state"
 		l.LogDir = "/Library/Logs/" + unitName
 	case goos == "darwin":
 		if err := needHome(); err != nil {

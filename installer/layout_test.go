@@ -17,7 +17,7 @@ func TestLayouts(t *testing.T) {
 		{"linux", false, d, "/etc/systemd/system/fluksio-worker.service", "/etc/fluksio-worker/config.toml", "/var/lib/fluksio-worker", ""},
 		{"linux", true, d, "/home/ada/.config/systemd/user/fluksio-worker.service", "/home/ada/.config/fluksio-worker/config.toml", "/home/ada/.local/state/fluksio-worker", ""},
 		{"linux", true, dirs{Home: "/home/ada", XDGConfigHome: "/cfg", XDGStateHome: "/st"}, "/home/ada/.config/systemd/user/fluksio-worker.service", "/cfg/fluksio-worker/config.toml", "/st/fluksio-worker", ""},
-		{"darwin", false, d, "/Library/LaunchDaemons/io.fluksio.worker.plist", "/Library/Application Support/fluksio-worker/config.toml", "/Library/Application Support/fluksio-worker", "/Library/Logs/fluksio-worker"},
+		{"darwin", false, d, "/Library/LaunchDaemons/io.fluksio.worker.plist", "/Library/Application Support/fluksio-worker/config.toml", "/Library/Application Support/fluksio-worker/state", "/Library/Logs/fluksio-worker"},
 		{"darwin", true, d, "/home/ada/Library/LaunchAgents/io.fluksio.worker.plist", "/home/ada/Library/Application Support/fluksio-worker/config.toml", "/home/ada/Library/Application Support/fluksio-worker", "/home/ada/Library/Logs/fluksio-worker"},
 	} {
 		l, err := layoutFor(tc.goos, tc.user, tc.d)

@@ -60,14 +60,8 @@ var supportedSystems = map[string]string{"linux": "linux-systemd", "darwin": "da
 // newManager returns the manager for l. serviceFile is the rendered unit or
 // plist; only install needs it.
 func newManager(l Layout, serviceFile string) (*manager, error) {
-	system := service.ChosenSystem()
-	want := supportedSystems[l.GOOS]
-	if system == nil || system.String() != want {
-		found := "none"
-		if system != nil {
-			found = system.String()
-		}
-		return nil, fmt.Errorf("this machine's service manager is %s; %w", found, errUnsupportedOS)
+	if err := checkServiceManager(l); err != nil {
+		return nil, err
 	}
 	cfg := &service.Config{
 		Name:        l.ServiceName,
@@ -84,6 +78,20 @@ func newManager(l Layout, serviceFile string) (*manager, error) {
 		return nil, err
 	}
 	return &manager{layout: l, svc: svc}, nil
+}
+
+// checkServiceManager says whether this machine runs the service manager
+// the layout is for (kardianos detects it: on Linux, systemd as init).
+func checkServiceManager(l Layout) error {
+	system := service.ChosenSystem()
+	if system != nil && system.String() == supportedSystems[l.GOOS] {
+		return nil
+	}
+	found := "not one kardianos/service knows"
+	if system != nil {
+		found = system.String()
+	}
+	return fmt.Errorf("this machine's service manager is %s; %w", found, errUnsupportedOS)
 }
 
 // installed says whether the unit file or plist is in place.

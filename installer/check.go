@@ -1,0 +1,219 @@
+package installer
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/fluksio/fluksio-worker/agent"
+	"github.com/fluksio/fluksio-worker/platform"
+)
+
+// CheckCommand is `fluksio-worker check`: a checklist for a person whose
+// worker does not attach. Each item says ok or FAIL and what to do; it
+// changes nothing on the machine. Exit 1 if any item fails.
+func CheckCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return check(ctx, thisHost(), args, stdout, stderr)
+}
+
+// checklist prints items as they are checked and remembers a failure.
+type checklist struct {
+	w      io.Writer
+	failed bool
+}
+
+func (c *checklist) ok(item, format string, args ...any) {
+	fmt.Fprintf(c.w, "  ok    %-10s %s\n", item, fmt.Sprintf(format, args...))
+}
+
+func (c *checklist) fail(item string, err error) {
+	c.failed = true
+	fmt.Fprintf(c.w, "  FAIL  %-10s %v\n", item, err)
+}
+
+func (c *checklist) skip(item, why string) {
+	fmt.Fprintf(c.w, "  -     %-10s %s\n", item, why)
+}
+
+func check(ctx context.Context, h host, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	configPath := fs.String("config", "", "")
+	userService := fs.Bool("user-service", false, "")
+	var runArgs []string
+	for _, o := range agent.Options {
+		name := o.Name
+		fs.Func(name, "", func(v string) error {
+			runArgs = append(runArgs, "--"+name+"="+v)
+			return nil
+		})
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return usageExit(err, writeCheckUsage, stdout, stderr)
+	}
+
+	// Which worker: --config, else the installed service's, else the
+	// options and environment, as `run` would take them.
+	getenv := h.Getenv
+	var l *Layout
+	if *configPath == "" {
+		installed, err := installedLayout(h, fs, *userService)
+		if err == nil && exists(installed.UnitPath) {
+			l = &installed
+			*configPath = installed.ConfigPath
+			// The service does not see this shell's environment.
+			getenv = func(string) string { return "" }
+		}
+	}
+	c := &checklist{w: stdout}
+	switch {
+	case l != nil:
+		fmt.Fprintf(stdout, "Checking the installed worker (%s, %s):\n", l.Kind(), *configPath)
+	case *configPath != "":
+		fmt.Fprintf(stdout, "Checking the worker configured in %s:\n", *configPath)
+	default:
+		fmt.Fprintln(stdout, "Checking the worker these options describe (no service is installed):")
+	}
+	if *configPath != "" {
+		runArgs = append([]string{"--config", *configPath}, runArgs...)
+	}
+	cfg, err := agent.Load(runArgs, getenv)
+	if err == nil {
+		err = cfg.Resolve()
+	}
+	if err != nil {
+		if errors.Is(err, os.ErrPermission) && !h.root() {
+			err = fmt.Errorf("%w (the config holds the token, so only its owner and root may read it: run it with sudo)", err)
+		}
+		c.fail("config", err)
+		fmt.Fprintln(stdout, "Fix the config first; the other checks need it.")
+		return exitFailed
+	}
+	c.ok("config", "engine %s, labels [%s], %d at a time", agent.RedactURL(cfg.URL), strings.Join(cfg.Labels, ","), cfg.Parallel)
+
+	python, version, err := platform.FindPython(ctx, cfg.Python)
+	if err != nil {
+		c.fail("python", err)
+	} else {
+		c.ok("python", "%s (Python %s)", python, version)
+		if l != nil && !l.UserService && h.root() {
+			checkServiceAccount(ctx, c, *l, python)
+		}
+	}
+
+	checkRuntime(ctx, c, cfg)
+
+	inv := platform.DetectInventory(platform.Overrides{CPUs: cfg.CPUs, GPUs: cfg.GPUs, RAMMB: cfg.RAMMB})
+	ram := "unknown memory"
+	if inv.RAMMB != nil {
+		ram = fmt.Sprintf("%d MiB memory", *inv.RAMMB)
+	}
+	c.ok("inventory", "%d CPUs, %d GPUs, %s", inv.CPUs, inv.GPUs, ram)
+
+	pctx, cancel := context.WithTimeout(ctx, engineCheckTimeout)
+	err = agent.Probe(pctx, cfg)
+	cancel()
+	var refused *agent.RefusedError
+	switch {
+	case errors.As(err, &refused):
+		c.ok("engine", "%s answers", agent.RedactURL(cfg.URL))
+		c.fail("token", fmt.Errorf("%w: ask the engine's admin for a worker token, then: sudo fluksio-worker install --token -", refused))
+	case err != nil:
+		c.fail("engine", fmt.Errorf("cannot reach %s: %w (check the URL, DNS, and that a firewall or proxy lets WebSockets out)", agent.RedactURL(cfg.URL), err))
+		c.skip("token", "not checked: the engine did not answer")
+	default:
+		c.ok("engine", "%s answers", agent.RedactURL(cfg.URL))
+		c.ok("token", "accepted: the engine welcomed this worker")
+	}
+
+	if c.failed {
+		return exitFailed
+	}
+	fmt.Fprintln(stdout, "All good.")
+	return exitOK
+}
+
+// checkServiceAccount checks that the account the service runs as can run
+// the Python, which a check as root alone would not show.
+func checkServiceAccount(ctx context.Context, c *checklist, l Layout, python string) {
+	text, err := os.ReadFile(l.UnitPath)
+	if err != nil {
+		return
+	}
+	name := unitAccount(string(text))
+	if name == "" {
+		return
+	}
+	acct, err := lookupAccount(ctx, name)
+	if err != nil {
+		c.fail("account", fmt.Errorf("the service runs as %s: %w", name, err))
+		return
+	}
+	if err := runAs(ctx, acct, python, "-c", "import sys"); err != nil {
+		c.fail("account", fmt.Errorf("%s, the service account, cannot run %s: %v", name, python, err))
+		return
+	}
+	c.ok("account", "%s, the service account, can run that Python", name)
+}
+
+// checkRuntime fetches or extracts the runner script the way `run` would,
+// into a scratch directory, so the check leaves the service's state alone.
+func checkRuntime(ctx context.Context, c *checklist, cfg agent.Config) {
+	scratch, err := os.MkdirTemp("", "fluksio-worker-check-")
+	if err != nil {
+		c.fail("runtime", err)
+		return
+	}
+	defer os.RemoveAll(scratch)
+	var warnings strings.Builder
+	log := slog.New(slog.NewTextHandler(&warnings, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx, cancel := context.WithTimeout(ctx, engineCheckTimeout)
+	defer cancel()
+	rt, err := agent.EnsureRuntime(ctx, cfg, scratch, log)
+	if err != nil {
+		c.fail("runtime", err)
+		return
+	}
+	note := ""
+	if cfg.Runtime == "" || cfg.Runtime == "auto" {
+		if rt.Source == "embedded" {
+			note = " (the engine serves none, or could not be asked)"
+		}
+	}
+	c.ok("runtime", "%s runner, sha256 %s%s", rt.Source, short(rt.Hash), note)
+}
+
+func short(hash string) string {
+	if len(hash) > 12 {
+		return hash[:12]
+	}
+	return hash
+}
+
+func writeCheckUsage(w io.Writer) {
+	fmt.Fprint(w, `Usage: sudo fluksio-worker check [--user-service | --config FILE] [options]
+
+Checks, one item at a time, what a worker needs, and says what to fix:
+  config     the settings load (the installed service's config by default)
+  python     the Python for node code runs, and which version it is
+  account    the service account can run that Python (as root, system service)
+  runtime    the runner script can be fetched from the engine or unpacked
+  inventory  the CPUs, GPUs and memory this machine will advertise
+  engine     the engine answers at the URL
+  token      the engine accepts the token
+
+It changes nothing here: the engine sees a hello and a goodbye.
+
+Options:
+`)
+	writeOption(w, "--config FILE", "check the worker this config describes, instead of the installed service's")
+	writeOption(w, "--user-service", userServiceHelp)
+	writeOption(w, "--url, --token-file, … ", "any option of 'fluksio-worker run', to check a worker that is not installed, or to try a change before installing it")
+	fmt.Fprint(w, `
+Exit status: 0 all good, 1 an item failed, 2 bad options.
+`)
+}

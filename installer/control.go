@@ -1,0 +1,49 @@
+package installer
+
+import (
+	"flag"
+	"fmt"
+	"io"
+)
+
+// control runs start, stop or restart: one service-manager verb on the
+// installed service, with the same flags, checks and messages.
+func control(h host, name string, args []string, stdout, stderr io.Writer, help func(io.Writer), act func(*manager) error, done string) int {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	userService := fs.Bool("user-service", false, "")
+	if err := parseFlags(fs, args); err != nil {
+		return usageExit(err, help, stdout, stderr)
+	}
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "fluksio-worker %s: %v\n", name, err)
+		return exitFailed
+	}
+	l, err := installedLayout(h, fs, *userService)
+	if err != nil {
+		return fail(err)
+	}
+	if !exists(l.UnitPath) {
+		fmt.Fprintf(stderr, "fluksio-worker %s: the worker is not installed as a service here (no %s); see 'fluksio-worker install --help'\n", name, l.UnitPath)
+		return exitNotInstalled
+	}
+	if err := h.needRoot(l, name+"ing"); err != nil {
+		return fail(err)
+	}
+	m, err := newManager(l, "")
+	if err != nil {
+		return fail(err)
+	}
+	if err := act(m); err != nil {
+		return fail(err)
+	}
+	fmt.Fprintf(stdout, "%s the %s. See: fluksio-worker status%s\n", done, l.Kind(), userServiceArg(l))
+	return exitOK
+}
+
+// writeControlUsage is the help of start, stop and restart.
+func writeControlUsage(name, what string) func(io.Writer) {
+	return func(w io.Writer) {
+		fmt.Fprintf(w, "Usage: sudo fluksio-worker %s [--user-service]\n\n%s\n\nOptions:\n", name, what)
+		writeOption(w, "--user-service", userServiceHelp)
+	}
+}

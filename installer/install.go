@@ -1,0 +1,436 @@
+package installer
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/agent"
+	"github.com/fluksio/fluksio-worker/platform"
+)
+
+// InstallCommand is `fluksio-worker install`: write the config, install or
+// update the service, start it and show whether it attached.
+func InstallCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return install(ctx, thisHost(), args, stdout, stderr)
+}
+
+// installRequest is install's command line.
+type installRequest struct {
+	given       map[string]string // worker options given, by name
+	order       []string          // their names in the order given
+	user        string
+	userService bool
+	noStart     bool
+	check       bool
+	refreshUnit bool
+}
+
+// installHelp replaces the `run` help of the options that do more at
+// install; the others read as in `run --help`.
+var installHelp = map[string]string{
+	"url":        "the engine's address; its web address (https://engine.example.com) is enough, the worker endpoint path /api/v1/workers/attach is added",
+	"token":      "the worker token the engine issued; '-' reads it from standard input, which keeps it out of shell history and the process list",
+	"token-file": "read the token from this file now (first line); it is copied into the protected config, so the file need not stay",
+	"python":     "the Python node code runs on (default: python3 on PATH); resolved now to an absolute path and checked to run as the service account",
+	"state-dir":  "where the worker keeps its status file and runner cache (default: /var/lib/fluksio-worker for the system service, ~/.local/state/fluksio-worker for a user service; on macOS under Application Support)",
+}
+
+// engineCheckTimeout bounds the hello install sends before installing.
+const engineCheckTimeout = 30 * time.Second
+
+// attachWait is how long install waits to see the started worker attach.
+const attachWait = 20 * time.Second
+
+func parseInstall(args []string) (installRequest, error) {
+	req := installRequest{given: map[string]string{}}
+	fs := flag.NewFlagSet("install", flag.ContinueOnError)
+	for _, o := range agent.Options {
+		name := o.Name
+		fs.Func(name, "", func(v string) error {
+			if _, seen := req.given[name]; !seen {
+				req.order = append(req.order, name)
+			}
+			req.given[name] = v
+			return nil
+		})
+	}
+	fs.StringVar(&req.user, "user", "", "")
+	fs.BoolVar(&req.userService, "user-service", false, "")
+	fs.BoolVar(&req.noStart, "no-start", false, "")
+	fs.BoolVar(&req.check, "check", true, "")
+	fs.BoolVar(&req.refreshUnit, "refresh-unit", false, "")
+	if err := parseFlags(fs, args); err != nil {
+		return req, err
+	}
+	_, token := req.given["token"]
+	_, tokenFile := req.given["token-file"]
+	switch {
+	case req.user != "" && req.userService:
+		return req, errors.New("--user and --user-service do not go together: a user service runs as you")
+	case token && tokenFile:
+		return req, errors.New("give the token once: --token or --token-file, not both")
+	case req.refreshUnit && len(req.given) > 0:
+		return req, errors.New("--refresh-unit only rewrites the service file from this binary; change settings with a plain install")
+	}
+	return req, nil
+}
+
+func install(ctx context.Context, h host, args []string, stdout, stderr io.Writer) int {
+	req, err := parseInstall(args)
+	if err != nil {
+		return usageExit(err, writeInstallUsage, stdout, stderr)
+	}
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "fluksio-worker install: %v\n", err)
+		var usage *agent.UsageError
+		if errors.As(err, &usage) {
+			return exitUsage
+		}
+		return exitFailed
+	}
+	l, err := h.layout(req.userService)
+	if err != nil {
+		return fail(err)
+	}
+	if err := h.needRoot(l, "installing"); err != nil {
+		return fail(fmt.Errorf("%w (or add --user-service to install it for your user alone)", err))
+	}
+	if l.UserService && h.root() {
+		return fail(errors.New("--user-service installs for the user who runs it, and that is root here: run it without sudo"))
+	}
+	if req.refreshUnit {
+		return refreshUnit(ctx, h, l, stdout, stderr)
+	}
+	if err := checkServiceManager(l); err != nil {
+		return fail(err)
+	}
+
+	// Everything that can fail for a reason the user can fix comes before
+	// anything is written.
+	values, warnings, err := installSettings(ctx, h, l, req)
+	if err != nil {
+		return fail(err)
+	}
+	for _, w := range warnings {
+		fmt.Fprintf(stderr, "fluksio-worker install: warning: %s\n", w)
+	}
+	cfg, err := loadConfig(values)
+	if err != nil {
+		return fail(err)
+	}
+	acct := currentAccount()
+	if !l.UserService {
+		if acct, err = serviceAccount(ctx, h, req.user, stdout); err != nil {
+			return fail(err)
+		}
+	}
+	exe, err := executable(h)
+	if err != nil {
+		return fail(err)
+	}
+	if err := checkReachable(ctx, h, l, acct, exe, cfg.Python); err != nil {
+		return fail(err)
+	}
+	if req.check {
+		if err := checkEngine(ctx, cfg, stdout, stderr); err != nil {
+			return fail(err)
+		}
+	}
+
+	data, err := encodeConfig(values)
+	if err != nil {
+		return fail(err)
+	}
+	text, err := renderServiceFile(l, exe, acct, cfg)
+	if err != nil {
+		return fail(err)
+	}
+	m, err := newManager(l, text)
+	if err != nil {
+		return fail(err)
+	}
+
+	fileOwner, dirMode := keepOwner, userConfigDirMode
+	if !l.UserService {
+		fileOwner, dirMode = acct.owner(), systemConfigDirMode
+	}
+	if err := writeConfig(l.ConfigPath, data, fileOwner, dirMode); err != nil {
+		return fail(err)
+	}
+	fmt.Fprintf(stdout, "Wrote %s (mode 0600, readable by %s only).\n", l.ConfigPath, acct.Name)
+	if err := prepareDirs(l, acct, cfg.StateDir); err != nil {
+		return fail(err)
+	}
+	before, _ := m.State()
+	if err := m.Install(); err != nil {
+		return fail(err)
+	}
+	runsAs := ""
+	if !l.UserService {
+		runsAs = ", runs as " + acct.Name
+	}
+	fmt.Fprintf(stdout, "Installed %s (%s%s, starts %s).\n", l.UnitPath, l.Kind(), runsAs, startsWhen(l))
+	if l.GOOS == "linux" && l.UserService {
+		warnWithoutLinger(acct, stderr)
+	}
+
+	if req.noStart {
+		switch {
+		case before == Running && l.GOOS == "linux":
+			fmt.Fprintln(stdout, "Not restarted (--no-start): the running worker keeps its old settings until 'fluksio-worker restart'.")
+		default:
+			fmt.Fprintln(stdout, "Not started (--no-start). Start it with: fluksio-worker start"+userServiceArg(l))
+		}
+		return exitOK
+	}
+	started := time.Now()
+	// systemd's restart also starts a stopped unit; Install left a launchd
+	// job unloaded, so there it is a start.
+	if l.GOOS == "darwin" {
+		err = m.Start()
+	} else {
+		err = m.Restart()
+	}
+	if err != nil {
+		return fail(err)
+	}
+	state, st, stErr := waitAttached(ctx, m, cfg.StateDir, started, attachWait)
+	fmt.Fprintln(stdout)
+	writeStatus(stdout, l, state, st, stErr)
+	switch {
+	case state != Running:
+		fmt.Fprintf(stderr, "fluksio-worker install: the service is installed but not running; see %s\n", l.LogHint())
+		return exitFailed
+	case stErr != nil || st.State != "attached":
+		fmt.Fprintf(stderr, "fluksio-worker install: the service runs but has not attached yet; watch 'fluksio-worker status%s' and %s\n", userServiceArg(l), l.LogHint())
+	}
+	return exitOK
+}
+
+// installSettings builds the config's keys: those of the existing config,
+// overridden by the options given. The token is read now (from stdin for
+// --token -, or from --token-file) and stored as token; Python is resolved
+// to an absolute path; state-dir is set, so `status` knows where to look.
+func installSettings(ctx context.Context, h host, l Layout, req installRequest) (values map[string]any, warnings []string, err error) {
+	values, err = readConfig(l.ConfigPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, name := range req.order {
+		v := req.given[name]
+		switch name {
+		case "url":
+			endpoint, warning, err := completeURL(v)
+			if err != nil {
+				return nil, nil, &agent.UsageError{Err: err}
+			}
+			if warning != "" {
+				warnings = append(warnings, warning)
+			}
+			values["url"] = endpoint
+		case "token", "token-file":
+			tok, err := readToken(h, name, v)
+			if err != nil {
+				return nil, nil, err
+			}
+			// The config keeps the token itself: a token file the service
+			// account cannot read, or that is deleted later, would stop it.
+			values["token"] = tok
+			delete(values, "token-file")
+		default:
+			values[name] = flagValue(name, v)
+		}
+	}
+	if _, ok := values["url"]; !ok {
+		return nil, nil, &agent.UsageError{Err: errors.New("--url is required: the engine's address, e.g. --url https://engine.example.com")}
+	}
+	_, hasToken := values["token"]
+	_, hasTokenFile := values["token-file"]
+	if !hasToken && !hasTokenFile {
+		return nil, nil, &agent.UsageError{Err: errors.New("a token is required: --token - (paste it, or pipe it in), --token-file PATH, or --token TOKEN")}
+	}
+	python, _ := values["python"].(string)
+	path, _, err := platform.FindPython(ctx, python)
+	if err != nil {
+		return nil, nil, err
+	}
+	values["python"] = path
+	if _, ok := values["state-dir"]; !ok {
+		values["state-dir"] = l.StateDir
+	}
+	return values, warnings, nil
+}
+
+// readToken reads --token (from stdin when "-") or --token-file.
+func readToken(h host, flagName, v string) (string, error) {
+	switch {
+	case flagName == "token-file":
+		return agent.ReadTokenFile(v)
+	case v == "-":
+		return readTokenFrom(h.Stdin)
+	case v == "":
+		return "", &agent.UsageError{Err: errors.New("--token is empty")}
+	}
+	return v, nil
+}
+
+// executable is the fluksio-worker binary the service will run, with
+// symlinks resolved so an upgrade that moves the link target still works
+// the way the package manager expects.
+func executable(h host) (string, error) {
+	exe, err := h.Executable()
+	if err == nil {
+		exe, err = filepath.EvalSymlinks(exe)
+	}
+	if err == nil {
+		exe, err = filepath.Abs(exe)
+	}
+	if err != nil {
+		return "", fmt.Errorf("cannot tell where this fluksio-worker binary is: %w", err)
+	}
+	return exe, nil
+}
+
+// checkEngine says hello to the engine with the config about to be
+// installed. A refusal stops the install: the service would exit 1 at once.
+// An engine that cannot be reached now may be down for a moment, and the
+// service keeps trying, so that is a warning.
+func checkEngine(ctx context.Context, cfg agent.Config, stdout, stderr io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, engineCheckTimeout)
+	defer cancel()
+	err := agent.Probe(ctx, cfg)
+	var refused *agent.RefusedError
+	switch {
+	case errors.As(err, &refused):
+		return fmt.Errorf("%w; nothing was installed (check the token, or skip this check with --check=false)", refused)
+	case err != nil:
+		fmt.Fprintf(stderr, "fluksio-worker install: warning: could not reach the engine at %s: %v; installing anyway, the service keeps trying\n", agent.RedactURL(cfg.URL), err)
+	default:
+		fmt.Fprintf(stdout, "The engine at %s accepts this worker.\n", agent.RedactURL(cfg.URL))
+	}
+	return nil
+}
+
+// renderServiceFile renders the unit or plist for this install.
+func renderServiceFile(l Layout, exe string, acct account, cfg agent.Config) (string, error) {
+	p := serviceParams{Executable: exe, ConfigPath: l.ConfigPath, CancelGrace: cfg.CancelGrace}
+	if !l.UserService {
+		p.Account = acct.Name
+	}
+	if l.GOOS == "darwin" {
+		return renderPlist(p, l.LogDir)
+	}
+	return renderUnit(p, l.UserService)
+}
+
+// prepareDirs makes the directories the service writes to and no one
+// creates for it: systemd's StateDirectory= does it for a system unit, but
+// launchd has no such thing, and a user unit's state lives under
+// $XDG_STATE_HOME, which may not exist yet.
+func prepareDirs(l Layout, acct account, stateDir string) error {
+	if l.GOOS == "linux" && !l.UserService {
+		return nil
+	}
+	dirs := []string{stateDir}
+	if l.LogDir != "" {
+		dirs = append(dirs, l.LogDir)
+	}
+	for _, dir := range dirs {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return fmt.Errorf("creating %s: %w", dir, err)
+		}
+		if !l.UserService {
+			if err := os.Chown(dir, acct.UID, acct.GID); err != nil {
+				return fmt.Errorf("handing %s to %s: %w", dir, acct.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+func startsWhen(l Layout) string {
+	if l.UserService {
+		return "when you log in"
+	}
+	return "at boot"
+}
+
+// userServiceArg is what to add to a suggested command for a user service.
+func userServiceArg(l Layout) string {
+	if l.UserService {
+		return " --user-service"
+	}
+	return ""
+}
+
+// warnWithoutLinger says that a systemd user service stops at logout unless
+// the user lingers.
+func warnWithoutLinger(acct account, stderr io.Writer) {
+	if acct.Name == "" || exists(filepath.Join("/var/lib/systemd/linger", acct.Name)) {
+		return
+	}
+	fmt.Fprintf(stderr, "fluksio-worker install: note: a user service stops when you log out; to keep it running (and start it at boot) run: sudo loginctl enable-linger %s\n", acct.Name)
+}
+
+func writeInstallUsage(w io.Writer) {
+	fmt.Fprint(w, `Usage: sudo fluksio-worker install --url URL --token - [options]
+       fluksio-worker install --user-service --url URL --token - [options]
+
+Sets this machine up as a Fluksio worker that runs in the background and
+starts at boot. A worker connects out to a Fluksio engine (the server that
+schedules a pipeline's nodes), tells it what this machine has, and runs the
+nodes it is sent in Python here. Nothing needs to connect in.
+
+install:
+  1. checks the engine accepts the token (a hello, then it hangs up);
+  2. writes the settings to a config file only the service can read
+     (Linux: /etc/fluksio-worker/config.toml);
+  3. installs a service that runs 'fluksio-worker run --config FILE' as an
+     unprivileged account (systemd on Linux, launchd on macOS), enables it
+     and starts it;
+  4. waits a little and shows whether the worker attached.
+
+Run it again to change settings: options you give replace those in the
+config, the others are kept, and the service restarts with them.
+
+Examples:
+  # paste the token when asked, so it stays out of your shell history:
+  sudo fluksio-worker install --url https://engine.example.com \
+      --token - --labels gpu
+  # or from a file:
+  sudo fluksio-worker install --url https://engine.example.com \
+      --token-file /root/worker-token
+  # for yourself only, without root (systemd --user or a LaunchAgent):
+  fluksio-worker install --user-service --url https://engine.example.com \
+      --token -
+
+Service options:
+`)
+	writeOption(w, "--user NAME", "the account the service runs as. Default on Linux: the system account fluksio-worker, created if missing and added to the video and render groups so it can use the GPUs. Default on macOS: the account that ran sudo.")
+	writeOption(w, "--user-service", "install for the current user only, without root: a systemd user unit (Linux) or a LaunchAgent (macOS), with its config in your home directory (~/.config/fluksio-worker on Linux).")
+	writeOption(w, "--no-start", "write the config and the service, but do not start or restart it.")
+	writeOption(w, "--check=false", "do not ask the engine first. By default an engine that refuses the token stops the install, and one that cannot be reached is only a warning.")
+	writeOption(w, "--refresh-unit", "only rewrite the service file from this binary (package upgrades run this); the config is left alone.")
+	fmt.Fprint(w, `
+Worker options (written to the config; as in 'fluksio-worker run --help'):
+`)
+	for _, o := range agent.Options {
+		help := o.Help
+		if h, ok := installHelp[o.Name]; ok {
+			help = h
+		}
+		writeOption(w, "--"+o.Name+" "+o.Arg, help)
+	}
+	fmt.Fprint(w, `
+Afterwards: 'fluksio-worker status' shows what the worker is doing,
+'fluksio-worker check' diagnoses one that does not attach, and
+'fluksio-worker uninstall' removes it. Exit status: 0 installed (and started),
+1 failed, 2 bad options.
+`)
+}

@@ -1,0 +1,174 @@
+package installer
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"strings"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/agent"
+)
+
+// StatusCommand is `fluksio-worker status`: the service manager's view and
+// the worker's own (from the status file it keeps in its state directory).
+// Exit status as systemctl's: 0 running, 3 stopped, 4 not installed.
+func StatusCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return status(ctx, thisHost(), args, stdout, stderr)
+}
+
+func status(_ context.Context, h host, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	userService := fs.Bool("user-service", false, "")
+	if err := parseFlags(fs, args); err != nil {
+		return usageExit(err, writeStatusUsage, stdout, stderr)
+	}
+	l, err := installedLayout(h, fs, *userService)
+	if err != nil {
+		fmt.Fprintf(stderr, "fluksio-worker status: %v\n", err)
+		return exitFailed
+	}
+	if !exists(l.UnitPath) {
+		fmt.Fprintf(stdout, "fluksio-worker is not installed as a service here (no %s).\nInstall it with: sudo fluksio-worker install --help\n", l.UnitPath)
+		return exitNotInstalled
+	}
+	m, err := newManager(l, "")
+	if err != nil {
+		fmt.Fprintf(stderr, "fluksio-worker status: %v\n", err)
+		return exitFailed
+	}
+	state, err := m.State()
+	if err != nil {
+		fmt.Fprintf(stderr, "fluksio-worker status: %v\n", err)
+		return exitFailed
+	}
+	st, stErr := agent.ReadStatus(stateDirOf(l))
+	writeStatus(stdout, l, state, st, stErr)
+	if state == Running {
+		return exitRunning
+	}
+	return exitStopped
+}
+
+// stateDirOf is where the installed worker keeps its status: the config's
+// state-dir, or the layout's default where the config cannot be read (it is
+// 0600, and status may be run without sudo).
+func stateDirOf(l Layout) string {
+	if values, err := agent.ReadFile(l.ConfigPath); err == nil {
+		if dir, ok := values["state-dir"].(string); ok && dir != "" {
+			return dir
+		}
+	}
+	return l.StateDir
+}
+
+// writeStatus prints the service's state and, where the status file could
+// be read, what the worker says about itself.
+func writeStatus(w io.Writer, l Layout, state State, st agent.Status, stErr error) {
+	fmt.Fprintf(w, "fluksio-worker: %s (%s)\n", state, l.Kind())
+	row := func(label, format string, args ...any) {
+		fmt.Fprintf(w, "  %-9s %s\n", label+":", fmt.Sprintf(format, args...))
+	}
+	row("service", "%s", l.UnitPath)
+	row("config", "%s", l.ConfigPath)
+	switch {
+	case errors.Is(stErr, fs.ErrPermission):
+		row("worker", "its status is readable by the service account and root only: run 'sudo fluksio-worker status'")
+	case errors.Is(stErr, fs.ErrNotExist):
+		row("worker", "no status yet (it has not started, or is older than this command)")
+	case stErr != nil:
+		row("worker", "cannot read its status: %v", stErr)
+	default:
+		writeWorker(row, state, st)
+	}
+	row("logs", "%s", l.LogHint())
+}
+
+func writeWorker(row func(label, format string, args ...any), state State, st agent.Status) {
+	now := time.Now()
+	prefix := ""
+	if state != Running {
+		prefix = "last seen "
+	}
+	row("engine", "%s", agent.RedactURL(st.Engine))
+	switch st.State {
+	case "attached":
+		since := ""
+		if !st.Since.IsZero() {
+			since = fmt.Sprintf(" since %s (%s)", st.Since.Local().Format("2006-01-02 15:04:05 MST"), ago(now, st.Since))
+		}
+		row("worker", "%sattached as %q%s", prefix, st.Name, since)
+	case "connecting":
+		row("worker", "%sconnecting to the engine (not attached)", prefix)
+	case "":
+		row("worker", "%sunknown state", prefix)
+	default:
+		row("worker", "%s%s", prefix, st.State)
+	}
+	row("calls", "%d running, %d done", st.CallsRunning, st.CallsDone)
+	if st.LastError != "" {
+		row("error", "%s", strings.TrimSpace(st.LastError))
+	}
+	row("process", "pid %d, fluksio-worker %s, status written %s", st.PID, st.Version, ago(now, st.Updated))
+}
+
+// ago says how long before now t was, to the second.
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	d := now.Sub(t).Round(time.Second)
+	if d < time.Second {
+		return "just now"
+	}
+	return d.String() + " ago"
+}
+
+// waitAttached watches a freshly started service until its worker says it
+// is attached (in a status written after started), the service stops, or
+// the wait runs out; it returns what it saw last.
+func waitAttached(ctx context.Context, m *manager, stateDir string, started time.Time, wait time.Duration) (State, agent.Status, error) {
+	deadline := time.Now().Add(wait)
+	// A status file from before the restart says nothing about this worker.
+	fresh := started.Add(-time.Second)
+	for {
+		state, _ := m.State()
+		st, err := agent.ReadStatus(stateDir)
+		if err == nil && st.Updated.Before(fresh) {
+			err = fmt.Errorf("%w: the status file predates this start", fs.ErrNotExist)
+		}
+		attached := err == nil && st.State == "attached"
+		// systemd reports a unit that just failed as activating for a
+		// moment, so a stop counts only after the first second.
+		stopped := state != Running && time.Since(started) > time.Second
+		if attached || stopped || time.Now().After(deadline) {
+			return state, st, err
+		}
+		select {
+		case <-ctx.Done():
+			return state, st, err
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func writeStatusUsage(w io.Writer) {
+	fmt.Fprint(w, `Usage: fluksio-worker status [--user-service]
+
+Shows whether the worker service is running, and what the worker says it is
+doing: which engine, attached under which name since when, how many calls it
+is running and has done, and its last error. The token is never shown.
+
+Without sudo it shows the service's state; the worker's own status is
+readable by the service account and root.
+
+Options:
+`)
+	writeOption(w, "--user-service", userServiceHelp)
+	fmt.Fprint(w, `
+Exit status, as systemctl's: 0 running, 3 stopped (or failed), 4 not installed.
+`)
+}

@@ -1,0 +1,127 @@
+package installer
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"io/fs"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/agent"
+)
+
+func TestStatusShowsTheWorkerWithoutItsToken(t *testing.T) {
+	l, _ := layoutFor("linux", false, dirs{})
+	st := agent.Status{
+		PID: 4711, Version: "1.2.3", State: "attached", Name: "gpu-box",
+		Engine:       "wss://e.example.com/api/v1/workers/attach?token=s3cret",
+		Since:        time.Now().Add(-90 * time.Second),
+		CallsRunning: 1, CallsDone: 12, LastError: "connection reset\n",
+		Updated: time.Now().Add(-2 * time.Second),
+	}
+	var out bytes.Buffer
+	writeStatus(&out, l, Running, st, nil)
+	text := out.String()
+	for _, want := range []string{
+		"fluksio-worker: running (systemd system service)",
+		`attached as "gpu-box" since `, "(1m30s ago)",
+		"1 running, 12 done", "connection reset", "pid 4711, fluksio-worker 1.2.3",
+		"journalctl -u fluksio-worker", "/etc/fluksio-worker/config.toml",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("status lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "s3cret") {
+		t.Errorf("status shows the token:\n%s", text)
+	}
+
+	out.Reset()
+	writeStatus(&out, l, Stopped, st, nil)
+	if !strings.Contains(out.String(), "fluksio-worker: stopped") || !strings.Contains(out.String(), "last seen attached") {
+		t.Errorf("a stopped worker's status reads as live:\n%s", out.String())
+	}
+
+	out.Reset()
+	writeStatus(&out, l, Running, agent.Status{}, &fs.PathError{Op: "open", Path: "/var/lib/fluksio-worker/status.json", Err: fs.ErrPermission})
+	if !strings.Contains(out.String(), "sudo fluksio-worker status") {
+		t.Errorf("without permission, status should say to use sudo:\n%s", out.String())
+	}
+}
+
+func TestStatusOfNothingInstalledExits4(t *testing.T) {
+	h := testHost(t, 1000)
+	var out bytes.Buffer
+	// The system unit path is real; skip where this machine has the worker.
+	if exists("/etc/systemd/system/fluksio-worker.service") {
+		t.Skip("the worker is installed on this machine")
+	}
+	if code := status(context.Background(), h, nil, &out, io.Discard); code != exitNotInstalled {
+		t.Errorf("exit %d, want 4:\n%s", code, out.String())
+	}
+	if !strings.Contains(out.String(), "not installed") {
+		t.Errorf("%s", out.String())
+	}
+}
+
+func TestUnitAccount(t *testing.T) {
+	unit, _ := renderUnit(systemParams, false)
+	if got := unitAccount(unit); got != "fluksio-worker" {
+		t.Errorf("unit: %q", got)
+	}
+	plist, _ := renderPlist(serviceParams{Executable: "/x", ConfigPath: "/c", Account: "a&b"}, "/logs")
+	if got := unitAccount(plist); got != "a&b" {
+		t.Errorf("plist: %q", got)
+	}
+	user, _ := renderUnit(serviceParams{Executable: "/x", ConfigPath: "/c"}, true)
+	if got := unitAccount(user); got != "" {
+		t.Errorf("user unit: %q", got)
+	}
+}
+
+func TestPurgeLeavesAHandPickedStateDir(t *testing.T) {
+	l, _ := layoutFor("linux", false, dirs{})
+	if got := purgeDirs(l, l.StateDir); strings.Join(got, " ") != "/etc/fluksio-worker /var/lib/fluksio-worker" {
+		t.Errorf("default: %v", got)
+	}
+	if got := purgeDirs(l, "/home/ada"); strings.Join(got, " ") != "/etc/fluksio-worker" {
+		t.Errorf("a state-dir set by hand would be removed: %v", got)
+	}
+	mac, _ := layoutFor("darwin", false, dirs{})
+	if got := purgeDirs(mac, mac.StateDir); len(got) != 3 {
+		t.Errorf("macOS: %v", got)
+	}
+}
+
+// TestEveryCommandExplainsItself runs each command's --help: it must exit
+// 0 and tell someone who has never heard of Fluksio what the command does.
+func TestEveryCommandExplainsItself(t *testing.T) {
+	for name, cmd := range map[string]func(context.Context, []string, io.Writer, io.Writer) int{
+		"install": InstallCommand, "uninstall": UninstallCommand, "start": StartCommand,
+		"stop": StopCommand, "restart": RestartCommand, "status": StatusCommand, "check": CheckCommand,
+	} {
+		var out, errOut bytes.Buffer
+		if code := cmd(context.Background(), []string{"--help"}, &out, &errOut); code != 0 {
+			t.Errorf("%s --help: exit %d, stderr %q", name, code, errOut.String())
+		}
+		text := out.String()
+		if !strings.HasPrefix(text, "Usage: ") || !strings.Contains(text, "fluksio-worker "+name) {
+			t.Errorf("%s --help does not start with its usage:\n%s", name, text)
+		}
+		for i, line := range strings.Split(text, "\n") {
+			if len(line) > helpWidth {
+				t.Errorf("%s --help line %d is %d columns wide: %q", name, i+1, len(line), line)
+			}
+		}
+		var code int
+		errOut.Reset()
+		if code = cmd(context.Background(), []string{"--no-such-flag"}, io.Discard, &errOut); code != exitUsage {
+			t.Errorf("%s --no-such-flag: exit %d, want 2", name, code)
+		}
+		if !strings.Contains(errOut.String(), "--help") {
+			t.Errorf("%s: a bad flag should point at --help: %q", name, errOut.String())
+		}
+	}
+}

@@ -1,0 +1,81 @@
+package installer
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// helpWidth is the terminal width help text is wrapped for.
+const helpWidth = 80
+
+// writeOption prints one option of a command's help: the flag, then its
+// explanation wrapped and indented under it.
+func writeOption(w io.Writer, flagText, help string) {
+	const indent = "        "
+	fmt.Fprintf(w, "  %s\n", flagText)
+	line := indent
+	for _, word := range strings.Fields(help) {
+		if len(line)+1+len(word) > helpWidth && line != indent {
+			fmt.Fprintln(w, line)
+			line = indent
+		}
+		if line != indent {
+			line += " "
+		}
+		line += word
+	}
+	if line != indent {
+		fmt.Fprintln(w, line)
+	}
+}
+
+// parseFlags parses a command's flags. It returns errHelp for -h/--help
+// and a message that points at --help for anything else wrong.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelp
+		}
+		return fmt.Errorf("%v (see 'fluksio-worker %s --help')", err, fs.Name())
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (see 'fluksio-worker %s --help')", fs.Arg(0), fs.Name())
+	}
+	return nil
+}
+
+var errHelp = flag.ErrHelp
+
+// Exit codes shared by the commands; status adds its own (see service.go).
+const (
+	exitOK     = 0
+	exitFailed = 1
+	exitUsage  = 2
+)
+
+// flagGiven says whether a flag was on the command line (as opposed to
+// holding its default).
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == name {
+			given = true
+		}
+	})
+	return given
+}
+
+// usageExit prints a flag error and returns the usage exit code, or prints
+// the help and returns 0.
+func usageExit(err error, help func(io.Writer), stdout, stderr io.Writer) int {
+	if errors.Is(err, errHelp) {
+		help(stdout)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "fluksio-worker: %v\n", err)
+	return exitUsage
+}
