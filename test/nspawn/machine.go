@@ -76,7 +76,7 @@ func Boot(ctx context.Context, opts Options) (_ *Machine, err error) {
 	}
 	// debootstrap copied the host's /etc/hostname, and systemd would set
 	// that over the name nspawn gives the container.
-	if err := os.WriteFile(m.Path("/etc/hostname"), []byte(opts.Name+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(m.root, "etc/hostname"), []byte(opts.Name+"\n"), 0o644); err != nil {
 		return nil, fmt.Errorf("boot: %w", err)
 	}
 
@@ -251,10 +251,12 @@ func (m *Machine) CopyIn(hostPath, containerPath string) error {
 	return os.Chmod(dst, st.Mode().Perm())
 }
 
-// Path is where a container path lies on the host, to read files the test
-// wants to inspect. Symlinks inside the container are not resolved.
+// Path is where a container path lies on the host while the machine runs,
+// through /proc/PID/root of its init, so the container's own mounts (the
+// tmpfs on /tmp, /run) are seen as it sees them. Absolute symlinks inside
+// resolve against the host: read files, not links.
 func (m *Machine) Path(containerPath string) string {
-	return filepath.Join(m.root, filepath.Clean("/"+containerPath))
+	return filepath.Join(fmt.Sprintf("/proc/%d/root", m.init), filepath.Clean("/"+containerPath))
 }
 
 // Console is everything the container has written to its console so far.
