@@ -297,3 +297,28 @@ func TestTenDropsLeaveTheWorkerAsBefore(t *testing.T) {
 		t.Errorf("runner processes left behind: %v", kids)
 	}
 }
+
+// A peer that stops answering pings (a NAT that dropped the connection
+// sends no FIN) is noticed by the keepalive, and the worker reattaches.
+func TestDeadPeerIsNoticed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the 40 s keepalive")
+	}
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	w := startWorker(t, eng, nil)
+	wk := attach(t, eng)
+	wk.Freeze()
+	start := time.Now()
+	ctx := timeoutCtx(t, 90*time.Second)
+	if _, err := eng.NextWorker(ctx); err != nil {
+		t.Fatalf("no reattach after the peer went silent: %v", err)
+	}
+	took := time.Since(start)
+	if took < 20*time.Second {
+		t.Errorf("reattached after %s: the peer was dropped before it missed a pong", took)
+	}
+	if !strings.Contains(w.logs.String(), "connection lost") {
+		t.Errorf("the log does not say the connection was lost")
+	}
+}

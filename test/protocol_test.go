@@ -234,7 +234,7 @@ func TestGarbageFromEngineAndRunnerNeverBreaksTheSession(t *testing.T) {
 	wk.Send([]byte{0xff, 0xfe})
 	c := run(t, wk, "g1",
 		step{"raw": "plain text"}, step{"raw": "{broken json"}, step{"raw": "[1]"}, step{"raw": ""},
-		step{"raw_hex": "fffe"}, step{"raw_hex": hex.EncodeToString([]byte(`{"call_id":"g1","event":"stream","values":{"s":"bad `+"\xff"+` utf8"}}`))},
+		step{"raw_hex": "fffe"}, step{"raw_hex": hex.EncodeToString([]byte(`{"call_id":"g1","event":"stream","values":{"s":"bad ` + "\xff" + ` utf8"}}`))},
 		step{"events": 1})
 	answer, events := wait(t, c)
 	if !answer.OK {

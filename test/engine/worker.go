@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -82,6 +83,7 @@ type Worker struct {
 	Hello Hello
 
 	ws      *websocket.Conn
+	frozen  atomic.Bool
 	writeMu sync.Mutex
 	done    chan struct{}
 	once    sync.Once
@@ -99,6 +101,14 @@ func newWorker(ws *websocket.Conn, hello Hello) *Worker {
 		calls: map[string]*Call{},
 		other: make(chan Message, 1024),
 	}
+	ws.SetPingHandler(func(data string) error {
+		if w.frozen.Load() {
+			return nil
+		}
+		w.writeMu.Lock()
+		defer w.writeMu.Unlock()
+		return ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(10*time.Second))
+	})
 	go w.readLoop()
 	return w
 }
@@ -129,6 +139,10 @@ func (w *Worker) readLoop() {
 		c.deliver(m)
 	}
 }
+
+// Freeze makes this end of the connection stop answering pings while
+// keeping the socket open: what a peer behind a dead NAT looks like.
+func (w *Worker) Freeze() { w.frozen.Store(true) }
 
 // Done is closed when the connection has ended.
 func (w *Worker) Done() <-chan struct{} { return w.done }
