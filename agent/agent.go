@@ -176,7 +176,7 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 		return false, err
 	}
 	hello := a.hello(ctx)
-	ws, err := dialEngine(ctx, a.cfg)
+	ws, raw, err := dialEngine(ctx, a.cfg)
 	if err != nil {
 		return false, err
 	}
@@ -198,7 +198,7 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 	a.lastDone = time.Now() // a fresh connection starts the idle clock
 	a.mu.Unlock()
 
-	conn := newEngineConn(ws)
+	conn := newEngineConn(ws, raw)
 	callsCtx, cancelCalls := context.WithCancel(ctx)
 	var calls sync.WaitGroup
 	defer func() {

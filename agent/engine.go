@@ -62,15 +62,17 @@ type Hello struct {
 
 // dialEngine opens the WebSocket with the token as the ?token= query
 // parameter (engines read it there) and as a bearer header.
-func dialEngine(ctx context.Context, cfg Config) (*websocket.Conn, error) {
+func dialEngine(ctx context.Context, cfg Config) (*websocket.Conn, *batchConn, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil {
-		return nil, &UsageError{fmt.Errorf("--url: %w", err)}
+		return nil, nil, &UsageError{fmt.Errorf("--url: %w", err)}
 	}
 	q := u.Query()
 	q.Set("token", cfg.Token)
 	u.RawQuery = q.Encode()
+	tcp := &batchDialer{}
 	dialer := websocket.Dialer{
+		NetDialContext:   tcp.DialContext,
 		Proxy:            http.ProxyFromEnvironment,
 		HandshakeTimeout: handshakeTimeout,
 		ReadBufferSize:   64 << 10,
@@ -80,16 +82,16 @@ func dialEngine(ctx context.Context, cfg Config) (*websocket.Conn, error) {
 	ws, resp, err := dialer.DialContext(ctx, u.String(), header)
 	if err != nil {
 		if resp != nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) {
-			return nil, &RefusedError{Reason: fmt.Sprintf("HTTP %s%s (check the token)", resp.Status, bodySnippet(resp))}
+			return nil, nil, &RefusedError{Reason: fmt.Sprintf("HTTP %s%s (check the token)", resp.Status, bodySnippet(resp))}
 		}
 		if resp != nil {
-			return nil, fmt.Errorf("connecting to %s: HTTP %s%s", RedactURL(u.String()), resp.Status, bodySnippet(resp))
+			return nil, nil, fmt.Errorf("connecting to %s: HTTP %s%s", RedactURL(u.String()), resp.Status, bodySnippet(resp))
 		}
-		return nil, fmt.Errorf("connecting to %s: %w", RedactURL(u.String()), err)
+		return nil, nil, fmt.Errorf("connecting to %s: %w", RedactURL(u.String()), err)
 	}
 	// No message-size limit: answers of tens of MiB are normal.
 	ws.SetReadLimit(0)
-	return ws, nil
+	return ws, tcp.conn, nil
 }
 
 func bodySnippet(resp *http.Response) string {
@@ -140,6 +142,7 @@ func greet(ws *websocket.Conn, hello Hello) (name string, err error) {
 // the socket; everyone else hands it frames through send.
 type engineConn struct {
 	ws      *websocket.Conn
+	raw     *batchConn
 	out     chan []byte
 	closing chan struct{} // asks writeLoop for a clean close
 	dead    chan struct{} // closed when the connection is finished
@@ -147,14 +150,30 @@ type engineConn struct {
 	closeMu sync.Once
 }
 
-func newEngineConn(ws *websocket.Conn) *engineConn {
+func newEngineConn(ws *websocket.Conn, raw *batchConn) *engineConn {
 	c := &engineConn{
 		ws:      ws,
+		raw:     raw,
 		out:     make(chan []byte, outboxSize),
 		closing: make(chan struct{}),
 		dead:    make(chan struct{}),
 	}
 	ws.SetPongHandler(func(string) error { c.extendRead(); return nil })
+	// Control frames the reader answers (pong, close) go out at once.
+	ws.SetPingHandler(func(data string) error {
+		err := ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(writeTimeout))
+		if err == nil {
+			err = raw.Flush()
+		}
+		c.extendRead()
+		return err
+	})
+	ws.SetCloseHandler(func(code int, _ string) error {
+		ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, ""), time.Now().Add(closeWait))
+		raw.Flush()
+		return nil
+	})
+	raw.batch()
 	c.extendRead()
 	go c.writeLoop()
 	return c
@@ -205,12 +224,16 @@ func (c *engineConn) writeLoop() {
 	for {
 		select {
 		case frame := <-c.out:
-			if err := c.write(frame); err != nil {
+			if err := c.writeBatch(frame); err != nil {
 				c.finish()
 				return
 			}
 		case <-ping.C:
-			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeTimeout)); err != nil {
+			err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeTimeout))
+			if err == nil {
+				err = c.raw.Flush()
+			}
+			if err != nil {
 				c.finish()
 				return
 			}
@@ -223,28 +246,37 @@ func (c *engineConn) writeLoop() {
 	}
 }
 
-func (c *engineConn) write(frame []byte) error {
+// writeBatch writes frame and whatever else is already queued, then
+// flushes them together.
+func (c *engineConn) writeBatch(frame []byte) error {
 	c.ws.SetWriteDeadline(time.Now().Add(writeTimeout))
-	return c.ws.WriteMessage(websocket.TextMessage, frame)
+	for {
+		if err := c.ws.WriteMessage(websocket.TextMessage, frame); err != nil {
+			return err
+		}
+		select {
+		case frame = <-c.out:
+			continue
+		default:
+		}
+		return c.raw.Flush()
+	}
 }
 
 // flushAndClose sends what is queued, then a close frame, and gives the
 // engine closeWait to answer it before the socket is closed.
 func (c *engineConn) flushAndClose() {
-	for {
-		select {
-		case frame := <-c.out:
-			if c.write(frame) != nil {
-				c.finish()
-				return
-			}
-			continue
-		default:
+	select {
+	case frame := <-c.out:
+		if c.writeBatch(frame) != nil {
+			c.finish()
+			return
 		}
-		break
+	default:
 	}
 	msg := websocket.FormatCloseMessage(websocket.CloseNormalClosure, "worker stopping")
 	c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(closeWait))
+	c.raw.Flush()
 	select {
 	case <-c.dead: // the reader saw the engine's close
 	case <-time.After(closeWait):

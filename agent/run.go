@@ -170,7 +170,7 @@ func Probe(ctx context.Context, cfg Config) error {
 		a.python = python
 	}
 	hello := a.hello(ctx)
-	ws, err := dialEngine(ctx, cfg)
+	ws, _, err := dialEngine(ctx, cfg)
 	if err != nil {
 		return err
 	}

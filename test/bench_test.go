@@ -1,0 +1,233 @@
+package test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/test/engine"
+)
+
+// Benchmarks of the agent against the fake engine with the compiled fake
+// runner, so the agent is what is timed, not Python. Each also runs the
+// reference Python agent (../shared/reference/agent.py) the same way when
+// it and python3-websockets are there, for a comparison on this machine:
+//
+//	go test ./test/ -run '^$' -bench . -benchtime 3s
+//
+// Metrics: calls/s (dispatch), events/s and agent CPU µs per event (relay),
+// and the agent's resident memory idle and after the relay.
+
+var (
+	benchBinOnce sync.Once
+	benchBin     string
+)
+
+// benchWorkerBin is a worker built without the race detector, whatever the
+// tests were built with.
+func benchWorkerBin(b *testing.B) string {
+	benchBinOnce.Do(func() {
+		benchBin = filepath.Join(binDir, "fluksio-worker-bench")
+		out, err := exec.Command("go", "build", "-o", benchBin, "github.com/fluksio/fluksio-worker").CombinedOutput()
+		if err != nil {
+			panic(fmt.Sprintf("building: %v\n%s", err, out))
+		}
+	})
+	return benchBin
+}
+
+type agentKind struct {
+	name  string
+	start func(b *testing.B, eng *engine.Engine, parallel int) *worker
+}
+
+func agentKinds() []agentKind {
+	kinds := []agentKind{{name: "go"}}
+	kinds[0].start = func(b *testing.B, eng *engine.Engine, parallel int) *worker {
+		bin := benchWorkerBin(b)
+		return startProgram(b, bin, []string{"FLUKSIO_WORKER_TOKEN=" + testToken},
+			"run", "--url", eng.AttachURL(), "--python", fakeRunner, "--runtime", "embedded",
+			"--state-dir", b.TempDir(), "--parallel", strconv.Itoa(parallel), "--log-level", "warn")
+	}
+	ref, err := filepath.Abs("../../shared/reference/agent.py")
+	// Debian's python3, where python3-websockets installs.
+	if err == nil && exec.Command("/usr/bin/python3", "-c", "import websockets").Run() == nil {
+		if _, err := os.Stat(ref); err == nil {
+			kinds = append(kinds, agentKind{"reference", func(b *testing.B, eng *engine.Engine, parallel int) *worker {
+				dir := b.TempDir()
+				src, _ := os.ReadFile(ref)
+				os.WriteFile(filepath.Join(dir, "agent.py"), src, 0o644)
+				os.WriteFile(filepath.Join(dir, "worker_main.py"), nil, 0o644)
+				return startProgram(b, "/usr/bin/python3", []string{"FLUKSIO_WORKER_TOKEN=" + testToken},
+					filepath.Join(dir, "agent.py"), "--url", eng.AttachURL(), "--python", fakeRunner,
+					"--parallel", strconv.Itoa(parallel))
+			}})
+		}
+	}
+	return kinds
+}
+
+func startProgram(t testing.TB, program string, env []string, args ...string) *worker {
+	t.Helper()
+	cmd := exec.Command(program, args...)
+	cmd.Env = append(cleanEnv(), env...)
+	w := &worker{t: t, cmd: cmd, logs: &syncBuffer{}, exited: make(chan struct{})}
+	cmd.Stderr, cmd.Stdout = w.logs, w.logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		w.err = cmd.Wait()
+		close(w.exited)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-w.exited
+	})
+	return w
+}
+
+func BenchmarkDispatch(b *testing.B) {
+	for _, kind := range agentKinds() {
+		for _, parallel := range []int{1, 8} {
+			b.Run(fmt.Sprintf("%s/parallel=%d", kind.name, parallel), func(b *testing.B) {
+				eng := startEngine(b, engine.Options{})
+				kind.start(b, eng, parallel)
+				wk := attach(b, eng)
+				// Warm up: the first call pays for page cache misses.
+				wait(b, run(b, wk, "warm"))
+				var next sync.Mutex
+				n := 0
+				b.ResetTimer()
+				start := time.Now()
+				var wg sync.WaitGroup
+				for g := 0; g < parallel; g++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for {
+							next.Lock()
+							i := n
+							n++
+							next.Unlock()
+							if i >= b.N {
+								return
+							}
+							c, err := wk.Run(map[string]any{"call_id": "d" + strconv.Itoa(i)})
+							if err != nil {
+								b.Error(err)
+								return
+							}
+							answer, _, err := c.WaitTimeout(60 * time.Second)
+							if err != nil || !answer.OK {
+								b.Errorf("call %d: %v %s", i, err, answer.Raw)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "calls/s")
+			})
+		}
+	}
+}
+
+func BenchmarkRelay(b *testing.B) {
+	for _, kind := range agentKinds() {
+		b.Run(kind.name, func(b *testing.B) {
+			eng := startEngine(b, engine.Options{})
+			w := kind.start(b, eng, 1)
+			wk := attach(b, eng)
+			wait(b, run(b, wk, "warm", step{"events": 10}))
+			time.Sleep(200 * time.Millisecond)
+			pid := w.cmd.Process.Pid
+			idleRSS := rssMiB(b, pid)
+			cpuBefore := cpuTime(b, pid)
+			b.ResetTimer()
+			start := time.Now()
+			c := run(b, wk, "relay", step{"events": b.N})
+			got := 0
+			for {
+				m, err := c.Next(timeoutCtx(b, 5*time.Minute))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if m.IsAnswer() {
+					break
+				}
+				got++
+			}
+			elapsed := time.Since(start)
+			b.StopTimer()
+			if got < b.N {
+				b.Fatalf("relayed %d of %d events", got, b.N)
+			}
+			cpu := cpuTime(b, pid) - cpuBefore
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "events/s")
+			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/event")
+			b.ReportMetric(idleRSS, "idle-rss-MiB")
+			b.ReportMetric(rssMiB(b, pid), "rss-MiB")
+		})
+	}
+}
+
+// cpuTime is the user plus system CPU time a process has used.
+func cpuTime(t testing.TB, pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	const ticks = 100 // USER_HZ on Linux
+	return time.Duration(utime+stime) * time.Second / ticks
+}
+
+// rssMiB is a process's resident memory.
+func rssMiB(t testing.TB, pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			kb, _ := strconv.ParseFloat(strings.Fields(line)[1], 64)
+			return kb / 1024
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
+
+// BenchmarkProcessBound is the floor under sequential dispatch while each
+// call starts a process: start the fake runner, hand it a request, read its
+// answer, reap it. No agent, no socket.
+func BenchmarkProcessBound(b *testing.B) {
+	request := []byte(`{"op":"run","call_id":"bound"}` + "\n")
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		cmd := exec.Command(fakeRunner, "runtime.py")
+		stdin, _ := cmd.StdinPipe()
+		stdout, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		stdin.Write(request)
+		buf := make([]byte, 4096)
+		if n, err := stdout.Read(buf); err != nil || n == 0 {
+			b.Fatal(err)
+		}
+		stdin.Close()
+		cmd.Wait()
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "calls/s")
+}
