@@ -1,0 +1,388 @@
+package test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/test/engine"
+	"github.com/fluksio/fluksio-worker/test/nspawn"
+)
+
+// serviceToken is the token of the service test. It must show up in exactly
+// one file of the machine: the config.
+const serviceToken = "svc-e2e-token-9d41c7"
+
+// TestServiceUnderSystemd is `install` as a user lives it, on a Debian with
+// a real systemd booted under systemd-nspawn: the binary copied in, the
+// token pasted on stdin, the fake engine on the host's loopback (the
+// container shares it). It checks the service attaches with the right
+// hello, runs a node, survives restart and a crash, reports itself through
+// `status`, keeps its token in one 0600 file owned by the service account
+// and out of argv, the unit and the journal, takes a second install as an
+// update, refuses a bad token without breaking what runs, and leaves
+// nothing after `uninstall --purge`.
+//
+// It needs root, debootstrap and systemd-nspawn; without them it is skipped,
+// except under CI (env CI set), where it fails.
+func TestServiceUnderSystemd(t *testing.T) {
+	nspawn.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	started := time.Now()
+	step := serviceStepTimer(t)
+
+	bin := buildStaticWorker(t)
+	step("build a static binary")
+	m, err := nspawn.Boot(ctx, nspawn.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	defer func() {
+		if t.Failed() {
+			out, _ := m.Exec(context.Background(), "systemctl status --no-pager fluksio-worker; journalctl --no-pager -n 100 -u fluksio-worker")
+			t.Logf("the service at the end:\n%s", out)
+		}
+	}()
+	step("boot")
+
+	eng, err := engine.Start(engine.Options{Tokens: []string{serviceToken}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	// sh runs a script in the container and returns its output and exit code.
+	sh := func(script string) (string, int) {
+		t.Helper()
+		out, err := m.Exec(ctx, script)
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return out, exit.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out, 0
+	}
+	must := func(script string) string {
+		t.Helper()
+		out, code := sh(script)
+		if code != 0 {
+			t.Fatalf("%s: exit %d\n%s", script, code, out)
+		}
+		return out
+	}
+	// The binary goes where the service account can run it: not /tmp,
+	// which the unit's PrivateTmp hides.
+	if err := m.CopyIn(bin, "/usr/local/bin/fluksio-worker"); err != nil {
+		t.Fatal(err)
+	}
+	// The engine's web address, as a person would paste it.
+	engineURL := "http://" + eng.Addr()
+	install := fmt.Sprintf("printf '%%s\\n' %s | fluksio-worker install --url %s --token - --labels e2e,gpu --name e2e-box", serviceToken, engineURL)
+
+	// Without root it says what to do, and changes nothing.
+	out, code := sh(strings.Replace(install, "| fluksio-worker", "| runuser -u nobody -- fluksio-worker", 1))
+	if code != 1 || !strings.Contains(out, "run it with sudo") {
+		t.Errorf("install without root: exit %d\n%s", code, out)
+	}
+	if _, err := os.Stat(m.Path("/etc/fluksio-worker")); err == nil {
+		t.Error("install without root created /etc/fluksio-worker")
+	}
+
+	// Install: the account is created, the service enabled, started, and
+	// the install waits to report it attached.
+	out = must(install)
+	t.Logf("install said:\n%s", out)
+	if !strings.Contains(out, `attached as "e2e-box"`) || !strings.Contains(out, "accepts this worker") {
+		t.Errorf("install did not report the engine check and the attached worker:\n%s", out)
+	}
+	if state := strings.TrimSpace(must("systemctl is-active fluksio-worker; systemctl is-enabled fluksio-worker")); state != "active\nenabled" {
+		t.Fatalf("after install the service is %q", state)
+	}
+	w := serviceWorker(ctx, t, eng)
+	if !slices.Equal(w.Hello.Labels, []string{"e2e", "gpu"}) || w.Hello.Name != "e2e-box" || !filepath.IsAbs(w.Hello.Python) {
+		t.Errorf("hello: labels %v, name %q, python %q; want [e2e gpu], e2e-box and an absolute path", w.Hello.Labels, w.Hello.Name, w.Hello.Python)
+	}
+	serviceCall(ctx, t, w, "c1", 21)
+	step("install, attach, run a node")
+
+	// The config: 0600, the service account's, in a directory it may only read.
+	if got := strings.TrimSpace(must("stat -c '%a %U:%G' /etc/fluksio-worker/config.toml /etc/fluksio-worker")); got != "600 fluksio-worker:fluksio-worker\n750 root:fluksio-worker" {
+		t.Errorf("config and its directory: %q; want 600 fluksio-worker:fluksio-worker and 750 root:fluksio-worker", got)
+	}
+	config := must("cat /etc/fluksio-worker/config.toml")
+	for _, want := range []string{`url = "ws://` + eng.Addr() + `/api/v1/workers/attach"`, `token = "` + serviceToken + `"`, `state-dir = "/var/lib/fluksio-worker"`} {
+		if !strings.Contains(config, want) {
+			t.Errorf("the config lacks %s:\n%s", want, config)
+		}
+	}
+	groups := must("id -nG fluksio-worker")
+	for _, g := range []string{"video", "render"} {
+		if _, err := m.Exec(ctx, "getent group "+g); err == nil && !strings.Contains(groups, g) {
+			t.Errorf("the service account is not in %s: %s", g, groups)
+		}
+	}
+
+	// What systemd made of the unit: the GPUs stay reachable (no device
+	// ACL), a refusal is not restarted, stopping leaves calls to the agent.
+	props := must("systemctl show fluksio-worker -p User -p KillMode -p DevicePolicy -p RestartPreventExitStatus -p ProtectHome -p NoNewPrivileges")
+	for _, want := range []string{"User=fluksio-worker", "KillMode=mixed", "DevicePolicy=auto", "RestartPreventExitStatus=1", "ProtectHome=read-only", "NoNewPrivileges=yes"} {
+		if !strings.Contains(props, want) {
+			t.Errorf("systemctl show lacks %q:\n%s", want, props)
+		}
+	}
+	if acl := strings.TrimSpace(must("systemctl show fluksio-worker -p DeviceAllow --value")); acl != "" {
+		t.Errorf("the unit has a device ACL (%s): GPUs would be unreachable", acl)
+	}
+	security, _ := sh("systemd-analyze security --no-pager fluksio-worker")
+	if match := regexp.MustCompile(`Overall exposure level for fluksio-worker.service: (\S+ \S+)`).FindStringSubmatch(security); match != nil {
+		t.Logf("systemd-analyze security, in the container: %s", match[1])
+	}
+
+	// status: what the worker says about itself, live.
+	eventuallyIn(t, 15*time.Second, "status to show the finished call", func() (bool, string) {
+		out, code := sh("fluksio-worker status")
+		return code == 0 && strings.Contains(out, `attached as "e2e-box"`) && strings.Contains(out, "0 running, 1 done"), out
+	})
+	out, code = sh("runuser -u nobody -- fluksio-worker status")
+	if code != 0 || !strings.Contains(out, "fluksio-worker: running") || strings.Contains(out, serviceToken) {
+		t.Errorf("status without root: exit %d\n%s", code, out)
+	}
+	out = must("fluksio-worker check")
+	if !strings.Contains(out, "token      accepted") || !strings.Contains(out, "account    fluksio-worker") {
+		t.Errorf("check:\n%s", out)
+	}
+	step("config, unit, status, check")
+
+	// restart: the old connection closes, a new one attaches and works.
+	pid := serviceMainPID(t, must)
+	must("fluksio-worker restart")
+	serviceGone(t, w)
+	w = serviceWorker(ctx, t, eng)
+	serviceCall(ctx, t, w, "c2", 50)
+	if serviceMainPID(t, must) == pid {
+		t.Error("restart kept the same process")
+	}
+	step("restart, reattach")
+
+	// A crash: systemd restarts it (RestartSec=5) and it attaches again.
+	must("kill -KILL " + serviceMainPID(t, must))
+	serviceGone(t, w)
+	w = serviceWorker(ctx, t, eng)
+	serviceCall(ctx, t, w, "c3", 7)
+	step("kill -9, restarted by systemd, reattach")
+
+	// install again: an update. The options given change, the others
+	// (URL, token, name) stay; the service restarts with them.
+	out = must("fluksio-worker install --labels e2e,second </dev/null")
+	if strings.Contains(strings.ToLower(out), "already exists") {
+		t.Errorf("a second install:\n%s", out)
+	}
+	serviceGone(t, w)
+	w = serviceWorker(ctx, t, eng)
+	if !slices.Equal(w.Hello.Labels, []string{"e2e", "second"}) || w.Hello.Name != "e2e-box" {
+		t.Errorf("after the second install: labels %v, name %q", w.Hello.Labels, w.Hello.Name)
+	}
+	if got := strings.TrimSpace(must("stat -c '%a %U' /etc/fluksio-worker/config.toml")); got != "600 fluksio-worker" {
+		t.Errorf("after the second install the config is %q", got)
+	}
+	if out := must("fluksio-worker install --refresh-unit"); !strings.Contains(out, "up to date") {
+		t.Errorf("--refresh-unit right after install: %s", out)
+	}
+	// --no-start writes the change but leaves the running worker alone;
+	// the next start (below) picks it up.
+	if out := must("fluksio-worker install --no-start --parallel 2 --check=false"); !strings.Contains(out, "Not restarted") {
+		t.Errorf("install --no-start:\n%s", out)
+	}
+	select {
+	case <-w.Done():
+		t.Error("install --no-start restarted the worker")
+	case <-time.After(time.Second):
+	}
+	step("install again (update), --refresh-unit, --no-start")
+
+	// A token the engine refuses fails the install with the engine's
+	// reason, before anything is written: the running worker is untouched.
+	out, code = sh("printf 'not-the-token\\n' | fluksio-worker install --token -")
+	if code != 1 || !strings.Contains(out, "refused") {
+		t.Errorf("install with a refused token: exit %d\n%s", code, out)
+	}
+	if after := must("cat /etc/fluksio-worker/config.toml"); !strings.Contains(after, serviceToken) {
+		t.Errorf("a refused install changed the config:\n%s", after)
+	}
+	select {
+	case <-w.Done():
+		t.Error("a refused install disturbed the running worker")
+	case <-time.After(500 * time.Millisecond):
+	}
+	step("install with a refused token")
+
+	// The token is in the config and nowhere else: not in any process's
+	// argv, the unit, the journal, or any other file.
+	argv := must("for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done")
+	if strings.Contains(argv, serviceToken) {
+		t.Error("the token is in a process's argv")
+	}
+	if !strings.Contains(argv, "fluksio-worker run --config /etc/fluksio-worker/config.toml") {
+		t.Errorf("the service's command line is not the expected one:\n%s", argv)
+	}
+	journal := must("journalctl --no-pager -u fluksio-worker")
+	if strings.Contains(journal, serviceToken) {
+		t.Errorf("the journal holds the token:\n%s", journal)
+	}
+	files := strings.Fields(must("grep -rlsF -D skip " + serviceToken + " /etc /var /run /root /home /tmp /usr/local /opt /srv || true"))
+	if !slices.Equal(files, []string{"/etc/fluksio-worker/config.toml"}) {
+		t.Errorf("the token is in %v; want only /etc/fluksio-worker/config.toml", files)
+	}
+	step("the token is in one file only")
+
+	// stop and start, with status's exit codes.
+	must("fluksio-worker stop")
+	serviceGone(t, w)
+	if out, code := sh("fluksio-worker status"); code != 3 || !strings.Contains(out, "fluksio-worker: stopped") {
+		t.Errorf("status of a stopped service: exit %d\n%s", code, out)
+	}
+	must("fluksio-worker start")
+	w = serviceWorker(ctx, t, eng)
+	if w.Hello.MaxParallel != 2 {
+		t.Errorf("after a start the worker offers %d at a time; install --no-start wrote 2", w.Hello.MaxParallel)
+	}
+	step("stop, start")
+
+	// uninstall --purge: stopped, disabled, and nothing left.
+	out = must("fluksio-worker uninstall --purge")
+	serviceGone(t, w)
+	for _, gone := range []string{"/etc/systemd/system/fluksio-worker.service", "/etc/fluksio-worker", "/var/lib/fluksio-worker", "/etc/systemd/system/multi-user.target.wants/fluksio-worker.service"} {
+		if _, err := os.Lstat(m.Path(gone)); err == nil {
+			t.Errorf("uninstall --purge left %s\n%s", gone, out)
+		}
+	}
+	if out := must("systemctl list-unit-files fluksio-worker.service --no-legend || true"); strings.TrimSpace(out) != "" {
+		t.Errorf("systemd still knows the unit: %s", out)
+	}
+	if out, code := sh("fluksio-worker status"); code != 4 {
+		t.Errorf("status after uninstall: exit %d, want 4\n%s", code, out)
+	}
+	if files := strings.TrimSpace(must("grep -rlsF -D skip " + serviceToken + " /etc /var /run /root || true")); files != "" {
+		t.Errorf("the token survived the purge in %s", files)
+	}
+	must("fluksio-worker uninstall") // nothing installed: still fine
+	step("uninstall --purge")
+	t.Logf("the whole service test took %v", time.Since(started).Round(time.Second))
+}
+
+// buildStaticWorker builds the binary the way releases are built (no cgo),
+// so it runs in the container whatever the host's libc.
+func buildStaticWorker(t *testing.T) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "fluksio-worker")
+	cmd := exec.Command("go", "build", "-o", out, "github.com/fluksio/fluksio-worker")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, msg)
+	}
+	return out
+}
+
+// serviceWorker returns the next connection that stays: install says hello
+// to the engine before installing, which the engine sees as a worker that
+// leaves at once.
+func serviceWorker(ctx context.Context, t *testing.T, eng *engine.Engine) *engine.Worker {
+	t.Helper()
+	for {
+		ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		w, err := eng.NextWorker(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("no worker attached: %v", err)
+		}
+		select {
+		case <-w.Done():
+		case <-time.After(time.Second):
+			return w
+		}
+	}
+}
+
+// serviceGone waits for a worker's connection to close.
+func serviceGone(t *testing.T, w *engine.Worker) {
+	t.Helper()
+	select {
+	case <-w.Done():
+	case <-time.After(40 * time.Second):
+		t.Fatal("the worker's connection is still open")
+	}
+}
+
+// serviceCall runs a real node on the container's Python: f(x) = {"y": 2x}.
+func serviceCall(ctx context.Context, t *testing.T, w *engine.Worker, id string, x int) {
+	t.Helper()
+	call, err := w.Run(map[string]any{
+		"op": "run", "call_id": id,
+		"node":     map[string]any{"source": "def f(*, x):\n    return {\"y\": x * 2}\n", "filename": "f.py"},
+		"function": "f", "inputs": map[string]any{"x": x}, "settings": map[string]any{},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	answer, _, err := call.Wait(ctx)
+	if err != nil {
+		t.Fatalf("call %s: %v", id, err)
+	}
+	var got struct {
+		OK      bool            `json:"ok"`
+		Outputs json.RawMessage `json:"outputs"`
+	}
+	want := fmt.Sprintf(`{"y":%d}`, 2*x)
+	if err := answer.Decode(&got); err != nil || !got.OK || strings.ReplaceAll(string(got.Outputs), " ", "") != want {
+		t.Errorf("call %s answered %s; want ok with outputs %s", id, answer.Raw, want)
+	}
+}
+
+func serviceMainPID(t *testing.T, must func(string) string) string {
+	t.Helper()
+	pid := strings.TrimSpace(must("systemctl show --property MainPID --value fluksio-worker"))
+	if pid == "" || pid == "0" {
+		t.Fatalf("the service has no main process (MainPID %q)", pid)
+	}
+	return pid
+}
+
+// eventuallyIn polls cond until it holds, failing with its last output.
+func eventuallyIn(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, last := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("waited %v for %s; last:\n%s", timeout, what, last)
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func serviceStepTimer(t *testing.T) func(name string) {
+	last := time.Now()
+	return func(name string) {
+		t.Helper()
+		t.Logf("%-45s %v", name, time.Since(last).Round(time.Millisecond))
+		last = time.Now()
+	}
+}
