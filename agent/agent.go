@@ -34,7 +34,8 @@ type Agent struct {
 	status   *statusFile
 
 	mu       sync.Mutex
-	calls    map[string]*call
+	calls    map[string]*call   // calls the engine awaits an answer for
+	live     map[*call]struct{} // calls whose processes may still exist
 	lastDone time.Time
 	done     int64
 	changed  chan struct{} // a call started or ended
@@ -55,6 +56,7 @@ func New(cfg Config, log *slog.Logger, python, stateDir string) *Agent {
 		python:   python,
 		stateDir: stateDir,
 		calls:    map[string]*call{},
+		live:     map[*call]struct{}{},
 		lastDone: time.Now(),
 		changed:  make(chan struct{}, 1),
 		stopCh:   make(chan struct{}),
@@ -86,7 +88,7 @@ func (a *Agent) Kill() {
 	a.killOnce.Do(func() { close(a.killCh) })
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for _, c := range a.calls {
+	for c := range a.live {
 		c.kill()
 	}
 }
@@ -171,12 +173,25 @@ var errFinished = errors.New("finished")
 // engine welcomed this worker. Every call started on the connection is
 // stopped and gone when it returns.
 func (a *Agent) session(ctx context.Context) (attached bool, err error) {
-	rt, err := EnsureRuntime(ctx, a.cfg, a.stateDir, a.log)
+	// Getting ready to attach gives up as soon as the worker is told to
+	// stop or drain; nothing is running yet that would need to finish.
+	prepare, cancelPrepare := context.WithCancel(ctx)
+	defer cancelPrepare()
+	go func() {
+		select {
+		case <-a.stopCh:
+		case <-a.drainCh:
+		case <-a.killCh:
+		case <-prepare.Done():
+		}
+		cancelPrepare()
+	}()
+	rt, err := EnsureRuntime(prepare, a.cfg, a.stateDir, a.log)
 	if err != nil {
 		return false, err
 	}
-	hello := a.hello(ctx)
-	ws, raw, err := dialEngine(ctx, a.cfg)
+	hello := a.hello(prepare)
+	ws, raw, err := dialEngine(prepare, a.cfg)
 	if err != nil {
 		return false, err
 	}
@@ -426,6 +441,7 @@ func (a *Agent) startCall(ctx context.Context, conn *engineConn, rt Runtime, m m
 		return
 	}
 	a.calls[m.callID] = c
+	a.live[c] = struct{}{}
 	n := len(a.calls)
 	a.mu.Unlock()
 	if n > a.cfg.Parallel {
@@ -438,6 +454,9 @@ func (a *Agent) startCall(ctx context.Context, conn *engineConn, rt Runtime, m m
 	go func() {
 		defer calls.Done()
 		c.run(ctx, rt)
+		a.mu.Lock()
+		delete(a.live, c)
+		a.mu.Unlock()
 	}()
 }
 

@@ -34,7 +34,7 @@ func TestCancelStopsTheWholeProcessGroup(t *testing.T) {
 	wk := attach(t, eng)
 	// A runner that ignores SIGTERM and leaves a grandchild holding its
 	// stdout: only SIGKILL of the whole group ends it.
-	c := run(t, wk, "k1", step{"announce": true}, step{"grandchild": true}, step{"ignore_term": true}, step{"sleep_ms": 60000})
+	c := run(t, wk, "k1", step{"ignore_term": true}, step{"announce": true}, step{"grandchild": true}, step{"sleep_ms": 60000})
 	runner, grandchild := pidsOf(t, c)
 	start := time.Now()
 	if err := wk.Cancel("k1"); err != nil {
@@ -174,7 +174,7 @@ func TestSIGTERMStopsRunningCalls(t *testing.T) {
 	w := startWorker(t, eng, nil, "--parallel", "2", "--cancel-grace", "1s")
 	wk := attach(t, eng)
 	a := run(t, wk, "t1", step{"announce": true}, step{"grandchild": true}, step{"sleep_ms": 60000})
-	b := run(t, wk, "t2", step{"announce": true}, step{"grandchild": true}, step{"ignore_term": true}, step{"sleep_ms": 60000})
+	b := run(t, wk, "t2", step{"ignore_term": true}, step{"announce": true}, step{"grandchild": true}, step{"sleep_ms": 60000})
 	r1, g1 := pidsOf(t, a)
 	r2, g2 := pidsOf(t, b)
 	w.signal(syscall.SIGTERM)
@@ -199,7 +199,7 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 	eng := startEngine(t, engine.Options{})
 	w := startWorker(t, eng, nil, "--cancel-grace", "60s")
 	wk := attach(t, eng)
-	c := run(t, wk, "s1", step{"announce": true}, step{"ignore_term": true}, step{"sleep_ms": 60000})
+	c := run(t, wk, "s1", step{"ignore_term": true}, step{"announce": true}, step{"sleep_ms": 60000})
 	runner := runnerPID(t, c)
 	w.signal(syscall.SIGINT)
 	time.Sleep(300 * time.Millisecond)
