@@ -386,3 +386,85 @@ func serviceStepTimer(t *testing.T) func(name string) {
 		last = time.Now()
 	}
 }
+
+// TestUserServiceUnderSystemd is `install --user-service`: no root, a
+// systemd --user unit, the config in the user's home. The user lingers, so
+// their systemd instance runs without a login session, as on a server.
+func TestUserServiceUnderSystemd(t *testing.T) {
+	nspawn.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bin := buildStaticWorker(t)
+	m, err := nspawn.Boot(ctx, nspawn.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	eng, err := engine.Start(engine.Options{Tokens: []string{serviceToken}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	must := func(script string) string {
+		t.Helper()
+		out, err := m.Exec(ctx, script)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	if err := m.CopyIn(bin, "/usr/local/bin/fluksio-worker"); err != nil {
+		t.Fatal(err)
+	}
+	// The test image has no pam_systemd, which is what normally gives
+	// user@.service its $XDG_RUNTIME_DIR; a drop-in stands in for it.
+	must("mkdir -p /etc/systemd/system/user@.service.d && printf '[Service]\\nEnvironment=XDG_RUNTIME_DIR=/run/user/%%i\\n' > /etc/systemd/system/user@.service.d/runtime-dir.conf && systemctl daemon-reload")
+	must("useradd --create-home --shell /bin/sh ada && loginctl enable-linger ada")
+	uid := strings.TrimSpace(must("id -u ada"))
+	eventuallyIn(t, 30*time.Second, "ada's systemd instance", func() (bool, string) {
+		_, err := m.Exec(ctx, "test -S /run/user/"+uid+"/systemd/private")
+		return err == nil, ""
+	})
+	// as runs a script as ada, with what a login would give her.
+	as := func(script string) string {
+		t.Helper()
+		return must("runuser -u ada -- env HOME=/home/ada XDG_RUNTIME_DIR=/run/user/" + uid + " sh -c '" + script + "'")
+	}
+	defer func() {
+		if t.Failed() {
+			out, _ := m.Exec(context.Background(), "runuser -u ada -- env XDG_RUNTIME_DIR=/run/user/"+uid+" systemctl --user status --no-pager fluksio-worker; journalctl --no-pager -n 60")
+			t.Logf("the user service at the end:\n%s", out)
+		}
+	}()
+
+	out := as(fmt.Sprintf("printf %%s\\\\n %s | fluksio-worker install --user-service --url %s --token - --labels user", serviceToken, eng.AttachURL()))
+	if !strings.Contains(out, "systemd user service") || !strings.Contains(out, "attached as") {
+		t.Errorf("install --user-service:\n%s", out)
+	}
+	w := serviceWorker(ctx, t, eng)
+	if !slices.Equal(w.Hello.Labels, []string{"user"}) {
+		t.Errorf("hello labels %v", w.Hello.Labels)
+	}
+	serviceCall(ctx, t, w, "u1", 4)
+	if got := strings.TrimSpace(must("stat -c '%a %U' /home/ada/.config/fluksio-worker/config.toml /home/ada/.config/fluksio-worker")); got != "600 ada\n700 ada" {
+		t.Errorf("the user's config and its directory: %q; want 600 and 700, ada's", got)
+	}
+	if state := strings.TrimSpace(as("systemctl --user is-active fluksio-worker; systemctl --user is-enabled fluksio-worker")); state != "active\nenabled" {
+		t.Errorf("the user unit is %q", state)
+	}
+	// status and restart find the user service without being told.
+	if out := as("fluksio-worker status"); !strings.Contains(out, "running (systemd user service)") || !strings.Contains(out, "attached as") {
+		t.Errorf("status as ada:\n%s", out)
+	}
+	as("fluksio-worker restart")
+	serviceGone(t, w)
+	w = serviceWorker(ctx, t, eng)
+
+	as("fluksio-worker uninstall --purge")
+	serviceGone(t, w)
+	for _, gone := range []string{"/home/ada/.config/fluksio-worker", "/home/ada/.local/state/fluksio-worker", "/home/ada/.config/systemd/user/fluksio-worker.service"} {
+		if _, err := os.Lstat(m.Path(gone)); err == nil {
+			t.Errorf("uninstall --purge left %s", gone)
+		}
+	}
+}
