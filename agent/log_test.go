@@ -1,0 +1,106 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+)
+
+func TestRedactURL(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"wss://e.example.com/api/v1/workers/attach?token=s3cret",
+			"wss://e.example.com/api/v1/workers/attach?token=REDACTED"},
+		{"wss://e.example.com/api/v1/workers/attach?pool=a&token=s3cret",
+			"wss://e.example.com/api/v1/workers/attach?pool=a&token=REDACTED"},
+		{"wss://e.example.com/api/v1/workers/attach",
+			"wss://e.example.com/api/v1/workers/attach"},
+		{"wss://bob:hunter2@e.example.com/x",
+			"wss://bob:REDACTED@e.example.com/x"},
+		{"wss://bob@e.example.com/x", "wss://bob@e.example.com/x"},
+		{"wss://e.example.com/x?token=a%2Bb%2Fc%3D", "wss://e.example.com/x?token=REDACTED"},
+		{"ws://e:8080/x?token=", "ws://e:8080/x?token=REDACTED"},
+	}
+	for _, tt := range tests {
+		if got := RedactURL(tt.in); got != tt.want {
+			t.Errorf("RedactURL(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+	if got := RedactURL("wss://e/x?token=s3cret\x7f%zz"); strings.Contains(got, "s3cret") {
+		t.Errorf("RedactURL of an unparseable URL = %q, shows the token", got)
+	}
+}
+
+type tokenError struct{ url string }
+
+func (e tokenError) Error() string { return "dial " + e.url + ": connection refused" }
+
+type tokenStringer struct{}
+
+func (tokenStringer) String() string { return "conn(tok-abc123)" }
+
+type tokenValuer struct{}
+
+func (tokenValuer) LogValue() slog.Value { return slog.StringValue("valuer tok-abc123") }
+
+// Every way a token can reach a log line must come out redacted, in both
+// formats.
+func TestLoggerRedactsTheToken(t *testing.T) {
+	const token = "tok-abc123"
+	url := "wss://e/api/v1/workers/attach?token=" + token
+	for _, format := range []string{"text", "json"} {
+		t.Run(format, func(t *testing.T) {
+			var buf bytes.Buffer
+			log := NewLogger(&buf, format, "debug", token)
+			log.Info("dialing " + url)
+			log.Warn("string attr", "url", url)
+			log.Error("error attr", "error", fmt.Errorf("connecting: %w", errors.New("bad token "+token)))
+			log.Error("custom error", "error", tokenError{url})
+			log.Info("group", slog.Group("conn", slog.String("url", url), slog.Group("inner", "token", token)))
+			log.With("engine", url).Info("with")
+			log.WithGroup("session").With("engine", url).Info("with group", "again", token)
+			log.Info("any", "args", []string{"--token", token}, "stringer", tokenStringer{})
+			log.Info("valuer", "v", tokenValuer{})
+			log.Debug("debug level", "t", token)
+			log.LogAttrs(context.Background(), slog.LevelInfo, "attrs", slog.Any("err", errors.New(token)))
+
+			out := buf.String()
+			if strings.Contains(out, token) {
+				t.Errorf("the token appears in the log:\n%s", out)
+			}
+			if n := strings.Count(out, Redacted); n < 14 {
+				t.Errorf("REDACTED appears %d times, want every occurrence replaced (14):\n%s", n, out)
+			}
+			// What is not the token is kept.
+			for _, keep := range []string{"dialing wss://e/api/v1/workers/attach?token=", "connection refused", "inner", "session", "conn(", "valuer"} {
+				if !strings.Contains(out, keep) {
+					t.Errorf("log lost %q:\n%s", keep, out)
+				}
+			}
+		})
+	}
+}
+
+func TestLoggerWithoutTokenLogsAsIs(t *testing.T) {
+	var buf bytes.Buffer
+	log := NewLogger(&buf, "text", "info", "")
+	log.Info("hello", "k", "v")
+	log.Debug("hidden")
+	out := buf.String()
+	if !strings.Contains(out, "msg=hello k=v") || strings.Contains(out, "hidden") {
+		t.Errorf("log = %q", out)
+	}
+}
+
+func TestLoggerLevel(t *testing.T) {
+	var buf bytes.Buffer
+	log := NewLogger(&buf, "json", "warn", "tok")
+	log.Info("info line")
+	log.Warn("warn line")
+	if out := buf.String(); strings.Contains(out, "info line") || !strings.Contains(out, `"level":"WARN"`) {
+		t.Errorf("at --log-level warn: %q", out)
+	}
+}
