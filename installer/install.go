@@ -117,6 +117,9 @@ func install(ctx context.Context, h host, args []string, stdout, stderr io.Write
 	if err != nil {
 		return fail(err)
 	}
+	if tok := req.given["token"]; tok != "" && tok != "-" {
+		warnings = append(warnings, "a token on the command line is visible to other users while install runs and stays in your shell history; next time use --token - (stdin) or --token-file")
+	}
 	for _, w := range warnings {
 		fmt.Fprintf(stderr, "fluksio-worker install: warning: %s\n", w)
 	}
@@ -126,7 +129,12 @@ func install(ctx context.Context, h host, args []string, stdout, stderr io.Write
 	}
 	acct := currentAccount()
 	if !l.UserService {
-		if acct, err = serviceAccount(ctx, h, req.user, stdout); err != nil {
+		// An update keeps the account the service already runs as.
+		name := req.user
+		if old, err := os.ReadFile(l.UnitPath); err == nil && name == "" {
+			name = unitAccount(string(old))
+		}
+		if acct, err = serviceAccount(ctx, h, name, stdout); err != nil {
 			return fail(err)
 		}
 	}
@@ -412,7 +420,7 @@ Examples:
 
 Service options:
 `)
-	writeOption(w, "--user NAME", "the account the service runs as. Default on Linux: the system account fluksio-worker, created if missing and added to the video and render groups so it can use the GPUs. Default on macOS: the account that ran sudo.")
+	writeOption(w, "--user NAME", "the account the service runs as. Default: the one it already runs as; for a first install on Linux, the system account fluksio-worker, created if missing and added to the video and render groups so it can use the GPUs; on macOS, the account that ran sudo.")
 	writeOption(w, "--user-service", "install for the current user only, without root: a systemd user unit (Linux) or a LaunchAgent (macOS), with its config in your home directory (~/.config/fluksio-worker on Linux).")
 	writeOption(w, "--no-start", "write the config and the service, but do not start or restart it.")
 	writeOption(w, "--check=false", "do not ask the engine first. By default an engine that refuses the token stops the install, and one that cannot be reached is only a warning.")

@@ -136,7 +136,7 @@ func renderUnit(p serviceParams, userService bool) (string, error) {
 	r := strings.NewReplacer(
 		"@EXEC@", systemdWord(p.Executable),
 		"@CONFIG_ARG@", systemdWord(p.ConfigPath),
-		"@CONFIG@", strings.ReplaceAll(p.ConfigPath, "%", "%%"),
+		"@CONFIG@", p.ConfigPath, // in a comment, where systemd expands nothing
 		"@USER@", p.Account,
 		"@STOP_TIMEOUT@", fmt.Sprint(stopTimeout(p.CancelGrace)),
 	)
