@@ -1,0 +1,253 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/test/engine"
+	"github.com/fluksio/fluksio-worker/test/nspawn"
+)
+
+// debUnderSystemd is the deb's life on a Debian with a real systemd, as a
+// user lives it: apt installs it, `install` attaches it to the engine as a
+// service, apt upgrades it, removes it, purges it. The fake engine runs on
+// the host; the container shares the host's loopback.
+func debUnderSystemd(t *testing.T, v1, v2 release) {
+	nspawn.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	step := stepTimer(t)
+
+	m, err := nspawn.Boot(ctx, nspawn.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	defer func() {
+		if t.Failed() {
+			out, _ := m.Exec(context.Background(), "systemctl status --no-pager fluksio-worker; journalctl --no-pager -n 80 -u fluksio-worker")
+			t.Logf("the service at the end:\n%s", out)
+		}
+	}()
+	step("boot")
+
+	const token = "pkg-test-token-7f3a"
+	eng, err := engine.Start(engine.Options{Tokens: []string{token}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+
+	sh := func(script string) string {
+		t.Helper()
+		out, err := m.Exec(ctx, script)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	debIn := func(r release) string {
+		t.Helper()
+		deb := r.pkg(t, "deb", runtime.GOARCH)
+		in := "/tmp/" + filepath.Base(deb)
+		if err := m.CopyIn(deb, in); err != nil {
+			t.Fatal(err)
+		}
+		return in
+	}
+
+	// Install: apt resolves python3 (already in the image, so no network),
+	// the preinst creates the account, the postinst says what to do next.
+	out := sh("apt-get install -y " + debIn(v1))
+	if !strings.Contains(out, "sudo fluksio-worker install --url") {
+		t.Errorf("a fresh install does not print the next step:\n%s", out)
+	}
+	passwd := strings.TrimSpace(sh("getent passwd fluksio-worker"))
+	if f := strings.Split(passwd, ":"); len(f) != 7 || f[5] != "/var/lib/fluksio-worker" || !strings.HasSuffix(f[6], "nologin") {
+		t.Errorf("system user: %q; want home /var/lib/fluksio-worker and no login shell", passwd)
+	}
+	if _, err := os.Stat(m.Path("/var/lib/fluksio-worker/.bashrc")); err == nil {
+		t.Error("the system user got skeleton files")
+	}
+	sh("apt-get install -y --reinstall " + debIn(v1)) // maintainer scripts run twice
+	if got := strings.TrimSpace(sh("fluksio-worker --version")); got != "fluksio-worker "+v1.version {
+		t.Errorf("installed version %q, want %s", got, v1.version)
+	}
+	step("apt-get install (fresh, then again)")
+
+	// Attach as a service, the token from a file so it is on no command line.
+	sh(fmt.Sprintf("umask 077 && printf '%%s\\n' %s > /root/token", token))
+	sh(fmt.Sprintf("fluksio-worker install --url %s --token-file /root/token --labels pkgtest", eng.AttachURL()))
+	if state := strings.TrimSpace(sh("systemctl is-active fluksio-worker || true")); state != "active" {
+		t.Fatalf("after install the service is %q", state)
+	}
+	w := liveWorker(ctx, t, eng)
+	if !slices.Contains(w.Hello.Labels, "pkgtest") {
+		t.Errorf("hello labels %v, want pkgtest", w.Hello.Labels)
+	}
+	runDouble(ctx, t, w, "c1", 21)
+	pid1 := mainPID(t, sh)
+	config, err := os.ReadFile(m.Path("/etc/fluksio-worker/config.toml"))
+	if err != nil {
+		t.Fatalf("install wrote no config: %v", err)
+	}
+	step("install as a service, attach, run a node")
+
+	// Upgrade: same config, the unit refreshed, the running service
+	// restarted on the new binary, attached again.
+	out = sh("apt-get install -y " + debIn(v2))
+	if strings.Contains(out, "sudo fluksio-worker install --url") {
+		t.Errorf("an upgrade of an installed service prints the first-install hint:\n%s", out)
+	}
+	if got := strings.TrimSpace(sh("fluksio-worker --version")); got != "fluksio-worker "+v2.version {
+		t.Errorf("after the upgrade: %q, want %s", got, v2.version)
+	}
+	if after, err := os.ReadFile(m.Path("/etc/fluksio-worker/config.toml")); err != nil || string(after) != string(config) {
+		t.Errorf("the upgrade changed the config (%v):\nbefore:\n%s\nafter:\n%s", err, config, after)
+	}
+	if state := strings.TrimSpace(sh("systemctl is-active fluksio-worker || true")); state != "active" {
+		t.Fatalf("after the upgrade the service is %q", state)
+	}
+	pid2 := mainPID(t, sh)
+	if pid2 == pid1 {
+		t.Errorf("the service was not restarted by the upgrade (MainPID %s)", pid1)
+	}
+	if exe := sh("readlink /proc/" + pid2 + "/exe"); strings.Contains(exe, "deleted") {
+		t.Errorf("the service runs a deleted binary (%s): restarted before the new one was in place", strings.TrimSpace(exe))
+	}
+	select {
+	case <-w.Done():
+	case <-time.After(30 * time.Second):
+		t.Error("the old worker's connection is still open after the upgrade")
+	}
+	w = liveWorker(ctx, t, eng)
+	runDouble(ctx, t, w, "c2", 50)
+	step("apt-get install (upgrade), reattach, run a node")
+
+	// A stopped service stays stopped through an upgrade (here: a reinstall
+	// of the same version, which runs the same postinst).
+	sh("systemctl stop fluksio-worker")
+	sh("apt-get install -y --reinstall " + debIn(v2))
+	if state := strings.TrimSpace(sh("systemctl is-active fluksio-worker || true")); state != "inactive" {
+		t.Errorf("a stopped service is %q after a package upgrade; the postinst must only try-restart", state)
+	}
+	sh("systemctl start fluksio-worker")
+	step("reinstall with the service stopped")
+
+	// rpm passes counts where dpkg passes verbs: %preun gets 1 on an upgrade
+	// (the new version's scripts have already run), 0 on an erase. Run the
+	// script as rpm would, here where a service is installed to lose.
+	if err := m.CopyIn(filepath.Join(moduleRoot(t), "packaging/scripts/preremove.sh"), "/root/preremove.sh"); err != nil {
+		t.Fatal(err)
+	}
+	sh("sh /root/preremove.sh 1 && sh /root/preremove.sh upgrade")
+	if state := strings.TrimSpace(sh("systemctl is-active fluksio-worker || true")); state != "active" {
+		t.Errorf("preremove as an upgrade (1 or upgrade) stopped the service: %q", state)
+	}
+	step("preremove with rpm's upgrade argument")
+
+	// Remove: the service stops and its unit goes; config and state stay.
+	sh("apt-get remove -y fluksio-worker")
+	if state := strings.TrimSpace(sh("systemctl is-active fluksio-worker || true")); state == "active" {
+		t.Error("apt-get remove left the service running")
+	}
+	for _, gone := range []string{"/usr/bin/fluksio-worker", "/etc/systemd/system/fluksio-worker.service"} {
+		if _, err := os.Lstat(m.Path(gone)); err == nil {
+			t.Errorf("apt-get remove left %s", gone)
+		}
+	}
+	if out := sh("systemctl list-unit-files fluksio-worker.service --no-legend || true"); strings.TrimSpace(out) != "" {
+		t.Errorf("systemd still knows the unit after remove: %s", out)
+	}
+	if _, err := os.Stat(m.Path("/etc/fluksio-worker/config.toml")); err != nil {
+		t.Errorf("apt-get remove deleted the config: %v", err)
+	}
+	step("apt-get remove")
+
+	// Purge: config and state go too.
+	sh("apt-get purge -y fluksio-worker")
+	for _, gone := range []string{"/etc/fluksio-worker", "/var/lib/fluksio-worker", "/etc/systemd/system/fluksio-worker.service"} {
+		if _, err := os.Lstat(m.Path(gone)); err == nil {
+			t.Errorf("apt-get purge left %s", gone)
+		}
+	}
+	if out := sh("dpkg -l fluksio-worker 2>/dev/null | grep '^[a-z][a-z] ' || true"); strings.TrimSpace(out) != "" {
+		t.Errorf("dpkg still lists the package after purge: %s", out)
+	}
+	step("apt-get purge")
+}
+
+// liveWorker returns the next worker that stays attached: `install` checks
+// the engine with a short connection of its own first, which the engine sees
+// as a worker that leaves at once.
+func liveWorker(ctx context.Context, t *testing.T, eng *engine.Engine) *engine.Worker {
+	t.Helper()
+	for {
+		ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		w, err := eng.NextWorker(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-w.Done():
+			continue
+		case <-time.After(time.Second):
+			return w
+		}
+	}
+}
+
+// runDouble runs a real node through the embedded runtime: y = 2x.
+func runDouble(ctx context.Context, t *testing.T, w *engine.Worker, id string, x int) {
+	t.Helper()
+	call, err := w.Run(map[string]any{
+		"op": "run", "call_id": id,
+		"node":     map[string]any{"source": "def f(*, x):\n    return {\"y\": x * 2}\n", "filename": "f.py"},
+		"function": "f", "inputs": map[string]any{"x": x}, "settings": map[string]any{},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	answer, _, err := call.Wait(ctx)
+	if err != nil {
+		t.Fatalf("call %s: %v", id, err)
+	}
+	var got struct {
+		OK      bool `json:"ok"`
+		Outputs struct {
+			Y *int `json:"y"`
+		} `json:"outputs"`
+	}
+	if err := answer.Decode(&got); err != nil || !got.OK || got.Outputs.Y == nil || *got.Outputs.Y != 2*x {
+		t.Errorf("call %s answered %s; want ok with outputs {\"y\": %d}", id, answer.Raw, 2*x)
+	}
+}
+
+func mainPID(t *testing.T, sh func(string) string) string {
+	t.Helper()
+	pid := strings.TrimSpace(sh("systemctl show --property MainPID --value fluksio-worker"))
+	if pid == "" || pid == "0" {
+		t.Fatalf("the service has no main process (MainPID %q)", pid)
+	}
+	return pid
+}
+
+// stepTimer logs how long each step took since the previous one.
+func stepTimer(t *testing.T) func(name string) {
+	last := time.Now()
+	return func(name string) {
+		t.Helper()
+		t.Logf("%-45s %v", name, time.Since(last).Round(time.Millisecond))
+		last = time.Now()
+	}
+}

@@ -1,0 +1,472 @@
+package test
+
+import (
+	"archive/tar"
+	"bufio"
+	"compress/gzip"
+	"crypto/sha256"
+	"debug/elf"
+	"debug/macho"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/agent"
+)
+
+// goreleaserModule is the GoReleaser the release config is tested with; CI
+// and this test install exactly this one.
+const goreleaserModule = "github.com/goreleaser/goreleaser/v2@v2.15.1"
+
+// TestPackages builds the release with GoReleaser (snapshot, nothing
+// published) and checks what a user downloads: four static binaries that
+// know their version, archives with the docs, checksums that match, and a
+// deb and an rpm with the binary, the docs, python3 as a dependency and the
+// maintainer scripts from packaging/. Then, under a real systemd, the deb's
+// whole life: install, attach as a service, upgrade, remove, purge.
+func TestPackages(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds every release target; skipped with -short")
+	}
+	goreleaser := installGoreleaser(t)
+	root := moduleRoot(t)
+
+	start := time.Now()
+	runTool(t, root, nil, goreleaser, "check")
+	t.Logf("goreleaser check: %v", time.Since(start).Round(time.Millisecond))
+
+	start = time.Now()
+	v1 := snapshot(t, goreleaser, root, "1.0.0")
+	t.Logf("goreleaser release --snapshot (4 binaries, 4 archives, deb, rpm): %v", time.Since(start).Round(time.Millisecond))
+
+	t.Run("binaries", func(t *testing.T) { checkBinaries(t, v1) })
+	t.Run("archives", func(t *testing.T) { checkArchives(t, v1) })
+	t.Run("checksums", func(t *testing.T) { checkChecksums(t, v1) })
+	t.Run("deb", func(t *testing.T) { checkDeb(t, root, v1) })
+	t.Run("rpm", func(t *testing.T) { checkRPM(t, root, v1) })
+	t.Run("systemd", func(t *testing.T) {
+		start := time.Now()
+		v2 := snapshot(t, goreleaser, root, "1.0.1")
+		t.Logf("second snapshot build (the upgrade): %v", time.Since(start).Round(time.Millisecond))
+		debUnderSystemd(t, v1, v2)
+	})
+}
+
+// TestConfigExample keeps packaging/config.example.toml honest: every
+// setting but the token is shown, and uncommented it is a config `run`
+// accepts.
+func TestConfigExample(t *testing.T) {
+	path := filepath.Join(moduleRoot(t), "packaging", "config.example.toml")
+	text, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if regexp.MustCompile(`(?m)^#?\s*token\s*=`).Match(text) {
+		t.Error("the example config shows a token key; it must point at token-file instead")
+	}
+	setting := regexp.MustCompile(`^# ([a-z-]+) = (.*)$`)
+	var uncommented strings.Builder
+	shown := map[string]bool{}
+	for _, line := range strings.Split(string(text), "\n") {
+		if m := setting.FindStringSubmatch(line); m != nil {
+			shown[m[1]] = true
+			line = m[1] + " = " + m[2]
+		}
+		uncommented.WriteString(line + "\n")
+	}
+	for _, o := range agent.Options {
+		if o.Name != "token" && !shown[o.Name] {
+			t.Errorf("packaging/config.example.toml does not show %q (%s)", o.Name, o.Help)
+		}
+	}
+	tmp := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(tmp, []byte(uncommented.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := agent.DefaultConfig()
+	if err := agent.ApplyFile(&cfg, tmp); err != nil {
+		t.Errorf("the example, uncommented, is not a valid config: %v", err)
+	}
+}
+
+// release is one snapshot build's output.
+type release struct {
+	version   string
+	dist      string
+	artifacts []artifact
+}
+
+// artifact is an entry of GoReleaser's dist/artifacts.json.
+type artifact struct {
+	Name   string `json:"name"`
+	Path   string `json:"path"`
+	Goos   string `json:"goos"`
+	Goarch string `json:"goarch"`
+	Type   string `json:"type"`
+}
+
+func (r release) ofType(typ string) []artifact {
+	var out []artifact
+	for _, a := range r.artifacts {
+		if a.Type == typ {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// pkg is the path of the deb or rpm for goarch.
+func (r release) pkg(t *testing.T, format, goarch string) string {
+	t.Helper()
+	for _, a := range r.ofType("Linux Package") {
+		if a.Goarch == goarch && strings.HasSuffix(a.Name, "."+format) {
+			return a.Path
+		}
+	}
+	t.Fatalf("no %s for %s among %v", format, goarch, r.ofType("Linux Package"))
+	return ""
+}
+
+// installGoreleaser installs the pinned GoReleaser into a cache directory
+// (fast after the first time) so the test runs the version the config was
+// written for, whatever else is on PATH.
+func installGoreleaser(t *testing.T) string {
+	t.Helper()
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	version := goreleaserModule[strings.LastIndex(goreleaserModule, "@")+1:]
+	bin := filepath.Join(cache, "fluksio-worker-test", "goreleaser-"+version)
+	exe := filepath.Join(bin, "goreleaser")
+	if _, err := os.Stat(exe); err == nil {
+		return exe
+	}
+	start := time.Now()
+	cmd := exec.Command("go", "install", goreleaserModule)
+	cmd.Env = append(os.Environ(), "GOBIN="+bin, "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("go install %s: %v\n%s", goreleaserModule, err, out)
+		}
+		t.Skipf("cannot install %s (offline?): %v\n%s", goreleaserModule, err, out)
+	}
+	t.Logf("installed goreleaser %s in %v", version, time.Since(start).Round(time.Second))
+	return exe
+}
+
+// snapshot runs `goreleaser release --snapshot` with the given version into
+// a temporary dist, so the repository's own dist/ is never touched.
+func snapshot(t *testing.T, goreleaser, root, version string) release {
+	t.Helper()
+	dir := t.TempDir()
+	dist := filepath.Join(dir, "dist")
+	config, err := os.ReadFile(filepath.Join(root, ".goreleaser.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if regexp.MustCompile(`(?m)^dist:`).Match(config) {
+		t.Fatal(".goreleaser.yaml sets dist:, which this test needs to point at a temp dir")
+	}
+	tmpConfig := filepath.Join(dir, "goreleaser.yaml")
+	if err := os.WriteFile(tmpConfig, append(config, []byte("\ndist: "+dist+"\n")...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runTool(t, root, []string{"FLUKSIO_SNAPSHOT_VERSION=" + version},
+		goreleaser, "release", "--snapshot", "--clean", "--skip=publish", "--config", tmpConfig)
+	b, err := os.ReadFile(filepath.Join(dist, "artifacts.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := release{version: version, dist: dist}
+	if err := json.Unmarshal(b, &r.artifacts); err != nil {
+		t.Fatalf("dist/artifacts.json: %v", err)
+	}
+	for i, a := range r.artifacts {
+		if !filepath.IsAbs(a.Path) {
+			r.artifacts[i].Path = filepath.Join(root, a.Path)
+		}
+	}
+	return r
+}
+
+var targets = []struct{ goos, goarch string }{
+	{"linux", "amd64"}, {"linux", "arm64"}, {"darwin", "amd64"}, {"darwin", "arm64"},
+}
+
+func checkBinaries(t *testing.T, r release) {
+	bins := r.ofType("Binary")
+	for _, target := range targets {
+		i := slices.IndexFunc(bins, func(a artifact) bool { return a.Goos == target.goos && a.Goarch == target.goarch })
+		if i < 0 {
+			t.Errorf("no binary for %s/%s", target.goos, target.goarch)
+			continue
+		}
+		path := bins[i].Path
+		switch target.goos {
+		case "linux":
+			checkStaticELF(t, path, target.goarch)
+		case "darwin":
+			f, err := macho.Open(path)
+			if err != nil {
+				t.Errorf("%s: %v", path, err)
+				continue
+			}
+			want := map[string]macho.Cpu{"amd64": macho.CpuAmd64, "arm64": macho.CpuArm64}[target.goarch]
+			if f.Cpu != want {
+				t.Errorf("%s: cpu %v, want %v", path, f.Cpu, want)
+			}
+			f.Close()
+		}
+		if target.goos == runtime.GOOS && target.goarch == runtime.GOARCH {
+			out, err := exec.Command(path, "--version").CombinedOutput()
+			if got := strings.TrimSpace(string(out)); err != nil || got != "fluksio-worker "+r.version {
+				t.Errorf("%s --version = %q, %v; want the stamped version %s", path, got, err, r.version)
+			}
+		}
+	}
+}
+
+// checkStaticELF: no program interpreter and no shared libraries, so the
+// binary runs on any Linux of its architecture, glibc or musl or none.
+func checkStaticELF(t *testing.T, path, goarch string) {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Errorf("%s: %v", path, err)
+		return
+	}
+	defer f.Close()
+	want := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[goarch]
+	if f.Machine != want {
+		t.Errorf("%s: machine %v, want %v", path, f.Machine, want)
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Errorf("%s is dynamically linked (has PT_INTERP); CGO_ENABLED=0 should make it static", path)
+		}
+	}
+	if libs, _ := f.ImportedLibraries(); len(libs) > 0 {
+		t.Errorf("%s needs shared libraries %v", path, libs)
+	}
+}
+
+func checkArchives(t *testing.T, r release) {
+	archives := r.ofType("Archive")
+	if len(archives) != len(targets) {
+		t.Errorf("%d archives, want %d: %v", len(archives), len(targets), archives)
+	}
+	for _, a := range archives {
+		names := tarNames(t, a.Path)
+		for _, want := range []string{"fluksio-worker", "README.md", "LICENSE", "config.example.toml", "fluksio-worker.sbatch"} {
+			if !slices.Contains(names, want) {
+				t.Errorf("%s lacks %s (has %v)", a.Name, want, names)
+			}
+		}
+		wantName := fmt.Sprintf("fluksio-worker_%s_%s_%s.tar.gz", r.version, a.Goos, a.Goarch)
+		if a.Name != wantName {
+			t.Errorf("archive named %s, want %s", a.Name, wantName)
+		}
+	}
+}
+
+func tarNames(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	tr := tar.NewReader(gz)
+	var names []string
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return names
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		names = append(names, h.Name)
+	}
+}
+
+// checkChecksums: checksums.txt covers every archive and package, and each
+// sum is right.
+func checkChecksums(t *testing.T, r release) {
+	sums := r.ofType("Checksum")
+	if len(sums) != 1 {
+		t.Fatalf("want one checksums file, got %v", sums)
+	}
+	f, err := os.Open(sums[0].Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	listed := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		sum, name, ok := strings.Cut(sc.Text(), "  ")
+		if ok {
+			listed[name] = sum
+		}
+	}
+	for _, a := range append(r.ofType("Archive"), r.ofType("Linux Package")...) {
+		sum, ok := listed[a.Name]
+		if !ok {
+			t.Errorf("checksums.txt does not list %s", a.Name)
+			continue
+		}
+		b, err := os.ReadFile(a.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := sha256.Sum256(b)
+		if hex.EncodeToString(got[:]) != sum {
+			t.Errorf("checksums.txt: wrong sum for %s", a.Name)
+		}
+	}
+}
+
+// The files both packages must carry, and where.
+var packagedFiles = []string{
+	"/usr/bin/fluksio-worker",
+	"/usr/share/doc/fluksio-worker/README.md",
+	"/usr/share/doc/fluksio-worker/copyright",
+	"/usr/share/doc/fluksio-worker/config.example.toml",
+	"/usr/share/doc/fluksio-worker/CLUSTER.md",
+	"/usr/share/doc/fluksio-worker/examples/fluksio-worker.sbatch",
+}
+
+var maintainerScripts = map[string]string{ // deb control file -> packaging/scripts
+	"preinst":  "preinstall.sh",
+	"postinst": "postinstall.sh",
+	"prerm":    "preremove.sh",
+	"postrm":   "postremove.sh",
+}
+
+func checkDeb(t *testing.T, root string, r release) {
+	needTool(t, "dpkg-deb")
+	for _, goarch := range []string{"amd64", "arm64"} {
+		deb := r.pkg(t, "deb", goarch)
+		info := runTool(t, root, nil, "dpkg-deb", "--info", deb)
+		for _, want := range []string{
+			"Package: fluksio-worker",
+			"Version: " + r.version,
+			"Architecture: " + goarch,
+			"Depends: python3",
+			"Pre-Depends: passwd",
+		} {
+			if !strings.Contains(info, "\n "+want+"\n") {
+				t.Errorf("%s: control lacks %q:\n%s", filepath.Base(deb), want, info)
+			}
+		}
+		contents := runTool(t, root, nil, "dpkg-deb", "--contents", deb)
+		for _, want := range packagedFiles {
+			if !strings.Contains(contents, " ."+want+"\n") {
+				t.Errorf("%s does not hold %s:\n%s", filepath.Base(deb), want, contents)
+			}
+		}
+		if strings.Contains(contents, "./etc/") {
+			t.Errorf("%s ships files under /etc; the config is written by `install`, not packaged:\n%s", filepath.Base(deb), contents)
+		}
+		control := filepath.Join(t.TempDir(), "control")
+		runTool(t, root, nil, "dpkg-deb", "--control", deb, control)
+		for name, script := range maintainerScripts {
+			got, err := os.ReadFile(filepath.Join(control, name))
+			if err != nil {
+				t.Errorf("%s: no %s: %v", filepath.Base(deb), name, err)
+				continue
+			}
+			want, _ := os.ReadFile(filepath.Join(root, "packaging", "scripts", script))
+			if string(got) != string(want) {
+				t.Errorf("%s: %s is not packaging/scripts/%s", filepath.Base(deb), name, script)
+			}
+		}
+	}
+}
+
+func checkRPM(t *testing.T, root string, r release) {
+	needTool(t, "rpm")
+	for _, goarch := range []string{"amd64", "arm64"} {
+		rpm := r.pkg(t, "rpm", goarch)
+		name := filepath.Base(rpm)
+		info := runTool(t, root, nil, "rpm", "-qp", "--queryformat", "%{NAME} %{VERSION} %{ARCH} %{LICENSE}\n", rpm)
+		wantArch := map[string]string{"amd64": "x86_64", "arm64": "aarch64"}[goarch]
+		if want := fmt.Sprintf("fluksio-worker %s %s MIT", r.version, wantArch); !strings.Contains(info, want) {
+			t.Errorf("%s: header %q, want %q", name, info, want)
+		}
+		requires := runTool(t, root, nil, "rpm", "-qp", "--requires", rpm)
+		for _, want := range []string{"python3", "shadow-utils"} {
+			if !slices.Contains(strings.Fields(requires), want) {
+				t.Errorf("%s does not require %s:\n%s", name, want, requires)
+			}
+		}
+		list := runTool(t, root, nil, "rpm", "-qp", "--list", rpm)
+		for _, want := range packagedFiles {
+			if !slices.Contains(strings.Split(list, "\n"), want) {
+				t.Errorf("%s does not hold %s:\n%s", name, want, list)
+			}
+		}
+		scripts := runTool(t, root, nil, "rpm", "-qp", "--scripts", rpm)
+		for _, phase := range []string{"preinstall", "postinstall", "preuninstall", "postuninstall"} {
+			if !strings.Contains(scripts, phase+" scriptlet (using /bin/sh)") {
+				t.Errorf("%s: no %s scriptlet:\n%s", name, phase, scripts)
+			}
+		}
+		// rpm passes counts, not verbs; each script must know both.
+		for _, want := range []string{"useradd --system", "install --refresh-unit", `remove | 0)`, "try-restart"} {
+			if !strings.Contains(scripts, want) {
+				t.Errorf("%s: scriptlets lack %q", name, want)
+			}
+		}
+	}
+}
+
+// runTool runs a command in dir and returns its combined output, failing the
+// test (with that output) if it fails.
+func runTool(t *testing.T, dir string, env []string, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func needTool(t *testing.T, name string) {
+	t.Helper()
+	if _, err := exec.LookPath(name); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s is missing in CI (Debian: apt-get install rpm dpkg)", name)
+		}
+		t.Skipf("%s not installed", name)
+	}
+}
+
+// moduleRoot is the module root: the parent of this test's directory.
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Dir(wd)
+}
