@@ -1,0 +1,327 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"testing/iotest"
+	"unicode/utf8"
+)
+
+func TestTruthy(t *testing.T) {
+	falsy := []string{"", "null", "false", "0", "-0", "0.0", "-0.0", "0e10", "0E-3", "1e-400", `""`, "[]", "[ ]", "{}", "{ \n }", " 0 ", " null "}
+	truthful := []string{"true", "1", "-1", "0.5", "1e-300", "1e400", "-1e400", `"x"`, `"0"`, `"false"`, `" "`, `"\u0000"`, "[0]", "[[]]", `{"a":null}`, " true "}
+	for _, v := range falsy {
+		if truthy(json.RawMessage(v)) {
+			t.Errorf("truthy(%s) = true; Python says false", v)
+		}
+	}
+	for _, v := range truthful {
+		if !truthy(json.RawMessage(v)) {
+			t.Errorf("truthy(%s) = false; Python says true", v)
+		}
+	}
+}
+
+func TestClassify(t *testing.T) {
+	tests := []struct {
+		line string
+		kind lineKind
+		out  string // the trimmed line classify returns
+	}{
+		{`{"call_id":"c1","event":"stream","values":{"loss":0.25}}`, lineEvent, ""},
+		{`{"call_id":"c1","event":"heartbeat"}`, lineEvent, ""},
+		{`{"call_id":"c1","ok":true,"outputs":{"final":0.1}}`, lineAnswer, ""},
+		{`{"call_id":"c1","ok":false,"error":{"type":"ValueError"}}`, lineAnswer, ""},
+		{`{}`, lineAnswer, ""},
+		// Falsy events are answers, as in the reference's .get("event").
+		{`{"call_id":"c1","event":null,"ok":true}`, lineAnswer, ""},
+		{`{"call_id":"c1","event":"","ok":true}`, lineAnswer, ""},
+		{`{"call_id":"c1","event":0,"ok":true}`, lineAnswer, ""},
+		{`{"call_id":"c1","event":false,"ok":true}`, lineAnswer, ""},
+		{`{"call_id":"c1","event":[],"ok":true}`, lineAnswer, ""},
+		{`{"call_id":"c1","event":{},"ok":true}`, lineAnswer, ""},
+		{`{"event":1}`, lineEvent, ""},
+		{`{"event":{"kind":"x"}}`, lineEvent, ""},
+		// The last of duplicate keys counts, as in Python's json.
+		{`{"event":"log","event":null}`, lineAnswer, ""},
+		{`{"event":null,"event":"log"}`, lineEvent, ""},
+		// Surrounding blanks and a CR are trimmed.
+		{"  {\"event\":\"log\"}\r", lineEvent, `{"event":"log"}`},
+		{"\t{\"ok\":true}  ", lineAnswer, `{"ok":true}`},
+		// Not JSON objects: never forwarded.
+		{"", lineGarbage, ""},
+		{"   ", lineGarbage, ""},
+		{"epoch 1 loss 0.3", lineGarbage, ""},
+		{`["event","log"]`, lineGarbage, ""},
+		{`"event"`, lineGarbage, ""},
+		{`null`, lineGarbage, ""},
+		{`{"event":"log"`, lineGarbage, ""},
+		{`{"event":"log"} trailing`, lineGarbage, ""},
+		{`{"event":"log"}{"ok":true}`, lineGarbage, ""},
+		{`{"event": NaN}`, lineGarbage, ""},
+		{`{event: "log"}`, lineGarbage, ""},
+		{"\x1b[2K{\"event\":\"log\"}", lineGarbage, ""},
+	}
+	for _, tt := range tests {
+		out, kind := classify([]byte(tt.line))
+		if kind != tt.kind {
+			t.Errorf("classify(%q) kind = %d, want %d (0 garbage, 1 event, 2 answer)", tt.line, kind, tt.kind)
+		}
+		want := tt.out
+		if want == "" {
+			want = strings.TrimSpace(tt.line)
+		}
+		if string(out) != want {
+			t.Errorf("classify(%q) line = %q, want %q", tt.line, out, want)
+		}
+	}
+}
+
+// Only the exact key "event" marks progress: the reference reads it with
+// dict.get("event"), which is case-sensitive. An answer that happens to
+// carry an "Event" or "EVENT" field is still the answer.
+func TestClassifyEventKeyIsCaseSensitive(t *testing.T) {
+	tests := []struct {
+		line string
+		kind lineKind
+	}{
+		{`{"call_id":"c1","ok":true,"outputs":{},"Event":"done"}`, lineAnswer},
+		{`{"call_id":"c1","ok":true,"EVENT":1}`, lineAnswer},
+		{`{"call_id":"c1","event":null,"Event":"log"}`, lineAnswer},
+		{`{"call_id":"c1","event":"log","EVENT":null}`, lineEvent},
+	}
+	for _, tt := range tests {
+		if _, kind := classify([]byte(tt.line)); kind != tt.kind {
+			t.Errorf("classify(%s) kind = %d, want %d (1 event, 2 answer)", tt.line, kind, tt.kind)
+		}
+	}
+}
+
+func TestTextFrame(t *testing.T) {
+	valid := []byte(`{"event":"log","line":"héllo ✓"}`)
+	frame := textFrame(valid)
+	if !bytes.Equal(frame, valid) {
+		t.Errorf("textFrame changed valid UTF-8: %q", frame)
+	}
+	// The frame is sent later, from another goroutine; the reader reuses
+	// its buffer for the next line. It must be a copy.
+	valid[2] = 'X'
+	if frame[2] == 'X' {
+		t.Error("textFrame returned the caller's buffer, which the line reader overwrites")
+	}
+
+	invalid := []byte("{\"line\":\"a\xffb\xc3(\"}")
+	frame = textFrame(invalid)
+	if !utf8.Valid(frame) {
+		t.Errorf("textFrame(%q) = %q, not valid UTF-8", invalid, frame)
+	}
+	if want := "{\"line\":\"a\uFFFDb\uFFFD(\"}"; string(frame) != want {
+		t.Errorf("textFrame(%q) = %q, want %q", invalid, frame, want)
+	}
+	if !json.Valid(frame) {
+		t.Errorf("textFrame made invalid JSON of a JSON line: %q", frame)
+	}
+}
+
+// lineResult is one thing lineReader.Next gave: a line (copied) or a
+// too-long error.
+type lineResult struct {
+	line    string
+	tooLong bool
+}
+
+func (r lineResult) String() string {
+	switch {
+	case r.tooLong:
+		return "[too long]"
+	case len(r.line) > 40:
+		return fmt.Sprintf("[%d bytes of %q…]", len(r.line), r.line[:4])
+	}
+	return fmt.Sprintf("[%q]", r.line)
+}
+
+// readAll drains a lineReader up to io.EOF.
+func readAll(t *testing.T, lr *lineReader) []lineResult {
+	t.Helper()
+	var out []lineResult
+	for i := 0; ; i++ {
+		if i > 10000 {
+			t.Fatal("lineReader never reached EOF")
+		}
+		l, err := lr.Next()
+		var tooLong *lineTooLongError
+		switch {
+		case err == nil:
+			out = append(out, lineResult{line: string(l)})
+		case errors.As(err, &tooLong):
+			out = append(out, lineResult{tooLong: true})
+		case errors.Is(err, io.EOF):
+			return out
+		default:
+			t.Fatalf("Next: %v", err)
+		}
+	}
+}
+
+func checkLines(t *testing.T, got, want []lineResult) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("got %d results %v, want %d %v", len(got), got, len(want), want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("result %d: got %v, want %v", i, got[i], want[i])
+		}
+	}
+}
+
+func ok(l string) lineResult { return lineResult{line: l} }
+
+var tooLong = lineResult{tooLong: true}
+
+// fill is a line of n bytes that shows where it was cut if it was.
+func fill(n int, c byte) string {
+	b := bytes.Repeat([]byte{c}, n)
+	for i := 0; i < n; i += 1000 {
+		b[i] = '0' + byte(i/1000%10)
+	}
+	return string(b)
+}
+
+// readers feed the same input whole, in halves and a byte at a time, so
+// lines split across reads are covered.
+func readers(input string) map[string]func() io.Reader {
+	return map[string]func() io.Reader{
+		"whole":    func() io.Reader { return strings.NewReader(input) },
+		"halves":   func() io.Reader { return iotest.HalfReader(strings.NewReader(input)) },
+		"one byte": func() io.Reader { return iotest.OneByteReader(strings.NewReader(input)) },
+	}
+}
+
+func runLines(t *testing.T, input string, max int64, want []lineResult) {
+	t.Helper()
+	for name, r := range readers(input) {
+		if name == "one byte" && len(input) > 1<<20 {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			checkLines(t, readAll(t, newLineReader(r(), max)), want)
+		})
+	}
+}
+
+func TestLineReaderBufferBoundaries(t *testing.T) {
+	const k64 = lineBufferSize
+	var input strings.Builder
+	var want []lineResult
+	for i, n := range []int{0, 1, k64 - 2, k64 - 1, k64, k64 + 1, 2*k64 - 1, 2 * k64, 2*k64 + 1, 3, 0} {
+		l := fill(n, byte('a'+i))
+		input.WriteString(l + "\n")
+		want = append(want, ok(l))
+	}
+	runLines(t, input.String(), DefaultMaxLine, want)
+}
+
+func TestLineReaderLinesOfSeveralMiB(t *testing.T) {
+	big := fill(5<<20+123, 'x')
+	bigger := fill(9<<20, 'y')
+	runLines(t, "before\n"+big+"\n"+bigger+"\nafter\n", DefaultMaxLine, []lineResult{ok("before"), ok(big), ok(bigger), ok("after")})
+}
+
+func TestLineReaderFinalLineWithoutNewline(t *testing.T) {
+	big := fill(3*lineBufferSize+7, 'z')
+	tests := []struct {
+		input string
+		want  []lineResult
+	}{
+		{"", nil},
+		{"\n", []lineResult{ok("")}},
+		{"a", []lineResult{ok("a")}},
+		{"a\nb", []lineResult{ok("a"), ok("b")}},
+		{"a\n\n", []lineResult{ok("a"), ok("")}},
+		{`{"ok":true}`, []lineResult{ok(`{"ok":true}`)}},
+		{"a\n" + big, []lineResult{ok("a"), ok(big)}},
+	}
+	for _, tt := range tests {
+		runLines(t, tt.input, DefaultMaxLine, tt.want)
+	}
+}
+
+// A line over the bound is skipped to its end and reported once; the
+// reader then returns the lines after it, so the call can answer with a
+// clear error instead of the stream being lost.
+func TestLineReaderRecoversAfterATooLongLine(t *testing.T) {
+	const max = 100_000
+	input := "first\n" +
+		fill(300_000, 'a') + "\n" + // detected while the line is still coming
+		"next\n" +
+		fill(max+2, 'b') + "\n" + // its end is in the same read as the overflow
+		"again\n" +
+		fill(lineBufferSize+1000, 'c') + "\n" +
+		fill(max, 'd') + "\n" +
+		fill(5<<20, 'e') + // too long, and the input ends inside it
+		""
+	runLines(t, input, max, []lineResult{ok("first"), tooLong, ok("next"), tooLong, ok("again"), ok(fill(lineBufferSize+1000, 'c')), ok(fill(max, 'd')), tooLong})
+}
+
+// --max-line is exact: a line of max bytes passes, one byte more does not,
+// wherever the line ends and however small --max-line is (1KiB is allowed).
+func TestLineReaderBoundIsExact(t *testing.T) {
+	for _, max := range []int64{1024, 4096, lineBufferSize - 1, lineBufferSize, 100_000} {
+		t.Run(formatBytes(max), func(t *testing.T) {
+			atMax, over := fill(int(max), 'm'), fill(int(max)+1, 'o')
+			t.Run("newlines", func(t *testing.T) {
+				runLines(t, atMax+"\n"+over+"\n"+"next\n", max, []lineResult{ok(atMax), tooLong, ok("next")})
+			})
+			t.Run("over at EOF", func(t *testing.T) {
+				runLines(t, "a\n"+over, max, []lineResult{ok("a"), tooLong})
+			})
+			t.Run("max at EOF", func(t *testing.T) {
+				runLines(t, "a\n"+atMax, max, []lineResult{ok("a"), ok(atMax)})
+			})
+			t.Run("twice max", func(t *testing.T) {
+				runLines(t, fill(2*int(max), 't')+"\nnext\n", max, []lineResult{tooLong, ok("next")})
+			})
+		})
+	}
+}
+
+func TestLineReaderCRLF(t *testing.T) {
+	lr := newLineReader(strings.NewReader("{\"event\":\"log\"}\r\nnot json\r\n{\"ok\":true}\r\n"), DefaultMaxLine)
+	var kinds []lineKind
+	var frames []string
+	for {
+		raw, err := lr.Next()
+		if err != nil {
+			break
+		}
+		l, kind := classify(raw)
+		kinds = append(kinds, kind)
+		frames = append(frames, string(textFrame(l)))
+	}
+	if len(kinds) != 3 || kinds[0] != lineEvent || kinds[1] != lineGarbage || kinds[2] != lineAnswer {
+		t.Errorf("kinds = %v, want event, garbage, answer", kinds)
+	}
+	if len(frames) == 3 && (frames[0] != `{"event":"log"}` || frames[2] != `{"ok":true}`) {
+		t.Errorf("frames = %q, want them without the CR", frames)
+	}
+}
+
+func TestLineTooLongErrorSaysWhatToDo(t *testing.T) {
+	lr := newLineReader(strings.NewReader(fill(2<<20, 'x')+"\n"), 1<<20)
+	_, err := lr.Next()
+	var tooLong *lineTooLongError
+	if !errors.As(err, &tooLong) {
+		t.Fatalf("Next = %v, want a line-too-long error", err)
+	}
+	for _, want := range []string{"--max-line", "1MiB", "save_artifact"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+}
