@@ -70,7 +70,6 @@ HTTP_TIMEOUT_S = 120.0
 # its SIGTERM, and an answer is better than a killed process).
 CANCEL_GRACE_S = 1.0
 
-PORT_TYPES = ("int", "float", "str", "bool", "json", "artifact", "list")
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
@@ -106,7 +105,9 @@ class Channel:
         self.answered = False
 
     def _write(self, obj: dict) -> None:
-        data = (json.dumps(obj, allow_nan=False, ensure_ascii=False) + "\n").encode("utf-8", "surrogatepass")
+        # ASCII-only JSON: any string (lone surrogates from odd file names
+        # included) travels as valid UTF-8.
+        data = (json.dumps(obj, allow_nan=False) + "\n").encode("ascii")
         view = memoryview(data)
         while view:
             n = os.write(self.fd, view)
@@ -1162,23 +1163,25 @@ def emit_stream(channel: Channel, values: dict) -> None:
 
 def run_generator(channel: Channel, fname: str, spec, gen):
     """Drives a generator node: each yield is validated and sent at once."""
-    while True:
-        try:
-            values = next(gen)
-        except StopIteration as stop:
-            return stop.value
-        try:
-            emit_stream(channel, check_stream(fname, spec, values))
-        except BaseException as exc:
-            # A refused value, or a cancel that arrived while the event was
-            # being sent: point at the yield, and close the generator so the
-            # node's finally blocks run.
-            _point_at(exc, gen.gi_frame)
+    try:
+        while True:
             try:
-                gen.close()
-            except BaseException:
-                pass  # the first failure is the one to report
-            raise
+                values = next(gen)
+            except StopIteration as stop:
+                return stop.value
+            emit_stream(channel, check_stream(fname, spec, values))
+    except BaseException as exc:
+        if gen.gi_frame is None:
+            raise  # the node itself failed; its generator is already done
+        # A refused value, or a cancel that landed in the runtime between
+        # two yields: point at the yield, and close the generator so the
+        # node's finally blocks run.
+        at_yield = _traceback_at(gen.gi_frame)
+        try:
+            gen.close()
+        except BaseException:
+            pass  # the first failure is the one to report
+        raise exc.with_traceback(at_yield)
 
 
 def run_async_generator(channel: Channel, fname: str, spec, agen):
@@ -1189,24 +1192,25 @@ def run_async_generator(channel: Channel, fname: str, spec, agen):
                 values = loop.run_until_complete(agen.__anext__())
             except StopAsyncIteration:
                 return None  # async generators cannot return a value
-            try:
-                emit_stream(channel, check_stream(fname, spec, values))
-            except BaseException as exc:
-                _point_at(exc, agen.ag_frame)
-                try:
-                    loop.run_until_complete(agen.aclose())
-                except BaseException:
-                    pass
-                raise
+            emit_stream(channel, check_stream(fname, spec, values))
+    except BaseException as exc:
+        if agen.ag_frame is None:
+            raise
+        at_yield = _traceback_at(agen.ag_frame)
+        try:
+            loop.run_until_complete(agen.aclose())
+        except BaseException:
+            pass
+        raise exc.with_traceback(at_yield)
     finally:
         loop.close()
 
 
-def _point_at(exc: BaseException, frame) -> None:
-    """Gives a validation error the yield's line as its traceback."""
+def _traceback_at(frame):
+    """A traceback of the suspended generator frame: the line of its yield."""
     if frame is None:
-        return
-    exc.__traceback__ = types.TracebackType(None, frame, frame.f_lasti, frame.f_lineno)
+        return None
+    return types.TracebackType(None, frame, frame.f_lasti, frame.f_lineno)
 
 
 def do_run(channel: Channel, request: dict) -> None:
@@ -1261,14 +1265,19 @@ def fail(channel: Channel, exc: BaseException) -> None:
 
 
 def read_request(channel: Channel) -> dict:
-    # Read the one line byte by byte from the fd: a buffered reader could
-    # not be told apart from node code reading stdin later.
-    raw = bytearray()
-    while not raw.endswith(b"\n"):
-        chunk = os.read(0, 1)
+    # The agent writes exactly one line and nothing after it (stdin then
+    # only stays open), so reading past the newline loses nothing.
+    chunks = []
+    while True:
+        chunk = os.read(0, 1 << 20)
         if not chunk:
             break
-        raw += chunk
+        end = chunk.find(b"\n")
+        if end >= 0:
+            chunks.append(chunk[:end])
+            break
+        chunks.append(chunk)
+    raw = b"".join(chunks)
     if not raw.strip():
         raise BadRequest("no request line on stdin")
     try:

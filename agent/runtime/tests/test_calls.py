@@ -118,6 +118,11 @@ class NodeShapes(RuntimeTestCase):
         self.assertOk(answer)
         self.assertEqual(answer["outputs"], {"out": 5})
 
+    def test_large_request(self):
+        code = "def f(blob):\n    return {'n': len(blob)}\n"
+        answer, _, _ = self.run_call(run_request(code, "f", {"blob": "x" * (20 << 20)}))
+        self.assertEqual(answer["outputs"], {"n": 20 << 20})
+
     def test_module_node(self):
         pkg = tempfile.mkdtemp()
         self.addCleanup(lambda: __import__("shutil").rmtree(pkg, True))

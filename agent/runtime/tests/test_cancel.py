@@ -64,6 +64,25 @@ class Cancel(RuntimeTestCase):
         self.assertError(answer, "NodeCancelled")
         self.assertIn("cleaned up", [e.get("line") for e in events], answer)
 
+    def test_finally_blocks_run_when_the_cancel_lands_between_yields(self):
+        # A generator that yields without pause spends much of its time in
+        # the runtime (validating, sending): the cancel lands there, and the
+        # generator must still be closed.
+        code = source(
+            """
+            def train():
+                try:
+                    while True:
+                        yield {"loss": 1.0}
+                finally:
+                    print("cleaned up")
+            """
+        )
+        for _ in range(5):
+            answer, events, took = self.cancel_after_first_line(code)
+            self.assertError(answer, "NodeCancelled")
+            self.assertIn("cleaned up", [e.get("line") for e in events], answer)
+
     def test_node_that_swallows_the_cancel_is_answered_anyway(self):
         code = source(
             """
