@@ -1,4 +1,4 @@
-package nspawn_test
+package nspawn
 
 import (
 	"context"
@@ -7,19 +7,18 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/fluksio/fluksio-worker/test/nspawn"
 )
 
 // TestBoot boots the rootfs, checks systemd and Python inside, and that what
-// a test writes in one container stays out of the cache and the next one.
+// a test writes in a container stays out of the cached rootfs, and that
+// Close leaves nothing behind.
 func TestBoot(t *testing.T) {
-	nspawn.Require(t)
+	Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
 	start := time.Now()
-	root, err := nspawn.Rootfs(ctx)
+	root, err := Rootfs(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +28,7 @@ func TestBoot(t *testing.T) {
 	}
 
 	start = time.Now()
-	m, err := nspawn.Boot(ctx, nspawn.Options{})
+	m, err := Boot(ctx, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +75,7 @@ func TestBoot(t *testing.T) {
 		t.Errorf("close: %v", err)
 	}
 	t.Logf("powered off in %v", time.Since(start).Round(time.Millisecond))
-	if left, _ := filepath.Glob(filepath.Join(os.TempDir(), "fluksio-nspawn-*")); len(left) > 0 {
-		t.Errorf("Close left %v", left)
+	if _, err := os.Stat(m.work); err == nil {
+		t.Errorf("Close left the container's copy in %s", m.work)
 	}
 }
