@@ -1,11 +1,13 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -500,12 +502,11 @@ func (a *Agent) callEnv(raw json.RawMessage) ([]string, error) {
 }
 
 // pythonStr renders a JSON value as Python's str() renders the decoded
-// value, which is how the reference agent turned env values into text.
+// value, which is how the reference agent turned env values into text:
+// strings as they are, True/False/None, integers exactly, floats in
+// Python's repr.
 func pythonStr(raw json.RawMessage) string {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s
-	}
+	raw = bytes.TrimSpace(raw)
 	switch string(raw) {
 	case "true":
 		return "True"
@@ -514,15 +515,33 @@ func pythonStr(raw json.RawMessage) string {
 	case "null":
 		return "None"
 	}
-	if f, err := strconv.ParseFloat(string(raw), 64); err == nil {
-		if _, ierr := strconv.ParseInt(string(raw), 10, 64); ierr == nil {
-			return string(raw)
-		}
-		s := strconv.FormatFloat(f, 'g', -1, 64)
-		if f == float64(int64(f)) && !strings.ContainsAny(s, "e.") {
-			s += ".0"
-		}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
 		return s
 	}
+	if !bytes.ContainsAny(raw, ".eE") {
+		if n, ok := new(big.Int).SetString(string(raw), 10); ok {
+			return n.String()
+		}
+	}
+	if f, err := strconv.ParseFloat(string(raw), 64); err == nil {
+		return pythonFloat(f)
+	}
 	return string(raw)
+}
+
+// pythonFloat is Python's repr of a float: the shortest digits that read
+// back the same, fixed notation for exponents -4 to 15 (with ".0" on whole
+// numbers), scientific beyond.
+func pythonFloat(f float64) string {
+	sci := strconv.FormatFloat(f, 'e', -1, 64)
+	exp, _ := strconv.Atoi(sci[strings.IndexByte(sci, 'e')+1:])
+	if exp < -4 || exp >= 16 {
+		return sci
+	}
+	s := strconv.FormatFloat(f, 'f', -1, 64)
+	if !strings.Contains(s, ".") {
+		s += ".0"
+	}
+	return s
 }

@@ -63,8 +63,14 @@ type Option struct {
 	set  func(c *Config, v string) error
 }
 
-// Env is the option's environment variable.
+// Env is the option's environment variable, "" for none. --gpus has none:
+// FLUKSIO_WORKER_GPUS already means something else, a detected value that
+// comes after SLURM_GPUS_ON_NODE (protocol section 1), so it cannot also be
+// a setting that wins over everything.
 func (o Option) Env() string {
+	if o.Name == "gpus" {
+		return ""
+	}
 	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(o.Name, "-", "_"))
 }
 
@@ -194,6 +200,9 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		}
 	}
 	for _, o := range Options {
+		if o.Env() == "" {
+			continue
+		}
 		if v := getenv(o.Env()); v != "" {
 			if err := o.set(&cfg, v); err != nil {
 				return cfg, usagef("%s=%q: %v", o.Env(), v, err)

@@ -40,13 +40,12 @@ func newLineReader(r io.Reader, max int64) *lineReader {
 // without a newline is returned first).
 func (lr *lineReader) Next() ([]byte, error) {
 	line, err := lr.r.ReadSlice('\n')
-	if err == nil {
-		return line[:len(line)-1], nil
-	}
-	if !errors.Is(err, bufio.ErrBufferFull) {
-		if len(line) > 0 && errors.Is(err, io.EOF) {
-			return line, nil
-		}
+	switch {
+	case err == nil:
+		return lr.bounded(line[:len(line)-1])
+	case errors.Is(err, io.EOF) && len(line) > 0:
+		return lr.bounded(line)
+	case !errors.Is(err, bufio.ErrBufferFull):
 		return nil, err
 	}
 	lr.buf = append(lr.buf[:0], line...)
@@ -54,26 +53,33 @@ func (lr *lineReader) Next() ([]byte, error) {
 		line, err = lr.r.ReadSlice('\n')
 		if int64(len(lr.buf)+len(line)) > lr.max+1 {
 			lr.buf = nil // do not keep a huge buffer alive
-			if err == nil {
-				return nil, &lineTooLongError{lr.max}
-			}
-			if skipErr := lr.skipLine(err); skipErr != nil {
-				return nil, skipErr
+			if err != nil {
+				if skipErr := lr.skipLine(err); skipErr != nil {
+					return nil, skipErr
+				}
 			}
 			return nil, &lineTooLongError{lr.max}
 		}
 		lr.buf = append(lr.buf, line...)
 		switch {
 		case err == nil:
-			return lr.buf[:len(lr.buf)-1], nil
+			return lr.bounded(lr.buf[:len(lr.buf)-1])
 		case errors.Is(err, bufio.ErrBufferFull):
 			continue
 		case errors.Is(err, io.EOF) && len(lr.buf) > 0:
-			return lr.buf, nil
+			return lr.bounded(lr.buf)
 		default:
 			return nil, err
 		}
 	}
+}
+
+// bounded passes a complete line that fits and refuses one that does not.
+func (lr *lineReader) bounded(line []byte) ([]byte, error) {
+	if int64(len(line)) > lr.max {
+		return nil, &lineTooLongError{lr.max}
+	}
+	return line, nil
 }
 
 // skipLine discards input up to and including the next newline.
@@ -100,19 +106,89 @@ const (
 // on "event" being truthy (in Python's sense), so nothing else is decoded.
 func classify(line []byte) ([]byte, lineKind) {
 	line = bytes.TrimSpace(line)
-	if len(line) == 0 || line[0] != '{' {
+	if len(line) == 0 || line[0] != '{' || !json.Valid(line) {
 		return line, lineGarbage
 	}
-	var head struct {
-		Event json.RawMessage `json:"event"`
-	}
-	if json.Unmarshal(line, &head) != nil {
-		return line, lineGarbage
-	}
-	if truthy(head.Event) {
+	if truthy(topLevelValue(line, "event")) {
 		return line, lineEvent
 	}
 	return line, lineAnswer
+}
+
+// topLevelValue returns the raw value of key in a valid JSON object, nil
+// when absent. Keys match exactly, and the last duplicate wins, as in
+// Python's json.loads(line).get(key) (encoding/json would match "Event" and
+// "EVENT" too).
+func topLevelValue(obj []byte, key string) json.RawMessage {
+	var found json.RawMessage
+	i := 1 // past '{'
+	for {
+		i = skipSpace(obj, i)
+		if i >= len(obj) || obj[i] == '}' {
+			return found
+		}
+		keyEnd := skipValue(obj, i)
+		rawKey := obj[i:keyEnd]
+		i = skipSpace(obj, keyEnd) + 1 // past ':'
+		i = skipSpace(obj, i)
+		valueEnd := skipValue(obj, i)
+		if keyEquals(rawKey, key) {
+			found = obj[i:valueEnd]
+		}
+		i = skipSpace(obj, valueEnd)
+		if i < len(obj) && obj[i] == ',' {
+			i++
+		}
+	}
+}
+
+func keyEquals(rawKey []byte, key string) bool {
+	if bytes.IndexByte(rawKey, '\\') < 0 {
+		return len(rawKey) == len(key)+2 && string(rawKey[1:len(rawKey)-1]) == key
+	}
+	var decoded string
+	return json.Unmarshal(rawKey, &decoded) == nil && decoded == key
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipValue returns the end of the JSON value starting at i; b is valid
+// JSON, so only strings and nesting need care.
+func skipValue(b []byte, i int) int {
+	depth := 0
+	for ; i < len(b); i++ {
+		switch c := b[i]; c {
+		case '"':
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+			if depth == 0 {
+				return i + 1
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return i
+			}
+			depth--
+			if depth == 0 {
+				return i + 1
+			}
+		case ',', ' ', '\t', '\n', '\r', ':':
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return i
 }
 
 // truthy is Python's truth value of a JSON value: null, false, 0, "", []

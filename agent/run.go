@@ -122,7 +122,9 @@ over the file):
 	fmt.Fprintf(w, "  --%-22s %s\n", "config PATH", "read settings from this TOML file (env FLUKSIO_WORKER_CONFIG)")
 	for _, o := range Options {
 		fmt.Fprintf(w, "  --%-22s %s\n", o.Name+" "+o.Arg, o.Help)
-		fmt.Fprintf(w, "  %-24s [%s]\n", "", o.Env())
+		if o.Env() != "" {
+			fmt.Fprintf(w, "  %-24s [%s]\n", "", o.Env())
+		}
 	}
 	fmt.Fprint(w, `  --version                print the version
 

@@ -20,6 +20,12 @@ const pythonCheckTimeout = 30 * time.Second
 // venvDigestTimeout is the reference agent's limit for `pip freeze`.
 const venvDigestTimeout = 60 * time.Second
 
+// pipeWaitDelay: once the interpreter has exited (or its deadline passed),
+// a process it left behind holding the output pipe gets this long before
+// the pipe is closed under it; otherwise Wait would block for as long as
+// that process lives.
+const pipeWaitDelay = time.Second
+
 // pythonVersionScript prints the interpreter's version and exits non-zero
 // below 3.8, the oldest the embedded runtime supports.
 const pythonVersionScript = `import sys; print("%d.%d.%d" % sys.version_info[:3]); sys.exit(0 if sys.version_info >= (3, 8) else 3)`
@@ -47,6 +53,7 @@ func FindPython(ctx context.Context, given string) (path, version string, err er
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, path, "-c", pythonVersionScript)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.WaitDelay = pipeWaitDelay
 	runErr := cmd.Run()
 	version = strings.TrimSpace(stdout.String())
 	var exitErr *exec.ExitError
@@ -74,6 +81,7 @@ func VenvDigest(ctx context.Context, python string) string {
 	cmd := exec.CommandContext(ctx, python, "-m", "pip", "freeze")
 	var out bytes.Buffer
 	cmd.Stdout = &out
+	cmd.WaitDelay = pipeWaitDelay
 	err := cmd.Run()
 	var exitErr *exec.ExitError
 	if err != nil && (!errors.As(err, &exitErr) || ctx.Err() != nil) {
