@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: formatting, vet, the darwin build,
+# the runtime's Python tests on every Python 3.8+ found, a short fuzz of
+# each fuzzer, then every Go test under the race detector (the service and
+# package tests boot a real systemd with systemd-nspawn; they need root,
+# debootstrap and systemd-container, see .ci/run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== gofmt"
+unformatted=$(git ls-files '*.go' | xargs gofmt -l)
+if [ -n "$unformatted" ]; then echo "gofmt would change:"; echo "$unformatted"; exit 1; fi
+
+echo "== go vet"
+go vet ./...
+
+echo "== cross builds (CGO_ENABLED=0)"
+for target in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64; do
+  CGO_ENABLED=0 GOOS=${target%/*} GOARCH=${target#*/} go build -o /dev/null . && echo "  $target ok"
+done
+
+echo "== runtime tests (Python)"
+pythons=(/usr/bin/python3)
+command -v python3 >/dev/null && pythons+=("$(command -v python3)")
+for v in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.*; do
+  [ -x "$v/bin/python3" ] && pythons+=("$v/bin/python3")
+done
+seen=""
+for py in "${pythons[@]}"; do
+  real=$(readlink -f "$py")
+  case " $seen " in *" $real "*) continue ;; esac
+  seen="$seen $real"
+  "$py" -c 'import sys; sys.exit(sys.version_info < (3, 8))' 2>/dev/null || continue
+  echo "-- $py ($("$py" --version 2>&1))"
+  PYTHONDONTWRITEBYTECODE=1 FLUKSIO_TEST_PYTHON="$py" "$py" -m unittest discover -s agent/runtime/tests -t agent/runtime
+done
+
+echo "== fuzz (10 s each)"
+for fuzzer in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' agent/*_test.go | cut -d' ' -f2); do
+  go test -run '^$' -fuzz "^${fuzzer}\$" -fuzztime 10s ./agent/
+done
+
+echo "== go test -race"
+go test -race -count=1 -timeout 75m ./...
