@@ -54,7 +54,7 @@ func (m Message) Decode(v any) error { return json.Unmarshal(m.Raw, v) }
 func parse(raw []byte) (Message, error) {
 	var head struct {
 		CallID json.RawMessage `json:"call_id"`
-		Event  any             `json:"event"`
+		Event  json.RawMessage `json:"event"`
 		OK     bool            `json:"ok"`
 		Error  *Error          `json:"error"`
 	}
@@ -65,15 +65,12 @@ func parse(raw []byte) (Message, error) {
 	if json.Unmarshal(head.CallID, &m.CallID) != nil {
 		m.CallID = string(head.CallID)
 	}
-	switch ev := head.Event.(type) {
-	case string:
-		m.Event = ev
-	case nil, bool, float64:
-		if ev == true {
-			m.Event = "true"
-		}
+	switch ev := string(head.Event); {
+	case ev == "" || ev == "null" || ev == "false" || ev == `""` || ev == "0":
+	case ev[0] == '"':
+		json.Unmarshal(head.Event, &m.Event)
 	default:
-		m.Event = fmt.Sprint(ev)
+		m.Event = ev
 	}
 	return m, nil
 }
