@@ -137,16 +137,23 @@ func (r release) pkg(t *testing.T, format, goarch string) string {
 	return ""
 }
 
-// installGoreleaser installs the pinned GoReleaser into a cache directory
-// (fast after the first time) so the test runs the version the config was
-// written for, whatever else is on PATH.
+// installGoreleaser finds the pinned GoReleaser: on PATH if that one is
+// the right version (CI installs it), else installed into a cache directory
+// (fast after the first time), so the test always runs the version the
+// config was written for.
 func installGoreleaser(t *testing.T) string {
 	t.Helper()
+	version := goreleaserModule[strings.LastIndex(goreleaserModule, "@")+1:]
+	if exe, err := exec.LookPath("goreleaser"); err == nil {
+		out, _ := exec.Command(exe, "--version").CombinedOutput()
+		if regexp.MustCompile(`(?m)^GitVersion:\s+` + regexp.QuoteMeta(version) + `$`).Match(out) {
+			return exe
+		}
+	}
 	cache, err := os.UserCacheDir()
 	if err != nil {
 		cache = os.TempDir()
 	}
-	version := goreleaserModule[strings.LastIndex(goreleaserModule, "@")+1:]
 	bin := filepath.Join(cache, "fluksio-worker-test", "goreleaser-"+version)
 	exe := filepath.Join(bin, "goreleaser")
 	if _, err := os.Stat(exe); err == nil {
