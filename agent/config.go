@@ -274,7 +274,7 @@ func ApplyFile(cfg *Config, path string) error {
 		if !ok {
 			return usagef("%s: unknown key %q (known keys are the long flags of 'fluksio-worker run --help')", path, k)
 		}
-		text, err := tomlText(values[k])
+		text, err := ValueText(values[k])
 		if err == nil {
 			err = o.set(cfg, text)
 		}
@@ -295,13 +295,18 @@ func ReadFile(path string) (map[string]any, error) {
 	return values, nil
 }
 
-// tomlText turns a TOML value into the text a flag would carry.
-func tomlText(v any) (string, error) {
+// ValueText turns a config value (as TOML decodes it, or as the installer
+// holds it) into the text the flag would carry.
+func ValueText(v any) (string, error) {
 	switch x := v.(type) {
 	case string:
 		return x, nil
 	case int64:
 		return strconv.FormatInt(x, 10), nil
+	case int:
+		return strconv.Itoa(x), nil
+	case []string:
+		return strings.Join(x, ","), nil
 	case float64:
 		return strconv.FormatFloat(x, 'f', -1, 64), nil
 	case bool:

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 
 	"github.com/BurntSushi/toml"
 
@@ -73,7 +72,7 @@ func loadConfig(values map[string]any) (agent.Config, error) {
 		if !ok {
 			return agent.Config{}, fmt.Errorf("unknown config key %q (known keys are the long options of 'fluksio-worker run --help')", k)
 		}
-		text, err := valueText(values[k])
+		text, err := agent.ValueText(values[k])
 		if err != nil {
 			return agent.Config{}, fmt.Errorf("config key %s: %w", k, err)
 		}
@@ -85,35 +84,6 @@ func loadConfig(values map[string]any) (agent.Config, error) {
 		return cfg, err
 	}
 	return cfg, cfg.Resolve()
-}
-
-// valueText is a TOML value as the flag would carry it.
-func valueText(v any) (string, error) {
-	switch x := v.(type) {
-	case string:
-		return x, nil
-	case int64:
-		return strconv.FormatInt(x, 10), nil
-	case int:
-		return strconv.Itoa(x), nil
-	case float64:
-		return strconv.FormatFloat(x, 'f', -1, 64), nil
-	case bool:
-		return strconv.FormatBool(x), nil
-	case []string:
-		return strings.Join(x, ","), nil
-	case []any:
-		parts := make([]string, 0, len(x))
-		for _, item := range x {
-			s, ok := item.(string)
-			if !ok {
-				return "", fmt.Errorf("expected a list of strings, got %v", v)
-			}
-			parts = append(parts, s)
-		}
-		return strings.Join(parts, ","), nil
-	}
-	return "", fmt.Errorf("unsupported value %v", v)
 }
 
 // flagValue is what install writes for an option given on its command line:

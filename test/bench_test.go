@@ -73,26 +73,6 @@ func agentKinds() []agentKind {
 	return kinds
 }
 
-func startProgram(t testing.TB, program string, env []string, args ...string) *worker {
-	t.Helper()
-	cmd := exec.Command(program, args...)
-	cmd.Env = append(cleanEnv(), env...)
-	w := &worker{t: t, cmd: cmd, logs: &syncBuffer{}, exited: make(chan struct{})}
-	cmd.Stderr, cmd.Stdout = w.logs, w.logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		w.err = cmd.Wait()
-		close(w.exited)
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-w.exited
-	})
-	return w
-}
-
 func BenchmarkDispatch(b *testing.B) {
 	for _, kind := range agentKinds() {
 		for _, parallel := range []int{1, 8} {

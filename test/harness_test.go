@@ -101,11 +101,17 @@ func startWorker(t testing.TB, eng *engine.Engine, extraEnv []string, args ...st
 
 func startBinary(t testing.TB, env []string, args ...string) *worker {
 	t.Helper()
-	cmd := exec.Command(workerBin, args...)
+	return startProgram(t, workerBin, env, args...)
+}
+
+// startProgram runs a program with a clean environment plus env, collects
+// its output, and kills it at the end of the test if it is still running.
+func startProgram(t testing.TB, program string, env []string, args ...string) *worker {
+	t.Helper()
+	cmd := exec.Command(program, args...)
 	cmd.Env = append(cleanEnv(), env...)
 	w := &worker{t: t, cmd: cmd, logs: &syncBuffer{}, exited: make(chan struct{})}
-	cmd.Stderr = w.logs
-	cmd.Stdout = w.logs
+	cmd.Stderr, cmd.Stdout = w.logs, w.logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +127,7 @@ func startBinary(t testing.TB, env []string, args ...string) *worker {
 			<-w.exited
 		}
 		if t.Failed() {
-			t.Logf("worker log:\n%s", w.logs.String())
+			t.Logf("%s log:\n%s", filepath.Base(program), w.logs.String())
 		}
 	})
 	return w
