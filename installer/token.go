@@ -7,18 +7,23 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"golang.org/x/term"
 )
 
 // readTokenFrom reads `--token -`: the first line of standard input, so a
 // token can be pasted or piped (`pass show fluksio | fluksio-worker install
 // --token - …`) without entering shell history or the process list. At a
-// terminal it asks; the paste is echoed, as the binary has no terminal
-// library to turn echo off.
+// terminal it asks, without echoing the paste.
 func readTokenFrom(stdin io.Reader) (string, error) {
-	if f, ok := stdin.(*os.File); ok {
-		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			fmt.Fprint(os.Stderr, "Paste the worker token and press Enter: ")
+	if f, ok := stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		fmt.Fprint(os.Stderr, "Paste the worker token and press Enter (it is not shown): ")
+		secret, err := term.ReadPassword(int(f.Fd()))
+		fmt.Fprintln(os.Stderr)
+		if err != nil {
+			return "", fmt.Errorf("reading the token from the terminal: %w", err)
 		}
+		stdin = strings.NewReader(string(secret))
 	}
 	line, err := bufio.NewReader(stdin).ReadString('\n')
 	if err != nil && !errors.Is(err, io.EOF) {
