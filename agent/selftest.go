@@ -1,0 +1,356 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/platform"
+	"github.com/fluksio/fluksio-worker/test/engine"
+)
+
+// selftestExample is the node file the self-test runs: the same example
+// users read in agent/runtime/examples.
+//
+//go:embed runtime/examples/train.py
+var selftestExample string
+
+// selftestTimeout bounds the whole self-test; the example takes seconds.
+const selftestTimeout = 3 * time.Minute
+
+// SelftestCommand is `fluksio-worker selftest`: it proves the whole path on
+// this machine without an engine. It starts the fake engine on loopback,
+// attaches a worker to it in this process, and through the embedded
+// runtime on the chosen Python compiles the example node file, runs its
+// generator node `train` (showing the streamed metrics as they arrive),
+// and loads back the model artifact `train` saved. Exit 0 only if all of
+// it worked.
+func SelftestCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("selftest", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	python := fs.String("python", "", "")
+	steps := fs.Int("steps", 5, "")
+	verbose := fs.Bool("verbose", false, "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			writeSelftestUsage(stdout)
+			return ExitOK
+		}
+		fmt.Fprintf(stderr, "fluksio-worker selftest: %v (see 'fluksio-worker selftest --help')\n", err)
+		return ExitUsage
+	}
+	if fs.NArg() > 0 || *steps < 1 {
+		fmt.Fprintln(stderr, "fluksio-worker selftest: takes only --python P, --steps N (>= 1) and --verbose")
+		return ExitUsage
+	}
+	ctx, cancel := context.WithTimeout(ctx, selftestTimeout)
+	defer cancel()
+
+	st := &selftest{out: stdout, steps: *steps}
+	// The worker's own log goes to stderr with --verbose; otherwise it is
+	// kept and shown only if something fails.
+	var agentLog bytes.Buffer
+	logTo := io.Writer(&agentLog)
+	if *verbose {
+		logTo = stderr
+	}
+	level := "info"
+	if *verbose {
+		level = "debug"
+	}
+	token := randomToken()
+	err := st.run(ctx, *python, token, NewLogger(logTo, "text", level, token))
+	if err != nil {
+		fmt.Fprintf(stdout, "\nFAILED: %v\n", err)
+		if !*verbose && agentLog.Len() > 0 {
+			fmt.Fprintf(stderr, "\nThe worker's log:\n%s", tail(agentLog.String(), 60))
+		}
+		return ExitRefused
+	}
+	st.report()
+	return ExitOK
+}
+
+func writeSelftestUsage(w io.Writer) {
+	fmt.Fprint(w, `Usage: fluksio-worker selftest [--python P] [--steps N] [--verbose]
+
+Proves this machine can run Fluksio nodes, with no engine needed: starts a
+built-in engine on loopback, attaches a worker to it, and runs the bundled
+example node (a small training loop) through the embedded runtime on the
+chosen Python: compile, a generator node whose metrics stream live, and an
+artifact saved and loaded back. Exits 0 only if all of it worked.
+
+Options:
+  --python P   the interpreter nodes will run on (default: python3 on PATH)
+  --steps N    training steps of the example (default 5)
+  --verbose    show the worker's own log as it runs
+`)
+}
+
+// selftest carries what the report shows.
+type selftest struct {
+	out   io.Writer
+	steps int
+
+	python, pyVersion string
+	hello             engine.Hello
+	runtimeHash       string
+	timings           []string
+	streamed          int
+	model             map[string]any
+}
+
+func (st *selftest) say(format string, args ...any) {
+	fmt.Fprintf(st.out, format+"\n", args...)
+}
+
+func (st *selftest) run(ctx context.Context, python, token string, log *slog.Logger) error {
+	path, version, err := platform.FindPython(ctx, python)
+	if err != nil {
+		return fmt.Errorf("finding Python: %w", err)
+	}
+	st.python, st.pyVersion = path, version
+	sum := sha256.Sum256(embeddedRuntime)
+	st.runtimeHash = hex.EncodeToString(sum[:])
+	st.say("fluksio-worker %s selftest: %s (%s), embedded runtime %s", Version, path, version, st.runtimeHash[:12])
+
+	tmp, err := os.MkdirTemp("", "fluksio-selftest-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	eng, err := engine.Start(engine.Options{Tokens: []string{token}})
+	if err != nil {
+		return fmt.Errorf("starting the built-in engine: %w", err)
+	}
+	defer eng.Close()
+
+	cfg := DefaultConfig()
+	cfg.URL = eng.AttachURL()
+	cfg.Token = token
+	cfg.Name = "selftest"
+	cfg.Python = python
+	cfg.Runtime = "embedded"
+	cfg.StateDir = tmp
+	worker := New(cfg, log, path, filepath.Join(tmp, "state"))
+	served := make(chan error, 1)
+	go func() { served <- worker.Serve(ctx) }()
+	defer func() {
+		worker.Stop()
+		select {
+		case <-served:
+		case <-time.After(10 * time.Second):
+		}
+	}()
+
+	attachCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	wk, err := eng.NextWorker(attachCtx)
+	if err != nil {
+		select {
+		case serveErr := <-served:
+			return fmt.Errorf("the worker did not attach: %v", serveErr)
+		default:
+			return fmt.Errorf("the worker did not attach: %w", err)
+		}
+	}
+	st.hello = wk.Hello
+
+	// The cache is the self-test's own, so the load really fetches.
+	env := map[string]any{"FLUKSIO_ARTIFACT_CACHE": filepath.Join(tmp, "artifacts")}
+	if err := st.compile(ctx, wk); err != nil {
+		return err
+	}
+	final, err := st.train(ctx, wk, eng, env)
+	if err != nil {
+		return err
+	}
+	return st.evaluate(ctx, wk, env, final)
+}
+
+// call sends one request and reads it to its answer, showing stream events
+// as they arrive.
+func (st *selftest) call(ctx context.Context, wk *engine.Worker, req map[string]any, live bool) (map[string]any, error) {
+	id := req["call_id"].(string)
+	started := time.Now()
+	c, err := wk.Run(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s: sending the call: %w", id, err)
+	}
+	for {
+		m, err := c.Next(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%s: no answer: %w", id, err)
+		}
+		if m.IsAnswer() {
+			took := time.Since(started)
+			st.timings = append(st.timings, fmt.Sprintf("%s %.2fs", strings.TrimPrefix(id, "selftest-"), took.Seconds()))
+			var answer map[string]any
+			if err := m.Decode(&answer); err != nil {
+				return nil, fmt.Errorf("%s: the answer is not JSON: %w", id, err)
+			}
+			if answer["ok"] != true {
+				return nil, fmt.Errorf("%s: %s", id, describeError(answer))
+			}
+			return answer, nil
+		}
+		if live && m.Event == "stream" {
+			var ev struct {
+				Values map[string]any `json:"values"`
+			}
+			m.Decode(&ev)
+			st.streamed++
+			st.say("  %6.2fs  %s", time.Since(started).Seconds(), formatValues(ev.Values))
+		}
+	}
+}
+
+func (st *selftest) compile(ctx context.Context, wk *engine.Worker) error {
+	answer, err := st.call(ctx, wk, map[string]any{
+		"op": "compile", "call_id": "selftest-compile",
+		"node": map[string]any{"source": selftestExample, "filename": "train.py"},
+	}, false)
+	if err != nil {
+		return err
+	}
+	var names []string
+	nodes, _ := answer["nodes"].([]any)
+	for _, n := range nodes {
+		if n, ok := n.(map[string]any); ok {
+			names = append(names, fmt.Sprint(n["name"]))
+		}
+	}
+	if strings.Join(names, ",") != "train,evaluate" {
+		return fmt.Errorf("compile: found nodes %v, want train and evaluate", names)
+	}
+	st.say("compile   train.py defines %s", strings.Join(names, " and "))
+	return nil
+}
+
+func (st *selftest) train(ctx context.Context, wk *engine.Worker, eng *engine.Engine, env map[string]any) (map[string]any, error) {
+	st.say("train     %d steps, streaming:", st.steps)
+	answer, err := st.call(ctx, wk, map[string]any{
+		"op": "run", "call_id": "selftest-train", "env": env,
+		"node":     map[string]any{"source": selftestExample, "filename": "train.py"},
+		"function": "train", "inputs": map[string]any{"steps": st.steps},
+		"settings": map[string]any{"delay": 0.2},
+	}, true)
+	if err != nil {
+		return nil, err
+	}
+	if st.streamed != 2*st.steps {
+		return nil, fmt.Errorf("train: %d stream events arrived, want %d", st.streamed, 2*st.steps)
+	}
+	outputs, _ := answer["outputs"].(map[string]any)
+	model, _ := outputs["model"].(map[string]any)
+	final, _ := outputs["final"].(map[string]any)
+	digest, _ := model["digest"].(string)
+	stored, ok := eng.Artifact(digest)
+	if !ok {
+		return nil, fmt.Errorf("train: the model artifact %q never reached the engine's store", digest)
+	}
+	if sum := sha256.Sum256(stored); digest != "sha256:"+hex.EncodeToString(sum[:]) {
+		return nil, fmt.Errorf("train: the engine holds bytes that do not match %s", digest)
+	}
+	st.model = model
+	st.say("train     final %s; model saved as %s", formatValues(final), digest)
+	return final, nil
+}
+
+func (st *selftest) evaluate(ctx context.Context, wk *engine.Worker, env map[string]any, final map[string]any) error {
+	answer, err := st.call(ctx, wk, map[string]any{
+		"op": "run", "call_id": "selftest-evaluate", "env": env,
+		"node":     map[string]any{"source": selftestExample, "filename": "train.py"},
+		"function": "evaluate", "inputs": map[string]any{"model": st.model},
+	}, false)
+	if err != nil {
+		return err
+	}
+	outputs, _ := answer["outputs"].(map[string]any)
+	if outputs["weight"] != final["weight"] {
+		return fmt.Errorf("evaluate: loaded weight %v, train saved %v", outputs["weight"], final["weight"])
+	}
+	st.say("evaluate  loaded the model back: weight %v", outputs["weight"])
+	return nil
+}
+
+func (st *selftest) report() {
+	inv := st.hello.Inventory
+	ram := "unknown"
+	if inv.RAMMB != nil {
+		ram = fmt.Sprintf("%d MiB", *inv.RAMMB)
+	}
+	venv := st.hello.VenvDigest
+	if venv == "" {
+		venv = "none (pip freeze could not run)"
+	}
+	st.say("")
+	st.say("selftest passed")
+	st.say("  python     %s (%s)", st.python, st.pyVersion)
+	st.say("  runtime    embedded, sha256 %s", st.runtimeHash)
+	st.say("  inventory  %d CPUs, %d GPUs seen, %s RAM", inv.CPUs, inv.GPUs, ram)
+	st.say("  venv       %s", venv)
+	st.say("  calls      %s", strings.Join(st.timings, ", "))
+	st.say("  artifact   %v, %v bytes, saved and loaded back", st.model["name"], st.model["size"])
+}
+
+// describeError renders an error answer for a person.
+func describeError(answer map[string]any) string {
+	e, _ := answer["error"].(map[string]any)
+	if e == nil {
+		b, _ := json.Marshal(answer)
+		return "unexpected answer " + string(b)
+	}
+	text := fmt.Sprint(e["short"])
+	if tb, _ := e["traceback"].(string); strings.TrimSpace(tb) != "" {
+		text += "\n" + strings.TrimRight(tb, "\n")
+	}
+	return text
+}
+
+// formatValues prints a stream or output dict in key order, numbers short.
+func formatValues(values map[string]any) string {
+	keys := make([]string, 0, len(values))
+	for k := range values {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		v := values[k]
+		if f, ok := v.(float64); ok {
+			parts[i] = fmt.Sprintf("%s=%.6g", k, f)
+		} else {
+			parts[i] = fmt.Sprintf("%s=%v", k, v)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func randomToken() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return "selftest-" + hex.EncodeToString(b)
+}
+
+func tail(s string, lines int) string {
+	all := strings.SplitAfter(s, "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "")
+}
