@@ -167,15 +167,14 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	var showVersion bool
 	fs.StringVar(&configPath, "config", "", "")
 	fs.BoolVar(&showVersion, "version", false, "")
-	flagValues := map[string]string{}
-	var order []string
+	var order, flagValues []string
 	for _, o := range Options {
 		name := o.Name
 		fs.Func(name, o.Help, func(v string) error {
-			if _, seen := flagValues[name]; !seen {
-				order = append(order, name)
-			}
-			flagValues[name] = v
+			// Applied in command-line order, so of --token and
+			// --token-file the one given last wins.
+			order = append(order, name)
+			flagValues = append(flagValues, v)
 			return nil
 		})
 	}
@@ -209,10 +208,10 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 			}
 		}
 	}
-	for _, name := range order {
+	for i, name := range order {
 		o, _ := OptionByName(name)
-		if err := o.set(&cfg, flagValues[name]); err != nil {
-			return cfg, usagef("--%s %q: %v", name, flagValues[name], err)
+		if err := o.set(&cfg, flagValues[i]); err != nil {
+			return cfg, usagef("--%s %q: %v", name, flagValues[i], err)
 		}
 	}
 	return cfg, nil

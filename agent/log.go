@@ -74,7 +74,11 @@ func (h *redactHandler) attr(a slog.Attr) slog.Attr {
 		if err, ok := v.Any().(error); ok {
 			return slog.String(a.Key, h.scrub(err.Error()))
 		}
-		return slog.String(a.Key, h.scrub(v.String()))
+		// Keep the value's shape (a list stays a list in JSON) unless its
+		// text carries the token.
+		if text := v.String(); strings.Contains(text, h.token) {
+			return slog.String(a.Key, h.scrub(text))
+		}
 	}
 	return a
 }

@@ -165,5 +165,13 @@ func ResolveStateDir(cfg Config, getenv func(string) string) (string, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return "", fmt.Errorf("cannot create the state directory %s: %w (set --state-dir)", dir, err)
 	}
+	// The runner script and the status file are written here; find out now
+	// rather than at the first connection.
+	probe, err := os.CreateTemp(dir, ".write-check-*")
+	if err != nil {
+		return "", fmt.Errorf("cannot write to the state directory %s: %w (set --state-dir to a writable directory)", dir, err)
+	}
+	probe.Close()
+	os.Remove(probe.Name())
 	return dir, nil
 }
