@@ -1269,7 +1269,10 @@ def finish_then_answer(channel: Channel, answer: dict) -> None:
     flush_node_output()
     if PUMP is not None:
         PUMP.finish()
-    channel.answer(answer)
+    try:
+        channel.answer(answer)
+    except OSError:
+        pass  # the agent is gone; there is nobody left to answer
     os._exit(0 if answer.get("ok") else 1)
 
 
@@ -1335,7 +1338,10 @@ def main() -> None:
         PUMP.capture(1, "stdout")
         PUMP.capture(2, "stderr")
         PUMP.start()
-        # Print and logging reach the pump line by line, as they happen.
+        # Print and logging reach the pump line by line, as they happen. This
+        # costs a write per line (a million prints take seconds, not a
+        # fraction); flushing a block-buffered stdout from another thread
+        # instead would be faster but can deadlock a node that forks.
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.reconfigure(line_buffering=True)
