@@ -184,7 +184,8 @@ func (c *engineConn) extendRead() {
 	c.ws.SetReadDeadline(time.Now().Add(pingInterval + pongWait))
 }
 
-// send queues one text frame. It reports false once the connection is gone.
+// send queues one text frame, which then belongs to the writer (it may
+// recycle it). It reports false once the connection is gone.
 func (c *engineConn) send(frame []byte) bool {
 	select {
 	case c.out <- frame:
@@ -251,7 +252,9 @@ func (c *engineConn) writeLoop() {
 func (c *engineConn) writeBatch(frame []byte) error {
 	c.ws.SetWriteDeadline(time.Now().Add(writeTimeout))
 	for {
-		if err := c.ws.WriteMessage(websocket.TextMessage, frame); err != nil {
+		err := c.ws.WriteMessage(websocket.TextMessage, frame)
+		putFrame(frame)
+		if err != nil {
 			return err
 		}
 		select {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -217,9 +218,32 @@ func truthy(raw json.RawMessage) bool {
 // did.
 func textFrame(line []byte) []byte {
 	if utf8.Valid(line) {
-		return bytes.Clone(line)
+		return append(getFrame(len(line)), line...)
 	}
 	return bytes.ToValidUTF8(line, []byte("\uFFFD"))
+}
+
+// Frames are recycled: a chatty node sends tens of thousands of events a
+// second, and a fresh buffer for each would be most of what the worker
+// allocates (and so of its resident memory, through the collector's
+// headroom). A frame handed to the socket is owned by its writer, which
+// puts it back once written.
+var framePool = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledFrame keeps answers of many MiB out of the pool.
+const maxPooledFrame = 16 << 10
+
+func getFrame(n int) []byte {
+	if n > maxPooledFrame {
+		return make([]byte, 0, n)
+	}
+	return (*framePool.Get().(*[]byte))[:0]
+}
+
+func putFrame(frame []byte) {
+	if cap(frame) <= maxPooledFrame {
+		framePool.Put(&frame)
+	}
 }
 
 func formatBytes(n int64) string {
