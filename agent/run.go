@@ -17,6 +17,9 @@ import (
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
+// Version is the binary's version, set by main.
+var Version = "dev"
+
 // Exit codes of `run`.
 const (
 	ExitOK      = 0 // stopped, drained or idle

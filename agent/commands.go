@@ -1,4 +1,0 @@
-package agent
-
-// Version is the binary's version, set by main.
-var Version = "dev"
