@@ -16,7 +16,8 @@ go vet ./...
 
 echo "== cross builds (CGO_ENABLED=0)"
 for target in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64; do
-  CGO_ENABLED=0 GOOS=${target%/*} GOARCH=${target#*/} go build -o /dev/null . && echo "  $target ok"
+  CGO_ENABLED=0 GOOS=${target%/*} GOARCH=${target#*/} go build -o /dev/null . || exit 1
+  echo "  $target ok"
 done
 
 echo "== runtime tests (Python)"
