@@ -28,10 +28,10 @@ for v in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.*; do
 done
 seen=""
 for py in "${pythons[@]}"; do
-  real=$(readlink -f "$py")
+  # The interpreter itself, not a shim or link to it; skip any below 3.8.
+  real=$("$py" -c 'import os, sys; sys.exit(1) if sys.version_info < (3, 8) else print(os.path.realpath(sys.executable))' 2>/dev/null) || continue
   case " $seen " in *" $real "*) continue ;; esac
   seen="$seen $real"
-  "$py" -c 'import sys; sys.exit(sys.version_info < (3, 8))' 2>/dev/null || continue
   echo "-- $py ($("$py" --version 2>&1))"
   PYTHONDONTWRITEBYTECODE=1 FLUKSIO_TEST_PYTHON="$py" "$py" -m unittest discover -s agent/runtime/tests -t agent/runtime
 done

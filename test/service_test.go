@@ -2,7 +2,6 @@ package test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -39,7 +38,7 @@ func TestServiceUnderSystemd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	started := time.Now()
-	step := serviceStepTimer(t)
+	step := stepTimer(t)
 
 	bin := buildStaticWorker(t)
 	step("build a static binary")
@@ -110,11 +109,11 @@ func TestServiceUnderSystemd(t *testing.T) {
 	if state := strings.TrimSpace(must("systemctl is-active fluksio-worker; systemctl is-enabled fluksio-worker")); state != "active\nenabled" {
 		t.Fatalf("after install the service is %q", state)
 	}
-	w := serviceWorker(ctx, t, eng)
+	w := liveWorker(ctx, t, eng)
 	if !slices.Equal(w.Hello.Labels, []string{"e2e", "gpu"}) || w.Hello.Name != "e2e-box" || !filepath.IsAbs(w.Hello.Python) {
 		t.Errorf("hello: labels %v, name %q, python %q; want [e2e gpu], e2e-box and an absolute path", w.Hello.Labels, w.Hello.Name, w.Hello.Python)
 	}
-	serviceCall(ctx, t, w, "c1", 21)
+	runDouble(ctx, t, w, "c1", 21)
 	step("install, attach, run a node")
 
 	// The config: 0600, the service account's, in a directory it may only read.
@@ -166,21 +165,21 @@ func TestServiceUnderSystemd(t *testing.T) {
 	step("config, unit, status, check")
 
 	// restart: the old connection closes, a new one attaches and works.
-	pid := serviceMainPID(t, must)
+	pid := mainPID(t, must)
 	must("fluksio-worker restart")
 	serviceGone(t, w)
-	w = serviceWorker(ctx, t, eng)
-	serviceCall(ctx, t, w, "c2", 50)
-	if serviceMainPID(t, must) == pid {
+	w = liveWorker(ctx, t, eng)
+	runDouble(ctx, t, w, "c2", 50)
+	if mainPID(t, must) == pid {
 		t.Error("restart kept the same process")
 	}
 	step("restart, reattach")
 
 	// A crash: systemd restarts it (RestartSec=5) and it attaches again.
-	must("kill -KILL " + serviceMainPID(t, must))
+	must("kill -KILL " + mainPID(t, must))
 	serviceGone(t, w)
-	w = serviceWorker(ctx, t, eng)
-	serviceCall(ctx, t, w, "c3", 7)
+	w = liveWorker(ctx, t, eng)
+	runDouble(ctx, t, w, "c3", 7)
 	step("kill -9, restarted by systemd, reattach")
 
 	// install again: an update. The options given change, the others
@@ -190,7 +189,7 @@ func TestServiceUnderSystemd(t *testing.T) {
 		t.Errorf("a second install:\n%s", out)
 	}
 	serviceGone(t, w)
-	w = serviceWorker(ctx, t, eng)
+	w = liveWorker(ctx, t, eng)
 	if !slices.Equal(w.Hello.Labels, []string{"e2e", "second"}) || w.Hello.Name != "e2e-box" {
 		t.Errorf("after the second install: labels %v, name %q", w.Hello.Labels, w.Hello.Name)
 	}
@@ -254,7 +253,7 @@ func TestServiceUnderSystemd(t *testing.T) {
 		t.Errorf("status of a stopped service: exit %d\n%s", code, out)
 	}
 	must("fluksio-worker start")
-	w = serviceWorker(ctx, t, eng)
+	w = liveWorker(ctx, t, eng)
 	if w.Hello.MaxParallel != 2 {
 		t.Errorf("after a start the worker offers %d at a time; install --no-start wrote 2", w.Hello.MaxParallel)
 	}
@@ -295,26 +294,6 @@ func buildStaticWorker(t *testing.T) string {
 	return out
 }
 
-// serviceWorker returns the next connection that stays: install says hello
-// to the engine before installing, which the engine sees as a worker that
-// leaves at once.
-func serviceWorker(ctx context.Context, t *testing.T, eng *engine.Engine) *engine.Worker {
-	t.Helper()
-	for {
-		ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		w, err := eng.NextWorker(ctx)
-		cancel()
-		if err != nil {
-			t.Fatalf("no worker attached: %v", err)
-		}
-		select {
-		case <-w.Done():
-		case <-time.After(time.Second):
-			return w
-		}
-	}
-}
-
 // serviceGone waits for a worker's connection to close.
 func serviceGone(t *testing.T, w *engine.Worker) {
 	t.Helper()
@@ -323,42 +302,6 @@ func serviceGone(t *testing.T, w *engine.Worker) {
 	case <-time.After(40 * time.Second):
 		t.Fatal("the worker's connection is still open")
 	}
-}
-
-// serviceCall runs a real node on the container's Python: f(x) = {"y": 2x}.
-func serviceCall(ctx context.Context, t *testing.T, w *engine.Worker, id string, x int) {
-	t.Helper()
-	call, err := w.Run(map[string]any{
-		"op": "run", "call_id": id,
-		"node":     map[string]any{"source": "def f(*, x):\n    return {\"y\": x * 2}\n", "filename": "f.py"},
-		"function": "f", "inputs": map[string]any{"x": x}, "settings": map[string]any{},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	answer, _, err := call.Wait(ctx)
-	if err != nil {
-		t.Fatalf("call %s: %v", id, err)
-	}
-	var got struct {
-		OK      bool            `json:"ok"`
-		Outputs json.RawMessage `json:"outputs"`
-	}
-	want := fmt.Sprintf(`{"y":%d}`, 2*x)
-	if err := answer.Decode(&got); err != nil || !got.OK || strings.ReplaceAll(string(got.Outputs), " ", "") != want {
-		t.Errorf("call %s answered %s; want ok with outputs %s", id, answer.Raw, want)
-	}
-}
-
-func serviceMainPID(t *testing.T, must func(string) string) string {
-	t.Helper()
-	pid := strings.TrimSpace(must("systemctl show --property MainPID --value fluksio-worker"))
-	if pid == "" || pid == "0" {
-		t.Fatalf("the service has no main process (MainPID %q)", pid)
-	}
-	return pid
 }
 
 // eventuallyIn polls cond until it holds, failing with its last output.
@@ -375,15 +318,6 @@ func eventuallyIn(t *testing.T, timeout time.Duration, what string, cond func() 
 			return
 		}
 		time.Sleep(250 * time.Millisecond)
-	}
-}
-
-func serviceStepTimer(t *testing.T) func(name string) {
-	last := time.Now()
-	return func(name string) {
-		t.Helper()
-		t.Logf("%-45s %v", name, time.Since(last).Round(time.Millisecond))
-		last = time.Now()
 	}
 }
 
@@ -441,11 +375,11 @@ func TestUserServiceUnderSystemd(t *testing.T) {
 	if !strings.Contains(out, "systemd user service") || !strings.Contains(out, "attached as") {
 		t.Errorf("install --user-service:\n%s", out)
 	}
-	w := serviceWorker(ctx, t, eng)
+	w := liveWorker(ctx, t, eng)
 	if !slices.Equal(w.Hello.Labels, []string{"user"}) {
 		t.Errorf("hello labels %v", w.Hello.Labels)
 	}
-	serviceCall(ctx, t, w, "u1", 4)
+	runDouble(ctx, t, w, "u1", 4)
 	if got := strings.TrimSpace(must("stat -c '%a %U' /home/ada/.config/fluksio-worker/config.toml /home/ada/.config/fluksio-worker")); got != "600 ada\n700 ada" {
 		t.Errorf("the user's config and its directory: %q; want 600 and 700, ada's", got)
 	}
@@ -458,7 +392,7 @@ func TestUserServiceUnderSystemd(t *testing.T) {
 	}
 	as("fluksio-worker restart")
 	serviceGone(t, w)
-	w = serviceWorker(ctx, t, eng)
+	w = liveWorker(ctx, t, eng)
 
 	as("fluksio-worker uninstall --purge")
 	serviceGone(t, w)

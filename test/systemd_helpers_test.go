@@ -1,0 +1,81 @@
+package test
+
+// Helpers shared by the tests that run the worker as a service under a real
+// systemd (service_test.go, packaging_systemd_test.go).
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/test/engine"
+)
+
+// liveWorker returns the next worker that stays attached: `install` checks
+// the engine with a short connection of its own first, which the engine sees
+// as a worker that leaves at once.
+func liveWorker(ctx context.Context, t *testing.T, eng *engine.Engine) *engine.Worker {
+	t.Helper()
+	for {
+		ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		w, err := eng.NextWorker(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-w.Done():
+			continue
+		case <-time.After(time.Second):
+			return w
+		}
+	}
+}
+
+// runDouble runs a real node through the embedded runtime: y = 2x.
+func runDouble(ctx context.Context, t *testing.T, w *engine.Worker, id string, x int) {
+	t.Helper()
+	call, err := w.Run(map[string]any{
+		"op": "run", "call_id": id,
+		"node":     map[string]any{"source": "def f(*, x):\n    return {\"y\": x * 2}\n", "filename": "f.py"},
+		"function": "f", "inputs": map[string]any{"x": x}, "settings": map[string]any{},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	answer, _, err := call.Wait(ctx)
+	if err != nil {
+		t.Fatalf("call %s: %v", id, err)
+	}
+	var got struct {
+		OK      bool `json:"ok"`
+		Outputs struct {
+			Y *int `json:"y"`
+		} `json:"outputs"`
+	}
+	if err := answer.Decode(&got); err != nil || !got.OK || got.Outputs.Y == nil || *got.Outputs.Y != 2*x {
+		t.Errorf("call %s answered %s; want ok with outputs {\"y\": %d}", id, answer.Raw, 2*x)
+	}
+}
+
+func mainPID(t *testing.T, sh func(string) string) string {
+	t.Helper()
+	pid := strings.TrimSpace(sh("systemctl show --property MainPID --value fluksio-worker"))
+	if pid == "" || pid == "0" {
+		t.Fatalf("the service has no main process (MainPID %q)", pid)
+	}
+	return pid
+}
+
+// stepTimer logs how long each step took since the previous one.
+func stepTimer(t *testing.T) func(name string) {
+	last := time.Now()
+	return func(name string) {
+		t.Helper()
+		t.Logf("%-45s %v", name, time.Since(last).Round(time.Millisecond))
+		last = time.Now()
+	}
+}
