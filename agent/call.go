@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fluksio/fluksio-worker/platform"
 )
@@ -294,6 +295,12 @@ func (c *call) relayStdout(r *os.File) outcome {
 			c.conn.send(textFrame(line))
 		case lineAnswer:
 			garbage.close()
+			// Nothing reads this pipe again, so a large answer (tens of
+			// MiB, at times) is sent from the reader's buffer without a
+			// copy; it is too large for the frame pool to keep.
+			if len(line) > maxPooledFrame && utf8.Valid(line) {
+				return outcome{answer: line}
+			}
 			return outcome{answer: textFrame(line)}
 		default:
 			if len(line) > 0 {
