@@ -220,7 +220,6 @@ type Call struct {
 	ID       string
 	worker   *Worker
 	messages chan Message
-	answered bool
 }
 
 func (c *Call) deliver(m Message) {
