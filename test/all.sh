@@ -13,6 +13,10 @@ if [ -n "$unformatted" ]; then echo "gofmt would change:"; echo "$unformatted"; 
 
 echo "== go vet"
 go vet ./...
+if command -v staticcheck >/dev/null; then
+  echo "== staticcheck"
+  staticcheck ./...
+fi
 
 echo "== cross builds (CGO_ENABLED=0)"
 for target in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64; do
