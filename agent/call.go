@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -136,10 +137,11 @@ func (c *call) run(ctx context.Context, rt Runtime) {
 		c.relayStderr(stderrR)
 		close(stderrDone)
 	}()
+	stdout := &runnerOutput{f: stdoutR}
 	outcomes := make(chan outcome, 1)
-	go func() { outcomes <- c.relayStdout(stdoutR) }()
+	go func() { outcomes <- c.relayStdout(stdout) }()
 
-	end := c.supervise(ctx, outcomes, stdoutR)
+	end := c.supervise(ctx, outcomes, stdout)
 	c.agent.callEnded(c)
 
 	// The call is over for the engine; now nothing of it may remain.
@@ -165,7 +167,7 @@ func (c *call) run(ctx context.Context, rt Runtime) {
 // and sends the answer (the runner's or the agent's own). Only this
 // goroutine sends heartbeats and the answer, so nothing of the call
 // follows its answer.
-func (c *call) supervise(ctx context.Context, outcomes <-chan outcome, stdout *os.File) outcome {
+func (c *call) supervise(ctx context.Context, outcomes <-chan outcome, stdout *runnerOutput) outcome {
 	beat := time.NewTicker(heartbeatInterval)
 	defer beat.Stop()
 	exited := c.exited
@@ -182,13 +184,14 @@ func (c *call) supervise(ctx context.Context, outcomes <-chan outcome, stdout *o
 			exited = nil
 			linger = time.After(pipeLinger)
 		case <-linger:
-			// The runner is gone but something still holds its output:
-			// stop the group, and if that does not end it (a process that
-			// left the group), stop reading.
+			// The runner is gone but its output has not ended: either
+			// there is still output to read (the engine is slow to take
+			// it), or something else holds the pipe. Stop the group, then
+			// read on only while output keeps coming.
 			linger = nil
 			go func() {
 				c.stopGroup()
-				stdout.SetReadDeadline(time.Now())
+				stdout.drain()
 			}()
 		case <-done:
 			// The connection is gone: nobody can hear the answer, and the
@@ -274,9 +277,30 @@ func (c *call) kill() {
 	}
 }
 
+// runnerOutput is the read end of a runner's stdout. Once draining, each
+// read gives up after pipeLinger without output: a process that left the
+// group (setsid) and still holds the pipe cannot keep the call open, while
+// output already written is still all read.
+type runnerOutput struct {
+	f        *os.File
+	draining atomic.Bool
+}
+
+func (o *runnerOutput) Read(p []byte) (int, error) {
+	if o.draining.Load() {
+		o.f.SetReadDeadline(time.Now().Add(pipeLinger))
+	}
+	return o.f.Read(p)
+}
+
+func (o *runnerOutput) drain() {
+	o.draining.Store(true)
+	o.f.SetReadDeadline(time.Now().Add(pipeLinger)) // wakes a read waiting now
+}
+
 // relayStdout forwards event lines as they come and returns the answer.
 // Lines that are not JSON objects are logged here and never forwarded.
-func (c *call) relayStdout(r *os.File) outcome {
+func (c *call) relayStdout(r io.Reader) outcome {
 	lines := newLineReader(r, c.agent.cfg.MaxLine)
 	garbage := newLogBudget(c.log, "the runner wrote lines that are not JSON objects; they were not forwarded")
 	for {

@@ -302,3 +302,22 @@ func TestEngineRequestJSONPassesThrough(t *testing.T) {
 		t.Errorf("runner saw %+v", out.Outputs.Request)
 	}
 }
+
+// A runner that writes fast and exits while the engine is slow to read:
+// everything it wrote, answer included, still arrives, however long the
+// output waited in the pipe after the runner was gone.
+func TestSlowEngineLosesNothing(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	startWorker(t, eng, nil)
+	wk := attach(t, eng)
+	for _, n := range []int{20000, 40000, 60000, 80000} {
+		id := fmt.Sprintf("slow-%d", n)
+		wk.PauseReads(3 * time.Second)
+		c := run(t, wk, id, step{"pipe_size": 1 << 20}, step{"events": n})
+		answer, events := wait(t, c)
+		if !answer.OK || len(events) != n {
+			t.Errorf("%s: got %d of %d events and answer %.200s", id, len(events), n, answer.Raw)
+		}
+	}
+}

@@ -81,6 +81,7 @@ type Worker struct {
 
 	ws      *websocket.Conn
 	frozen  atomic.Bool
+	paused  atomic.Int64 // UnixNano until which nothing is read
 	writeMu sync.Mutex
 	done    chan struct{}
 	once    sync.Once
@@ -113,6 +114,9 @@ func newWorker(ws *websocket.Conn, hello Hello) *Worker {
 func (w *Worker) readLoop() {
 	defer w.Drop()
 	for {
+		if until := time.Unix(0, w.paused.Load()); time.Now().Before(until) {
+			time.Sleep(time.Until(until))
+		}
 		_, raw, err := w.ws.ReadMessage()
 		if err != nil {
 			return
@@ -140,6 +144,10 @@ func (w *Worker) readLoop() {
 // Freeze makes this end of the connection stop answering pings while
 // keeping the socket open: what a peer behind a dead NAT looks like.
 func (w *Worker) Freeze() { w.frozen.Store(true) }
+
+// PauseReads stops reading from the worker for d, from its next message:
+// an engine too busy to keep up, so the worker's sends back up.
+func (w *Worker) PauseReads(d time.Duration) { w.paused.Store(time.Now().Add(d).UnixNano()) }
 
 // Done is closed when the connection has ended.
 func (w *Worker) Done() <-chan struct{} { return w.done }

@@ -20,6 +20,7 @@
 //	{"env": ["NAME"]}     report these variables in the answer
 //	{"no_answer": true}   end without answering (exit 0)
 //	{"announce": true}    an event {"event":"started","pid":N} with the runner's pid
+//	{"pipe_size": N}      grow the stdout pipe to N bytes (Linux), so more output can wait in it
 package main
 
 import (
@@ -120,6 +121,12 @@ func main() {
 					env[name.(string)] = os.Getenv(name.(string))
 				}
 				result["env"] = env
+			case "pipe_size":
+				const fSetPipeSize = 1031 // F_SETPIPE_SZ
+				if _, _, errno := syscall.Syscall(syscall.SYS_FCNTL, os.Stdout.Fd(), fSetPipeSize, uintptr(n)); errno != 0 {
+					fmt.Fprintln(os.Stderr, "fakerunner: F_SETPIPE_SZ:", errno)
+					os.Exit(3)
+				}
 			case "announce":
 				fmt.Fprintf(out, `{"call_id":%s,"event":"started","pid":%d}`+"\n", id, os.Getpid())
 				out.Flush()
