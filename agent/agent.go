@@ -110,7 +110,7 @@ func (a *Agent) Serve(ctx context.Context) error {
 	backoff := backoffMin
 	for {
 		attached, err := a.session(ctx)
-		if errors.Is(err, errFinished) || closed(a.stopCh) || closed(a.killCh) {
+		if errors.Is(err, errFinished) || closed(a.stopCh) || closed(a.drainCh) || closed(a.killCh) {
 			return nil
 		}
 		var refused *RefusedError
@@ -233,7 +233,11 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 	stopC, drainC, ctxDone := a.stopCh, a.drainCh, ctx.Done()
 	idle := time.NewTimer(time.Hour)
 	defer idle.Stop()
-	a.armIdle(idle)
+	var idleC <-chan time.Time // nil without --max-idle: never idle
+	if a.cfg.MaxIdle > 0 {
+		idleC = idle.C
+		a.armIdle(idle)
+	}
 	for {
 		select {
 		case err := <-lost:
@@ -254,7 +258,7 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 			a.status.Update(func(s *Status) { s.State = "draining" })
 		case <-a.changed:
 			a.armIdle(idle)
-		case <-idle.C:
+		case <-idleC:
 			if a.running() == 0 && time.Now().After(a.idleDeadline()) {
 				a.log.Info("nothing ran for --max-idle; stopping", "max_idle", a.cfg.MaxIdle.String())
 				conn.Close()
