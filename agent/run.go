@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -118,24 +119,49 @@ func WriteRunUsage(w io.Writer) {
 Attach to a Fluksio engine and run the calls it sends, in the foreground.
 Each call runs in a fresh Python process; its output streams back live.
 
-Options (each also settable as the environment variable shown, or as a key
+Every option can also be set as the environment variable shown, or as a key
 of the same name in the --config file; flags win over variables, variables
-over the file):
+over the file.
+
+Options:
+  --config PATH  [FLUKSIO_WORKER_CONFIG]
+        read settings from a TOML file: url = "wss://...", labels = ["gpu"]
 `)
-	fmt.Fprintf(w, "  --%-22s %s\n", "config PATH", "read settings from this TOML file (env FLUKSIO_WORKER_CONFIG)")
 	for _, o := range Options {
-		fmt.Fprintf(w, "  --%-22s %s\n", o.Name+" "+o.Arg, o.Help)
+		head := "  --" + o.Name + " " + o.Arg
 		if o.Env() != "" {
-			fmt.Fprintf(w, "  %-24s [%s]\n", "", o.Env())
+			head += "  [" + o.Env() + "]"
+		}
+		fmt.Fprintln(w, head)
+		for _, line := range wrap(o.Help, 70) {
+			fmt.Fprintln(w, "        "+line)
 		}
 	}
-	fmt.Fprint(w, `  --version                print the version
+	fmt.Fprint(w, `  --version
+        print the version
 
 Signals: SIGTERM or SIGINT stops running calls (reported to the engine as
 cancelled) and exits 0; a second one kills them at once. SIGQUIT drains:
 running calls finish, new ones are declined, then it exits 0.
 Exit codes: 0 stopped, drained or idle; 1 refused by the engine; 2 bad usage.
 `)
+}
+
+// wrap breaks text into lines of at most width characters, at spaces.
+func wrap(text string, width int) []string {
+	var lines []string
+	line := ""
+	for _, word := range strings.Fields(text) {
+		if line != "" && len(line)+1+len(word) > width {
+			lines = append(lines, line)
+			line = ""
+		}
+		if line != "" {
+			line += " "
+		}
+		line += word
+	}
+	return append(lines, line)
 }
 
 // InventoryCommand is `fluksio-worker inventory`: what this machine would
