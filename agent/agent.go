@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -63,6 +64,11 @@ func New(cfg Config, log *slog.Logger, python, stateDir string) *Agent {
 	a.baseEnv = append(os.Environ(),
 		"FLUKSIO_ARTIFACT_URL="+cfg.ArtifactBase(),
 		"FLUKSIO_ARTIFACT_TOKEN="+cfg.Token)
+	if os.Getenv("FLUKSIO_ARTIFACT_CACHE") == "" {
+		// Loaded artifacts are cached where this worker can surely write
+		// (a service may not write its account's home), not in ~/.cache.
+		a.baseEnv = append(a.baseEnv, "FLUKSIO_ARTIFACT_CACHE="+filepath.Join(stateDir, "artifacts"))
+	}
 	a.status = newStatusFile(stateDir, Status{
 		PID:     os.Getpid(),
 		Version: Version,

@@ -112,7 +112,7 @@ func TestCallEnvironmentAndCUDARemap(t *testing.T) {
 	c, err := wk.Run(map[string]any{
 		"call_id": "env1",
 		"env":     map[string]any{"CUDA_VISIBLE_DEVICES": "1,0,7", "OMP_NUM_THREADS": 4, "FLAG": true},
-		"steps":   []step{{"env": []string{"CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "FLAG", "FLUKSIO_ARTIFACT_URL", "FLUKSIO_ARTIFACT_TOKEN"}}},
+		"steps":   []step{{"env": []string{"CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "FLAG", "FLUKSIO_ARTIFACT_URL", "FLUKSIO_ARTIFACT_TOKEN", "FLUKSIO_ARTIFACT_CACHE"}}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -137,6 +137,9 @@ func TestCallEnvironmentAndCUDARemap(t *testing.T) {
 		if env[k] != v {
 			t.Errorf("%s = %q, want %q", k, env[k], v)
 		}
+	}
+	if cache := env["FLUKSIO_ARTIFACT_CACHE"]; filepath.Base(cache) != "artifacts" || !filepath.IsAbs(cache) {
+		t.Errorf("FLUKSIO_ARTIFACT_CACHE = %q, want <state-dir>/artifacts", cache)
 	}
 	if _, has := out.Outputs.Request["env"]; has {
 		t.Errorf("the runner's request still holds env: %v", out.Outputs.Request)
