@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent"
@@ -330,6 +331,9 @@ func renderServiceFile(l Layout, exe string, acct account, cfg agent.Config) (st
 	p := serviceParams{Executable: exe, ConfigPath: l.ConfigPath, CancelGrace: cfg.CancelGrace}
 	if !l.UserService {
 		p.Account = acct.Name
+		if acct.Home == "/root" || strings.HasPrefix(acct.Home, "/home/") {
+			p.WritableHome = acct.Home
+		}
 	}
 	if l.GOOS == "darwin" {
 		return renderPlist(p, l.LogDir)

@@ -14,6 +14,10 @@ type serviceParams struct {
 	ConfigPath  string
 	Account     string        // User= / UserName; "" for a user service
 	CancelGrace time.Duration // the agent's SIGTERM→SIGKILL grace for each call
+	// WritableHome is the account's home when it is a person's (under /home,
+	// or /root): ProtectHome=read-only would leave node code unable to
+	// write its caches there (~/.cache/huggingface, say), so it is exempted.
+	WritableHome string
 }
 
 // stopTimeout is how long the service manager lets the worker stop before
@@ -133,6 +137,11 @@ func renderUnit(p serviceParams, userService bool) (string, error) {
 	} else if p.Account == "" {
 		return "", fmt.Errorf("a system unit needs the account it runs as")
 	}
+	if p.WritableHome != "" && !userService {
+		text = strings.Replace(text, "ProtectHome=read-only\n", "ProtectHome=read-only\n"+
+			"# The account's home stays writable: node code keeps its caches there.\n"+
+			"ReadWritePaths=-"+systemdWord(p.WritableHome)+"\n", 1)
+	}
 	r := strings.NewReplacer(
 		"@EXEC@", systemdWord(p.Executable),
 		"@CONFIG_ARG@", systemdWord(p.ConfigPath),
@@ -158,7 +167,7 @@ func systemdWord(s string) string {
 // characters (a newline would end the line and start a new directive) and
 // "{{", which kardianos would take for a template action.
 func checkServiceParams(p serviceParams) error {
-	for what, v := range map[string]string{"the binary's path": p.Executable, "the config path": p.ConfigPath, "the account name": p.Account} {
+	for what, v := range map[string]string{"the binary's path": p.Executable, "the config path": p.ConfigPath, "the account name": p.Account, "the account's home": p.WritableHome} {
 		if strings.Contains(v, "{{") {
 			return fmt.Errorf("%s %q contains {{, which the service file cannot carry; move it", what, v)
 		}

@@ -281,3 +281,27 @@ func checkPlist(t *testing.T, plist string, want map[string]string) {
 		}
 	}
 }
+
+// A service running as a person's account may write its home (node code
+// keeps caches there); the system account's home needs no exemption.
+func TestUnitKeepsAPersonsHomeWritable(t *testing.T) {
+	p := systemParams
+	p.Account, p.WritableHome = "alice", "/home/alice"
+	unit, err := renderUnit(p, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(unit, "ProtectHome=read-only\n") || !strings.Contains(unit, "\nReadWritePaths=-/home/alice\n") {
+		t.Errorf("unit for alice:\n%s", unit)
+	}
+	if plain, _ := renderUnit(systemParams, false); strings.Contains(plain, "ReadWritePaths") {
+		t.Errorf("the system account's unit exempts a home:\n%s", plain)
+	}
+	if path, err := exec.LookPath("systemd-analyze"); err == nil {
+		file := filepath.Join(t.TempDir(), "fluksio-worker.service")
+		os.WriteFile(file, []byte(strings.ReplaceAll(unit, "/usr/bin/fluksio-worker", "/bin/true")), 0o644)
+		if out, err := exec.Command(path, "verify", file).CombinedOutput(); err != nil && strings.Contains(string(out), "ReadWritePaths") {
+			t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+		}
+	}
+}
