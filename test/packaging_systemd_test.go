@@ -39,20 +39,9 @@ func debUnderSystemd(t *testing.T, v1, v2 release) {
 	step("boot")
 
 	const token = "pkg-test-token-7f3a"
-	eng, err := engine.Start(engine.Options{Tokens: []string{token}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
+	eng := startEngine(t, engine.Options{Tokens: []string{token}})
 
-	sh := func(script string) string {
-		t.Helper()
-		out, err := m.Exec(ctx, script)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
+	sh := machineShell(ctx, t, m)
 	debIn := func(r release) string {
 		t.Helper()
 		deb := r.pkg(t, "deb", runtime.GOARCH)

@@ -55,11 +55,7 @@ func TestServiceUnderSystemd(t *testing.T) {
 	}()
 	step("boot")
 
-	eng, err := engine.Start(engine.Options{Tokens: []string{serviceToken}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
+	eng := startEngine(t, engine.Options{Tokens: []string{serviceToken}})
 	// sh runs a script in the container and returns its output and exit code.
 	sh := func(script string) (string, int) {
 		t.Helper()
@@ -334,19 +330,8 @@ func TestUserServiceUnderSystemd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	eng, err := engine.Start(engine.Options{Tokens: []string{serviceToken}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	must := func(script string) string {
-		t.Helper()
-		out, err := m.Exec(ctx, script)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
+	eng := startEngine(t, engine.Options{Tokens: []string{serviceToken}})
+	must := machineShell(ctx, t, m)
 	if err := m.CopyIn(bin, "/usr/local/bin/fluksio-worker"); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/test/engine"
+	"github.com/fluksio/fluksio-worker/test/nspawn"
 )
 
 // liveWorker returns the next worker that stays attached: `install` checks
@@ -77,5 +78,18 @@ func stepTimer(t *testing.T) func(name string) {
 		t.Helper()
 		t.Logf("%-45s %v", name, time.Since(last).Round(time.Millisecond))
 		last = time.Now()
+	}
+}
+
+// machineShell runs scripts in m and returns their output, failing the test
+// when one fails.
+func machineShell(ctx context.Context, t *testing.T, m *nspawn.Machine) func(script string) string {
+	return func(script string) string {
+		t.Helper()
+		out, err := m.Exec(ctx, script)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
 	}
 }
