@@ -132,6 +132,9 @@ func (r *reloadWait) changed() {
 // expire stops the calls still running when --reload-timeout ran out.
 func (r *reloadWait) expire() {
 	r.expired = nil
+	if !r.a.reloading() {
+		return // a drain or stop took over: it decides what happens to the calls
+	}
 	r.a.log.Warn("--reload-timeout ran out: stopping the calls still running", "calls", r.a.runningIDs(),
 		"reload_timeout", r.a.cfg.ReloadTimeout.String())
 	r.a.stopAll(msgReloadTimeout)
@@ -196,7 +199,6 @@ func (a *Agent) reexec(exe string, exeErr error) int {
 	signal.Ignore(syscall.SIGHUP)
 	notifyReloading()
 	err := syscall.Exec(exe, os.Args, os.Environ())
-	signal.Reset(syscall.SIGHUP)
 	a.log.Error("cannot reload: executing the binary failed; exiting so the service manager restarts it",
 		"path", exe, "error", err)
 	a.status.Update(func(s *Status) { s.State = "stopped"; s.LastError = "reload: " + err.Error() })
