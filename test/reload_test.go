@@ -220,7 +220,7 @@ func TestReloadLetsCallsFinish(t *testing.T) {
 	start := time.Now()
 	r.signal(syscall.SIGHUP)
 	gone(t, wk, 5*time.Second, "a reload with nothing running")
-	wk = attach(t, eng)
+	attach(t, eng)
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("a reload with nothing running took %v", d)
 	}
