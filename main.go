@@ -34,7 +34,8 @@ func commands() []command {
 		{"uninstall", "stop and remove the service (--purge: also config and state)", installer.UninstallCommand},
 		{"start", "start the installed service", installer.StartCommand},
 		{"stop", "stop the installed service", installer.StopCommand},
-		{"restart", "restart the installed service", installer.RestartCommand},
+		{"restart", "restart the installed service (running calls are stopped)", installer.RestartCommand},
+		{"reload", "reload the installed service once its running calls finish", installer.ReloadCommand},
 		{"status", "show the service's state and what the worker is doing", installer.StatusCommand},
 		{"check", "check Python, the runtime, the inventory and the engine, for a human", installer.CheckCommand},
 	}

@@ -44,6 +44,9 @@ type Agent struct {
 	drainOnce sync.Once
 	killCh    chan struct{}
 	killOnce  sync.Once
+	// reloadCh closes on the first reload request (see reload.go).
+	reloadCh   chan struct{}
+	reloadOnce sync.Once
 }
 
 // New prepares an agent. python is the resolved interpreter.
@@ -60,6 +63,7 @@ func New(cfg Config, log *slog.Logger, python, stateDir string) *Agent {
 		stopCh:   make(chan struct{}),
 		drainCh:  make(chan struct{}),
 		killCh:   make(chan struct{}),
+		reloadCh: make(chan struct{}),
 	}
 	a.baseEnv = append(os.Environ(),
 		"FLUKSIO_ARTIFACT_URL="+cfg.ArtifactBase(),
@@ -106,8 +110,9 @@ func closed(ch chan struct{}) bool {
 }
 
 // Serve attaches and reattaches until the worker should stop. It returns
-// nil for a stop, a drain or an idle exit, and a *RefusedError when the
-// engine will not have this worker.
+// nil for a stop, a drain or an idle exit, ErrReload when the worker is to
+// re-execute itself, and a *RefusedError when the engine will not have
+// this worker.
 func (a *Agent) Serve(ctx context.Context) error {
 	defer func() {
 		a.status.Update(func(s *Status) { s.State = "stopped" })
@@ -116,8 +121,8 @@ func (a *Agent) Serve(ctx context.Context) error {
 	backoff := backoffMin
 	for {
 		attached, err := a.session(ctx)
-		if errors.Is(err, errFinished) || closed(a.stopCh) || closed(a.drainCh) || closed(a.killCh) {
-			return nil
+		if errors.Is(err, errFinished) || closed(a.stopCh) || closed(a.drainCh) || closed(a.killCh) || closed(a.reloadCh) {
+			return a.finished()
 		}
 		var refused *RefusedError
 		var usage *UsageError
@@ -137,14 +142,14 @@ func (a *Agent) Serve(ctx context.Context) error {
 		a.status.Update(func(s *Status) { s.State = "connecting"; s.Name = ""; s.LastError = err.Error() })
 		backoff = min(backoff*2, backoffMax)
 		if a.waitOffline(ctx, wait) {
-			return nil
+			return a.finished()
 		}
 	}
 }
 
 // waitOffline sleeps between connections. It reports true when the worker
-// should exit instead: stopped, drained (nothing can be running while
-// disconnected) or idle.
+// should exit instead: stopped, drained or reloaded (nothing can be
+// running while disconnected) or idle.
 func (a *Agent) waitOffline(ctx context.Context, wait time.Duration) bool {
 	retry := time.NewTimer(wait)
 	defer retry.Stop()
@@ -163,6 +168,7 @@ func (a *Agent) waitOffline(ctx context.Context, wait time.Duration) bool {
 	case <-a.stopCh:
 	case <-a.drainCh:
 	case <-a.killCh:
+	case <-a.reloadCh:
 	case <-ctx.Done():
 	}
 	return true
@@ -185,6 +191,7 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 		case <-a.stopCh:
 		case <-a.drainCh:
 		case <-a.killCh:
+		case <-a.reloadCh:
 		case <-prepare.Done():
 		}
 		cancelPrepare()
@@ -237,6 +244,8 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 	}()
 
 	stopC, drainC, ctxDone := a.stopCh, a.drainCh, ctx.Done()
+	reload := a.newReloadWait()
+	defer reload.stop()
 	idle := time.NewTimer(time.Hour)
 	defer idle.Stop()
 	var idleC <-chan time.Time // nil without --max-idle: never idle
@@ -262,8 +271,13 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 			drainC = nil
 			a.log.Info("draining: running calls finish, new calls are refused")
 			a.status.Update(func(s *Status) { s.State = "draining" })
+		case <-reload.asked:
+			reload.begin()
+		case <-reload.expired:
+			reload.expire()
 		case <-a.changed:
 			a.armIdle(idle)
+			reload.changed()
 		case <-idleC:
 			if a.running() == 0 && time.Now().After(a.idleDeadline()) {
 				a.log.Info("nothing ran for --max-idle; stopping", "max_idle", a.cfg.MaxIdle.String())
@@ -272,7 +286,7 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 			}
 			a.armIdle(idle)
 		}
-		if (stopC == nil || drainC == nil) && a.running() == 0 {
+		if (stopC == nil || drainC == nil || reload.begun) && a.running() == 0 {
 			conn.Close()
 			return true, errFinished
 		}

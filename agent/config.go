@@ -33,10 +33,13 @@ type Config struct {
 	MaxIdle     time.Duration
 	Runtime     string // auto, embedded or a path
 	CancelGrace time.Duration
-	MaxLine     int64
-	LogFormat   string
-	LogLevel    string
-	StateDir    string
+	// ReloadTimeout bounds how long a reload waits for running calls; 0
+	// waits as long as they run.
+	ReloadTimeout time.Duration
+	MaxLine       int64
+	LogFormat     string
+	LogLevel      string
+	StateDir      string
 }
 
 // Defaults the command line documents.
@@ -104,6 +107,14 @@ var Options = []Option{
 		func(c *Config, v string) error { c.Runtime = v; return nil }},
 	{"cancel-grace", "DURATION", "how long a cancelled call gets after SIGTERM before SIGKILL",
 		durationSetter(func(c *Config, d time.Duration) { c.CancelGrace = d })},
+	{"reload-timeout", "DURATION", "how long a reload (SIGHUP, 'systemctl reload', a package upgrade) waits for running calls before stopping them; 0 or forever waits as long as they run (default: forever)",
+		func(c *Config, v string) error {
+			if strings.EqualFold(strings.TrimSpace(v), "forever") {
+				c.ReloadTimeout = 0
+				return nil
+			}
+			return durationSetter(func(c *Config, d time.Duration) { c.ReloadTimeout = d })(c, v)
+		}},
 	{"max-line", "BYTES", "the largest line (event or answer) a call may send, e.g. 256MiB",
 		func(c *Config, v string) error {
 			n, err := ParseBytes(v)

@@ -434,3 +434,27 @@ func TestParseBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestReloadTimeout: the default waits as long as calls run; "forever" and 0
+// say so explicitly; anything else is a duration.
+func TestReloadTimeout(t *testing.T) {
+	if cfg := mustLoad(t, nil, nil); cfg.ReloadTimeout != 0 {
+		t.Errorf("default reload-timeout %v, want 0 (forever)", cfg.ReloadTimeout)
+	}
+	for conf, want := range map[string]time.Duration{
+		`reload-timeout = "forever"`: 0,
+		`reload-timeout = 0`:         0,
+		`reload-timeout = "2h"`:      2 * time.Hour,
+		`reload_timeout = 90`:        90 * time.Second,
+	} {
+		if cfg := mustLoad(t, []string{"--config", writeConfig(t, conf)}, nil); cfg.ReloadTimeout != want {
+			t.Errorf("%s: reload-timeout %v, want %v", conf, cfg.ReloadTimeout, want)
+		}
+	}
+	if cfg := mustLoad(t, nil, map[string]string{"FLUKSIO_WORKER_RELOAD_TIMEOUT": "30m"}); cfg.ReloadTimeout != 30*time.Minute {
+		t.Errorf("FLUKSIO_WORKER_RELOAD_TIMEOUT=30m: %v", cfg.ReloadTimeout)
+	}
+	if _, err := Load([]string{"--reload-timeout", "soon"}, func(string) string { return "" }); err == nil {
+		t.Error("--reload-timeout soon was accepted")
+	}
+}

@@ -96,6 +96,9 @@ func (a *Agent) startCall(ctx context.Context, conn *engineConn, rt Runtime, m m
 	case closed(a.drainCh):
 		refuse(errTypeCancelled, msgDraining)
 		return
+	case a.reloading():
+		refuse(errTypeCancelled, msgReloading)
+		return
 	}
 	env, err := a.callEnv(m.fields["env"])
 	if err != nil {

@@ -30,7 +30,8 @@ const (
 
 // RunCommand is `fluksio-worker run`: attach and serve in the foreground
 // until stopped (SIGTERM/SIGINT), drained (SIGQUIT), idle (--max-idle) or
-// refused.
+// refused. SIGHUP reloads: it re-executes this binary in place once the
+// running calls finish (reload.go).
 func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg, err := Load(args, os.Getenv)
 	if err == nil {
@@ -58,12 +59,15 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		log.Error(err.Error())
 		return ExitUsage
 	}
+	// Resolved now: after an upgrade replaced the file, the path is what
+	// a reload executes.
+	exe, exeErr := Executable()
 	log.Info("starting", "version", Version, "engine", RedactURL(cfg.URL), "python", python,
 		"python_version", pyVersion, "state_dir", stateDir, "parallel", cfg.Parallel)
 	a := New(cfg, log, python, stateDir)
 
 	signals := make(chan os.Signal, 4)
-	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGQUIT)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGHUP)
 	defer signal.Stop(signals)
 	served := make(chan error, 1)
 	go func() { served <- a.Serve(ctx) }()
@@ -71,9 +75,16 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	for {
 		select {
 		case err := <-served:
+			if errors.Is(err, ErrReload) {
+				signal.Stop(signals)
+				return a.reexec(exe, exeErr)
+			}
 			return exitCode(log, err)
 		case sig := <-signals:
 			switch {
+			case sig == syscall.SIGHUP:
+				logReloadRequest(log, a)
+				a.Reload()
 			case sig == syscall.SIGQUIT:
 				log.Info("SIGQUIT: draining")
 				a.Drain()
@@ -142,8 +153,12 @@ Options:
 
 Signals: SIGTERM or SIGINT stops running calls (reported to the engine as
 cancelled) and exits 0; a second one kills them at once. SIGQUIT drains:
-running calls finish, new ones are declined, then it exits 0.
-Exit codes: 0 stopped, drained or idle; 1 refused by the engine; 2 bad usage.
+running calls finish, new ones are declined, then it exits 0. SIGHUP
+reloads: new calls are declined, running ones finish (at most
+--reload-timeout), then the binary on disk is executed again in this process
+with the same arguments, and attaches anew.
+Exit codes: 0 stopped, drained or idle; 1 refused by the engine; 2 bad usage;
+3 a reload could not execute the binary.
 `)
 }
 

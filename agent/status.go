@@ -13,16 +13,17 @@ import (
 // <state-dir>/status.json, for `fluksio-worker status` to show. It never
 // holds the token.
 type Status struct {
-	PID          int       `json:"pid"`
-	Version      string    `json:"version"`
-	Engine       string    `json:"engine"`
-	State        string    `json:"state"` // connecting, attached, draining, stopping, stopped
-	Name         string    `json:"name,omitempty"`
-	Since        time.Time `json:"since,omitzero"`
-	CallsRunning int       `json:"calls_running"`
-	CallsDone    int64     `json:"calls_done"`
-	LastError    string    `json:"last_error,omitempty"`
-	Updated      time.Time `json:"updated"`
+	PID          int           `json:"pid"`
+	Version      string        `json:"version"`
+	Engine       string        `json:"engine"`
+	State        string        `json:"state"` // connecting, attached, draining, reloading, stopping, stopped
+	Name         string        `json:"name,omitempty"`
+	Since        time.Time     `json:"since,omitzero"`
+	CallsRunning int           `json:"calls_running"`
+	CallsDone    int64         `json:"calls_done"`
+	LastError    string        `json:"last_error,omitempty"`
+	Reload       *ReloadStatus `json:"reload,omitempty"` // a reload waiting for calls
+	Updated      time.Time     `json:"updated"`
 }
 
 // StatusPath is where the worker with this state directory keeps its status.

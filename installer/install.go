@@ -177,6 +177,10 @@ func install(ctx context.Context, h host, args []string, stdout, stderr io.Write
 		return fail(err)
 	}
 	before, _ := m.State()
+	oldUnit, _ := os.ReadFile(l.UnitPath)
+	// A running systemd service takes new settings by a reload, which lets
+	// its calls finish; launchd's install above unloaded the job already.
+	reload := before == Running && l.GOOS == "linux" && reloadApplies(string(oldUnit), text)
 	if err := m.Install(); err != nil {
 		return fail(err)
 	}
@@ -192,7 +196,7 @@ func install(ctx context.Context, h host, args []string, stdout, stderr io.Write
 	if req.noStart {
 		switch {
 		case before == Running && l.GOOS == "linux":
-			fmt.Fprintln(stdout, "Not restarted (--no-start): the running worker keeps its old settings until 'fluksio-worker restart'.")
+			fmt.Fprintln(stdout, "Not restarted (--no-start): the running worker keeps its old settings until 'fluksio-worker reload' (or restart).")
 		default:
 			fmt.Fprintln(stdout, "Not started (--no-start). Start it with: fluksio-worker start"+userServiceArg(l))
 		}
@@ -201,9 +205,16 @@ func install(ctx context.Context, h host, args []string, stdout, stderr io.Write
 	started := time.Now()
 	// systemd's restart also starts a stopped unit; Install left a launchd
 	// job unloaded, so there it is a start.
-	if l.GOOS == "darwin" {
+	switch {
+	case reload:
+		fmt.Fprintln(stdout, "Reloading the running worker: its running calls finish first, then it takes the new settings.")
+		err = m.Reload()
+	case l.GOOS == "darwin":
 		err = m.Start()
-	} else {
+	default:
+		if before == Running {
+			fmt.Fprintln(stdout, "Restarting the running worker (its service definition changed, which only a restart applies): running calls are stopped.")
+		}
 		err = m.Restart()
 	}
 	if err != nil {
@@ -213,6 +224,8 @@ func install(ctx context.Context, h host, args []string, stdout, stderr io.Write
 	fmt.Fprintln(stdout)
 	writeStatus(stdout, l, state, st, stErr)
 	switch {
+	case reload && stErr == nil && st.State == "reloading":
+		fmt.Fprintf(stdout, "\nThe worker reloads once its running calls finish; watch 'fluksio-worker status%s'.\n", userServiceArg(l))
 	case state != Running:
 		fmt.Fprintf(stderr, "fluksio-worker install: the service is installed but not running; see %s\n", l.LogHint())
 		return exitFailed
@@ -409,7 +422,8 @@ install:
   4. waits a little and shows whether the worker attached.
 
 Run it again to change settings: options you give replace those in the
-config, the others are kept, and the service restarts with them.
+config, the others are kept, and a running service reloads with them: it
+lets its running calls finish first (see 'fluksio-worker reload --help').
 
 Examples:
   # paste the token when asked, so it stays out of your shell history:

@@ -103,6 +103,15 @@ func writeWorker(row func(label, format string, args ...any), state State, st ag
 		row("worker", "%sattached as %q%s", prefix, st.Name, since)
 	case "connecting":
 		row("worker", "%sconnecting to the engine (not attached)", prefix)
+	case "reloading":
+		row("worker", "%sreloading as %q", prefix, st.Name)
+		if r := st.Reload; r != nil {
+			limit := "no time limit (--reload-timeout)"
+			if !r.Deadline.IsZero() {
+				limit = "calls still running at " + r.Deadline.Local().Format("15:04:05") + " are stopped (--reload-timeout)"
+			}
+			row("reload", "asked %s; waiting for %s to finish; %s", ago(now, r.Since), strings.Join(r.Waiting, ", "), limit)
+		}
 	case "":
 		row("worker", "%sunknown state", prefix)
 	default:
@@ -140,11 +149,15 @@ func waitAttached(ctx context.Context, m *manager, stateDir string, started time
 		if err == nil && st.Updated.Before(fresh) {
 			err = fmt.Errorf("%w: the status file predates this start", fs.ErrNotExist)
 		}
-		attached := err == nil && st.State == "attached"
+		// Attached since this start: a reload keeps the PID, and an old
+		// status may have been written less than a second before.
+		attached := err == nil && st.State == "attached" && !st.Since.Before(fresh)
+		// A reload waiting for calls may wait for hours.
+		waiting := err == nil && st.State == "reloading" && st.Reload != nil
 		// systemd reports a unit that just failed as activating for a
 		// moment, so a stop counts only after the first second.
 		stopped := state != Running && time.Since(started) > time.Second
-		if attached || stopped || time.Now().After(deadline) {
+		if attached || waiting || stopped || time.Now().After(deadline) {
 			return state, st, err
 		}
 		select {

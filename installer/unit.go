@@ -35,6 +35,9 @@ func stopTimeout(grace time.Duration) int {
 //     it (a revoked token); restarting would ask again every 5 s forever.
 //     Exit 2 (a bad config) is not listed because a Go panic also exits 2,
 //     and a crash must restart.
+//   - ExecReload sends SIGHUP: the worker declines new calls, lets running
+//     ones finish (--reload-timeout) and re-executes itself in place, so
+//     upgrades and new settings never kill a call; `restart` still does.
 //   - KillMode=mixed: stop sends SIGTERM to the agent alone, which cancels
 //     and reports its calls itself; whatever is left when TimeoutStopSec
 //     runs out gets SIGKILL. (kardianos' default unit, KillMode=control-group
@@ -57,6 +60,9 @@ Wants=network-online.target
 [Service]
 Type=exec
 ExecStart=@EXEC@ run --config @CONFIG_ARG@
+# A reload lets running calls finish, then re-executes the worker in place.
+# (sh's own kill: a minimal system may have no /bin/kill.)
+ExecReload=/bin/sh -c "kill -HUP $MAINPID"
 User=@USER@
 # Exit 1 means the engine refused this worker (say, a revoked token):
 # asking again would not change its answer.
@@ -112,6 +118,9 @@ Documentation=https://github.com/fluksio/fluksio-worker
 [Service]
 Type=exec
 ExecStart=@EXEC@ run --config @CONFIG_ARG@
+# A reload lets running calls finish, then re-executes the worker in place.
+# (sh's own kill: a minimal system may have no /bin/kill.)
+ExecReload=/bin/sh -c "kill -HUP $MAINPID"
 # Exit 1 means the engine refused this worker (say, a revoked token):
 # asking again would not change its answer.
 Restart=on-failure

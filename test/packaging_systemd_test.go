@@ -95,8 +95,12 @@ func debUnderSystemd(t *testing.T, v1, v2 release) {
 	}
 	step("install as a service, attach, run a node")
 
-	// Upgrade: same config, the unit refreshed, the running service
-	// restarted on the new binary, attached again.
+	// Upgrade with a long node running: same config, the unit refreshed,
+	// the running service reloaded: the node runs to its end and is
+	// answered ok, then the same process runs the new binary and attaches
+	// again. apt does not wait for the node.
+	const longSeconds = 25
+	long := startLongNode(ctx, t, w, "long1", longSeconds)
 	out = sh("apt-get install -y " + debIn(v2))
 	if strings.Contains(out, "sudo fluksio-worker install --url") {
 		t.Errorf("an upgrade of an installed service prints the first-install hint:\n%s", out)
@@ -110,28 +114,55 @@ func debUnderSystemd(t *testing.T, v1, v2 release) {
 	if state := strings.TrimSpace(sh("systemctl is-active fluksio-worker || true")); state != "active" {
 		t.Fatalf("after the upgrade the service is %q", state)
 	}
-	pid2 := mainPID(t, sh)
-	if pid2 == pid1 {
-		t.Errorf("the service was not restarted by the upgrade (MainPID %s)", pid1)
-	}
-	if exe := sh("readlink /proc/" + pid2 + "/exe"); strings.Contains(exe, "deleted") {
-		t.Errorf("the service runs a deleted binary (%s): restarted before the new one was in place", strings.TrimSpace(exe))
-	}
+	eventuallyIn(t, 5*time.Second, "status to say the reload waits for long1", func() (bool, string) {
+		out, _ := m.Exec(ctx, "fluksio-worker status")
+		return strings.Contains(out, "reloading") && strings.Contains(out, "waiting for long1"), out
+	})
+	finishLongNode(ctx, t, long, longSeconds)
 	select {
 	case <-w.Done():
 	case <-time.After(30 * time.Second):
-		t.Error("the old worker's connection is still open after the upgrade")
+		t.Error("the old worker's connection is still open after its call ended")
 	}
 	w = liveWorker(ctx, t, eng)
+	if pid2 := mainPID(t, sh); pid2 != pid1 {
+		t.Errorf("the upgrade restarted the service (MainPID %s, was %s); it must reload in place", pid2, pid1)
+	}
+	if exe := strings.TrimSpace(sh("readlink /proc/" + pid1 + "/exe")); exe != "/usr/bin/fluksio-worker" {
+		t.Errorf("after the reload the service runs %q; want the new /usr/bin/fluksio-worker", exe)
+	}
+	eventuallyIn(t, 10*time.Second, "status to show the new version attached", func() (bool, string) {
+		out, _ := m.Exec(ctx, "fluksio-worker status")
+		return strings.Contains(out, "fluksio-worker "+v2.version) && strings.Contains(out, "attached as"), out
+	})
 	runDouble(ctx, t, w, "c2", 50)
-	step("apt-get install (upgrade), reattach, run a node")
+	step("apt-get install (upgrade) with a node running, reload")
+
+	// A changed setting with a node running: install reloads, the node
+	// finishes, and the next hello carries the new labels.
+	long = startLongNode(ctx, t, w, "long2", 10)
+	out = sh("fluksio-worker install --labels other </dev/null")
+	if !strings.Contains(out, "Reloading the running worker") {
+		t.Errorf("install of a changed setting did not reload:\n%s", out)
+	}
+	finishLongNode(ctx, t, long, 10)
+	serviceGone(t, w)
+	w = liveWorker(ctx, t, eng)
+	if !slices.Equal(w.Hello.Labels, []string{"other"}) {
+		t.Errorf("after install --labels other the hello has labels %v", w.Hello.Labels)
+	}
+	if pid := mainPID(t, sh); pid != pid1 {
+		t.Errorf("install restarted the service (MainPID %s, was %s); it must reload", pid, pid1)
+	}
+	runDouble(ctx, t, w, "c3", 8)
+	step("install --labels with a node running, reload")
 
 	// A stopped service stays stopped through an upgrade (here: a reinstall
 	// of the same version, which runs the same postinst).
 	sh("systemctl stop fluksio-worker")
 	sh("apt-get install -y --reinstall " + debIn(v2))
 	if state := strings.TrimSpace(sh("systemctl is-active fluksio-worker || true")); state != "inactive" {
-		t.Errorf("a stopped service is %q after a package upgrade; the postinst must only try-restart", state)
+		t.Errorf("a stopped service is %q after a package upgrade; the postinst must only reload a running one", state)
 	}
 	sh("systemctl start fluksio-worker")
 	step("reinstall with the service stopped")

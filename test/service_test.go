@@ -195,6 +195,39 @@ func TestServiceUnderSystemd(t *testing.T) {
 	if out := must("fluksio-worker install --refresh-unit"); !strings.Contains(out, "up to date") {
 		t.Errorf("--refresh-unit right after install: %s", out)
 	}
+	// A reload bounded by --reload-timeout. Setting it reloads the worker,
+	// at once as nothing runs; then a node longer than the bound is stopped
+	// when it runs out, reported, and the same process attaches again.
+	pid = mainPID(t, must)
+	start := time.Now()
+	out = must("fluksio-worker install --reload-timeout 2s --check=false </dev/null")
+	if !strings.Contains(out, "Reloading the running worker") || !strings.Contains(out, "attached as") {
+		t.Errorf("install --reload-timeout:\n%s", out)
+	}
+	serviceGone(t, w)
+	w = liveWorker(ctx, t, eng)
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("a reload with nothing running took %v", d)
+	}
+	long := startLongNode(ctx, t, w, "long", 120)
+	start = time.Now()
+	must("fluksio-worker reload")
+	answer, _, err := long.WaitTimeout(60 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Stopped as a stop stops it: the runtime answers for itself on SIGTERM.
+	if took := time.Since(start); took < 2*time.Second || took > 20*time.Second || !strings.Contains(string(answer.Raw), `"NodeCancelled"`) {
+		t.Errorf("a node over --reload-timeout 2s answered after %v: %s", took, answer.Raw)
+	}
+	serviceGone(t, w)
+	w = liveWorker(ctx, t, eng)
+	if got := mainPID(t, must); got != pid {
+		t.Errorf("the reloads restarted the service (MainPID %s, was %s)", got, pid)
+	}
+	runDouble(ctx, t, w, "c4", 3)
+	step("--reload-timeout: immediate when idle, stops a longer node")
+
 	// --no-start writes the change but leaves the running worker alone;
 	// the next start (below) picks it up.
 	if out := must("fluksio-worker install --no-start --parallel 2 --check=false"); !strings.Contains(out, "Not restarted") {

@@ -93,3 +93,64 @@ func machineShell(ctx context.Context, t *testing.T, m *nspawn.Machine) func(scr
 		return out
 	}
 }
+
+// longNodeSource is a node like a training run: it yields a value every
+// second for `seconds` seconds, then returns.
+const longNodeSource = `import time
+from fluksio import Port, node
+
+@node(requires=[Port("seconds", "int")], provides=[Port("tick", "int", stream=True), Port("done", "int")])
+def long(*, seconds):
+    for i in range(seconds):
+        yield {"tick": i}
+        time.sleep(1)
+    return {"done": seconds}
+`
+
+// startLongNode starts the long node on w and returns once it has yielded
+// its first value, so the call is surely running.
+func startLongNode(ctx context.Context, t *testing.T, w *engine.Worker, id string, seconds int) *engine.Call {
+	t.Helper()
+	call, err := w.Run(map[string]any{
+		"op": "run", "call_id": id,
+		"node":     map[string]any{"source": longNodeSource, "filename": "long.py"},
+		"function": "long", "inputs": map[string]any{"seconds": seconds}, "settings": map[string]any{},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	first, err := call.Next(ctx)
+	if err != nil || !first.IsAnswer() && first.Event != "stream" {
+		t.Fatalf("call %s: first frame %s, %v", id, first.Raw, err)
+	}
+	if first.IsAnswer() {
+		t.Fatalf("call %s answered at once: %s", id, first.Raw)
+	}
+	return call
+}
+
+// finishLongNode waits for the long node's answer, which must be ok, and
+// for every value it yields.
+func finishLongNode(ctx context.Context, t *testing.T, call *engine.Call, seconds int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(seconds)*time.Second+60*time.Second)
+	defer cancel()
+	answer, events, err := call.Wait(ctx)
+	if err != nil {
+		t.Fatalf("call %s: %v", call.ID, err)
+	}
+	streamed := 1 // the one startLongNode read
+	for _, e := range events {
+		if e.Event == "stream" {
+			streamed++
+		}
+	}
+	var got struct {
+		OK bool `json:"ok"`
+	}
+	if err := answer.Decode(&got); err != nil || !got.OK || streamed != seconds {
+		t.Errorf("call %s answered %s after %d values; want ok after %d", call.ID, answer.Raw, streamed, seconds)
+	}
+}

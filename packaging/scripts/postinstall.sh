@@ -4,8 +4,12 @@
 # Fresh install: say what to run next; the package never starts a worker,
 # because only `install` knows the engine and the token.
 # Upgrade with the service installed: rewrite its unit from the new binary
-# (a newer unit template may fix things) and restart it only if it was
-# running: `try-restart` leaves a stopped service stopped.
+# (a newer unit template may fix things), then, only if it is running,
+# reload it: the worker lets its running calls finish (a training run may
+# take days) and then executes the new binary in place. A stopped service
+# stays stopped. A worker from before reloads existed (its old unit has no
+# ExecReload=) would die of the reload's SIGHUP, so it is restarted, as
+# before.
 #
 # Whether the service is installed is read off the unit file, not off the
 # arguments: after `apt remove` and a later reinstall dpkg passes the old
@@ -33,12 +37,20 @@ MSG
 	exit 0
 fi
 
+reloads=
+if grep -q '^ExecReload=' "$unit"; then
+	reloads=yes
+fi
 if ! /usr/bin/fluksio-worker install --refresh-unit; then
 	# Keep the package installed and the old unit working; say so loudly.
 	echo "fluksio-worker: could not refresh $unit from the new version; the old unit stays. Run: sudo fluksio-worker install --refresh-unit" >&2
 fi
 if [ -d /run/systemd/system ]; then
 	systemctl daemon-reload || true
-	systemctl try-restart fluksio-worker.service || true
+	if [ -z "$reloads" ]; then
+		systemctl try-restart fluksio-worker.service || true
+	elif systemctl is-active --quiet fluksio-worker.service; then
+		systemctl reload fluksio-worker.service || true
+	fi
 fi
 exit 0
