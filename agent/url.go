@@ -43,7 +43,7 @@ func CompleteURL(raw string) (endpoint, warning string, err error) {
 	if u.User != nil {
 		// A password here would sit in the config and in every place the
 		// URL is shown; engines authenticate workers by token alone.
-		return "", "", fmt.Errorf("--url %q carries a user name or password (user:pass@); remove it: the engine knows a worker by its token alone (--token-file)", shown)
+		return "", "", fmt.Errorf("--url %q carries a user name or password (NAME:PASSWORD@ before the host); remove it, the engine knows a worker by its token alone (--token-file); %s", shown, example)
 	}
 	if u.Hostname() == "" {
 		return "", "", fmt.Errorf("--url %q has no host; %s", shown, example)
@@ -51,7 +51,7 @@ func CompleteURL(raw string) (endpoint, warning string, err error) {
 	if p := u.Port(); p != "" || strings.HasSuffix(u.Host, ":") {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 1 || n > 65535 {
-			return "", "", fmt.Errorf("--url %q: port %q is not a port number (1 to 65535); write host:port, e.g. engine.example.com:8443, or leave the port out", shown, p)
+			return "", "", fmt.Errorf("--url %q: port %q is not a port number (1 to 65535); write host:port, e.g. wss://engine.example.com:8443, or leave the port out", shown, p)
 		}
 	}
 	if strings.ContainsAny(u.Hostname(), " \t") || (strings.Contains(u.Hostname(), ":") && net.ParseIP(u.Hostname()) == nil) {

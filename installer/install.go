@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -149,7 +150,9 @@ func install(ctx context.Context, h host, args []string, stdout, stderr io.Write
 		return fail(err)
 	}
 	for _, w := range cfg.Warnings {
-		fmt.Fprintf(stderr, "fluksio-worker install: warning: %s\n", w)
+		if !slices.Contains(warnings, w) { // the URL's was said above
+			fmt.Fprintf(stderr, "fluksio-worker install: warning: %s\n", w)
+		}
 	}
 	acct := currentAccount()
 	if !l.UserService {
