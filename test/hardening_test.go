@@ -268,3 +268,31 @@ func TestNoSharedStateDirFallback(t *testing.T) {
 
 func exists(p string) bool { _, err := os.Lstat(p); return err == nil }
 
+
+// Item 1: the SLURM example gives the worker a fresh private state
+// directory, not a name another user of the node could create first.
+func TestSlurmExampleStateDirIsPrivate(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bin, tmp, home := filepath.Join(dir, "bin"), filepath.Join(dir, "tmp"), filepath.Join(dir, "home")
+	for _, d := range []string{bin, tmp, filepath.Join(home, ".config", "fluksio-worker")} {
+		os.MkdirAll(d, 0o755)
+	}
+	os.Chmod(tmp, 0o1777)
+	os.WriteFile(filepath.Join(home, ".config", "fluksio-worker", "token"), []byte(testToken), 0o600)
+	// A stand-in worker that reports the state directory it was given.
+	os.WriteFile(filepath.Join(bin, "fluksio-worker"), []byte("#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --state-dir ] && echo \"$2\"; shift; done\n"), 0o755)
+	cmd := exec.Command("bash", "../packaging/slurm/fluksio-worker.sbatch")
+	cmd.Env = append(cleanEnv(), "PATH="+bin+":"+os.Getenv("PATH"), "HOME="+home, "TMPDIR="+tmp, "SLURM_JOB_ID=77")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("the batch script: %v", err)
+	}
+	state := strings.TrimSpace(string(out))
+	if state == "" || state == tmp || strings.HasSuffix(state, "-77") {
+		t.Fatalf("--state-dir %q is a name others can guess", state)
+	}
+	if m := mode(t, state); m != 0o700 {
+		t.Errorf("%s is mode %04o, want 0700", state, m)
+	}
+}
