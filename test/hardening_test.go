@@ -9,10 +9,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"strconv"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -270,7 +270,6 @@ func TestNoSharedStateDirFallback(t *testing.T) {
 }
 
 func exists(p string) bool { _, err := os.Lstat(p); return err == nil }
-
 
 // Item 1: the SLURM example gives the worker a fresh private state
 // directory, not a name another user of the node could create first.
