@@ -104,7 +104,7 @@ func (o Option) Env() string {
 
 // Options is the table of every `run` setting, in help order.
 var Options = []Option{
-	{"url", "URL", "the engine's worker endpoint, e.g. wss://engine.example.com/api/v1/workers/attach",
+	{"url", "URL", "the engine's worker endpoint, e.g. wss://engine.example.com/api/v1/workers/attach; the engine's web address (https://engine.example.com) is completed to it",
 		func(c *Config, v string) error { c.URL = v; return nil }},
 	{"token", "TOKEN", "the worker token the engine issued (prefer --token-file or FLUKSIO_WORKER_TOKEN: a flag is visible to every user in the process list)",
 		func(c *Config, v string) error { c.Token, c.TokenFile = v, ""; return nil }},
