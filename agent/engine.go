@@ -73,7 +73,8 @@ func dialEngine(ctx context.Context, cfg Config) (*websocket.Conn, *batchConn, e
 func dial(ctx context.Context, cfg Config) (*websocket.Conn, *batchConn, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil {
-		return nil, nil, usagef("--url %s is not a URL (%v)", ShownURL(cfg.URL), err)
+		// Not the parser's error: it quotes the URL whole.
+		return nil, nil, usagef("--url %s is not a URL; e.g. wss://engine.example.com%s", ShownURL(cfg.URL), AttachPath)
 	}
 	tlsConfig, err := cfg.TLSConfig()
 	if err != nil {

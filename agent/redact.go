@@ -77,7 +77,9 @@ func lowerHex(s string) string {
 // Scrub returns s with every token= parameter's value and every form of the
 // token replaced by REDACTED.
 func (r *Redactor) Scrub(s string) string {
-	if strings.Contains(strings.ToLower(s), "token=") {
+	// Checked first without the regexp or a lowered copy: this runs on
+	// every runner stderr line the worker logs.
+	if strings.Contains(s, "oken=") || strings.Contains(s, "OKEN=") {
 		s = tokenParam.ReplaceAllString(s, "${1}"+Redacted)
 	}
 	if r == nil {
