@@ -278,6 +278,14 @@ func installSettings(ctx context.Context, h host, l Layout, req installRequest) 
 			// account cannot read, or that is deleted later, would stop it.
 			values["token"] = tok
 			delete(values, "token-file")
+		case "state-dir", "ca-file":
+			// The service starts elsewhere, and the config would read a
+			// relative path against its own directory: keep the one meant.
+			abs, err := filepath.Abs(v)
+			if err != nil {
+				return nil, nil, &agent.UsageError{Err: fmt.Errorf("--%s %s: %w", name, v, err)}
+			}
+			values[name] = abs
 		default:
 			values[name] = flagValue(name, v)
 		}
