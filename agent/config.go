@@ -117,21 +117,21 @@ var Options = []Option{
 	{"python", "PATH", "the Python interpreter node code runs on (default: python3 on PATH)",
 		func(c *Config, v string) error { c.Python = v; return nil }},
 	{"parallel", "K", "how many calls this worker offers to run at once",
-		intSetter(func(c *Config, n int) { c.Parallel = n }, 1, maxParallel, "each call is its own Python process")},
+		intInRange(func(c *Config, n int) { c.Parallel = n }, 1, maxParallel, "each call is its own Python process")},
 	{"artifact-url", "URL", "where node code saves and loads artifacts (default: derived from --url)",
 		func(c *Config, v string) error { c.ArtifactURL = v; return nil }},
 	{"cpus", "N", "CPUs to advertise (default: what the job, container or machine has)",
-		intSetter(func(c *Config, n int) { c.CPUs = n }, 1, maxCPUs, "more than a machine has")},
+		intInRange(func(c *Config, n int) { c.CPUs = n }, 1, maxCPUs, "more than a machine has")},
 	{"gpus", "N", "GPUs to advertise; 0 means none (default: from SLURM variables or /dev/nvidia*)",
-		intSetter(func(c *Config, n int) { c.GPUs = &n }, 0, maxGPUs, "more than a machine has")},
+		intInRange(func(c *Config, n int) { c.GPUs = &n }, 0, maxGPUs, "more than a machine has")},
 	{"ram-mb", "MB", "memory in MiB to advertise (default: what the job, container or machine has)",
-		intSetter(func(c *Config, n int) { c.RAMMB = n }, 1, maxRAMMB, "1 PiB, more than a machine has")},
+		intInRange(func(c *Config, n int) { c.RAMMB = n }, 1, maxRAMMB, "1 PiB, more than a machine has")},
 	{"max-idle", "SECONDS", "exit 0 after this long with no call running, for batch jobs (default: never)",
-		durationSetter(func(c *Config, d time.Duration) { c.MaxIdle = d }, maxMaxIdle, "a year; for never, leave --max-idle out")},
+		durationUpTo(func(c *Config, d time.Duration) { c.MaxIdle = d }, maxMaxIdle, "a year; for never, leave --max-idle out")},
 	{"runtime", "auto|embedded|PATH", "the runner script: the engine's if it serves one (auto), the one built in (embedded), or a file",
 		func(c *Config, v string) error { c.Runtime = v; return nil }},
 	{"cancel-grace", "DURATION", "how long a cancelled call gets after SIGTERM before SIGKILL",
-		durationSetter(func(c *Config, d time.Duration) { c.CancelGrace = d }, maxCancelGrace, "every stop of the service waits this long")},
+		durationUpTo(func(c *Config, d time.Duration) { c.CancelGrace = d }, maxCancelGrace, "every stop of the service waits this long")},
 	{"max-line", "BYTES", "the largest line (event or answer) a call may send, e.g. 256MiB",
 		func(c *Config, v string) error {
 			n, err := ParseBytes(v)
@@ -418,9 +418,15 @@ func SplitLabels(s string) []string {
 	return labels
 }
 
-// intSetter accepts a whole number from minimum to maximum; why says what
+// intSetter accepts a whole number of at least minimum, and below 2^31:
+// more than that is no count a person means.
+func intSetter(apply func(*Config, int), minimum int) func(*Config, string) error {
+	return intInRange(apply, minimum, math.MaxInt32, "larger is no count anyone means")
+}
+
+// intInRange accepts a whole number from minimum to maximum; why says what
 // the maximum is, for the error.
-func intSetter(apply func(*Config, int), minimum, maximum int, why string) func(*Config, string) error {
+func intInRange(apply func(*Config, int), minimum, maximum int, why string) func(*Config, string) error {
 	return func(c *Config, v string) error {
 		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		switch {
@@ -439,9 +445,15 @@ func intSetter(apply func(*Config, int), minimum, maximum int, why string) func(
 }
 
 // durationSetter accepts plain seconds ("300", "2.5", as the Python agent
-// did) or a Go duration ("5m", "3s"), up to maximum; why says what the
-// maximum is, for the error.
-func durationSetter(apply func(*Config, time.Duration), maximum time.Duration, why string) func(*Config, string) error {
+// did) or a Go duration ("5m", "3s"), up to the longest a time.Duration
+// holds (about 292 years), so a huge value is refused, not overflowed.
+func durationSetter(apply func(*Config, time.Duration)) func(*Config, string) error {
+	return durationUpTo(apply, math.MaxInt64, "the longest duration there is")
+}
+
+// durationUpTo is durationSetter up to maximum; why says what the maximum
+// is, for the error.
+func durationUpTo(apply func(*Config, time.Duration), maximum time.Duration, why string) func(*Config, string) error {
 	return func(c *Config, v string) error {
 		v = strings.TrimSpace(v)
 		tooLarge := fmt.Errorf("must be at most %s (%s)", maximum, why)
