@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -65,20 +64,14 @@ func New(cfg Config, log *slog.Logger, python, stateDir string) *Agent {
 		killCh:   make(chan struct{}),
 		reloadCh: make(chan struct{}),
 	}
-	a.baseEnv = append(os.Environ(),
-		"FLUKSIO_ARTIFACT_URL="+cfg.ArtifactBase(),
-		"FLUKSIO_ARTIFACT_TOKEN="+cfg.Token)
-	if os.Getenv("FLUKSIO_ARTIFACT_CACHE") == "" {
-		// Loaded artifacts are cached where this worker can surely write
-		// (a service may not write its account's home), not in ~/.cache.
-		a.baseEnv = append(a.baseEnv, "FLUKSIO_ARTIFACT_CACHE="+filepath.Join(stateDir, "artifacts"))
-	}
+	a.baseEnv = runnerBaseEnv(cfg, stateDir, os.Environ(), os.Getenv, log)
 	a.status = newStatusFile(stateDir, Status{
 		PID:     os.Getpid(),
 		Version: Version,
 		Engine:  RedactURL(cfg.URL),
 		State:   "connecting",
 	}, func(err error) { log.Debug("could not write the status file", "error", err) })
+	a.status.redact = NewRedactor(cfg.Token)
 	return a
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -40,6 +41,12 @@ type Config struct {
 	LogFormat     string
 	LogLevel      string
 	StateDir      string
+	CAFile        string // extra trusted authorities, PEM; "" for the system's
+
+	// Warnings are things worth telling the user that do not stop the
+	// worker (a token file others can read); run logs them once it has a
+	// logger, check and install print them.
+	Warnings []string
 }
 
 // Defaults the command line documents.
@@ -50,6 +57,27 @@ const (
 	// of tens of MiB are normal; hundreds are a node that should have saved an
 	// artifact, and unbounded would let one node exhaust the machine.
 	DefaultMaxLine = 256 << 20
+)
+
+// Limits on numbers, each beyond what a person can mean: a value past one is
+// a typo or a unit mix-up, and is refused with the limit and its reason
+// rather than accepted (or wrapped around) silently.
+const (
+	// maxParallel: each call is its own Python process; a thousand at once
+	// is more than one machine runs usefully.
+	maxParallel = 1024
+	// maxCPUs and maxGPUs: more than any one machine has.
+	maxCPUs = 1 << 16
+	maxGPUs = 1024
+	// maxRAMMB: 1 PiB of memory, more than any one machine has.
+	maxRAMMB = 1 << 30
+	// maxMaxIdle: a year; for a worker that never stops, leave it out.
+	maxMaxIdle = 366 * 24 * time.Hour
+	// maxCancelGrace: the service manager waits this long on every stop; a
+	// node that needs longer to wind down should checkpoint as it goes.
+	maxCancelGrace = time.Hour
+	// maxMaxLine: a line is held in memory whole while it is read.
+	maxMaxLine = 64 << 30
 )
 
 // EnvPrefix names every option's environment variable: --ram-mb is
@@ -79,7 +107,7 @@ func (o Option) Env() string {
 
 // Options is the table of every `run` setting, in help order.
 var Options = []Option{
-	{"url", "URL", "the engine's worker endpoint, e.g. wss://engine.example.com/api/v1/workers/attach",
+	{"url", "URL", "the engine's worker endpoint, e.g. wss://engine.example.com/api/v1/workers/attach; the engine's web address (https://engine.example.com) is completed to it",
 		func(c *Config, v string) error { c.URL = v; return nil }},
 	{"token", "TOKEN", "the worker token the engine issued (prefer --token-file or FLUKSIO_WORKER_TOKEN: a flag is visible to every user in the process list)",
 		func(c *Config, v string) error { c.Token, c.TokenFile = v, ""; return nil }},
@@ -92,21 +120,21 @@ var Options = []Option{
 	{"python", "PATH", "the Python interpreter node code runs on (default: python3 on PATH)",
 		func(c *Config, v string) error { c.Python = v; return nil }},
 	{"parallel", "K", "how many calls this worker offers to run at once",
-		intSetter(func(c *Config, n int) { c.Parallel = n }, 1)},
+		intInRange(func(c *Config, n int) { c.Parallel = n }, 1, maxParallel, "each call is its own Python process")},
 	{"artifact-url", "URL", "where node code saves and loads artifacts (default: derived from --url)",
 		func(c *Config, v string) error { c.ArtifactURL = v; return nil }},
 	{"cpus", "N", "CPUs to advertise (default: what the job, container or machine has)",
-		intSetter(func(c *Config, n int) { c.CPUs = n }, 1)},
+		intInRange(func(c *Config, n int) { c.CPUs = n }, 1, maxCPUs, "more than a machine has")},
 	{"gpus", "N", "GPUs to advertise; 0 means none (default: from SLURM variables or /dev/nvidia*)",
-		intSetter(func(c *Config, n int) { c.GPUs = &n }, 0)},
+		intInRange(func(c *Config, n int) { c.GPUs = &n }, 0, maxGPUs, "more than a machine has")},
 	{"ram-mb", "MB", "memory in MiB to advertise (default: what the job, container or machine has)",
-		intSetter(func(c *Config, n int) { c.RAMMB = n }, 1)},
+		intInRange(func(c *Config, n int) { c.RAMMB = n }, 1, maxRAMMB, "1 PiB, more than a machine has")},
 	{"max-idle", "SECONDS", "exit 0 after this long with no call running, for batch jobs (default: never)",
-		durationSetter(func(c *Config, d time.Duration) { c.MaxIdle = d })},
+		durationUpTo(func(c *Config, d time.Duration) { c.MaxIdle = d }, maxMaxIdle, "a year; for never, leave --max-idle out")},
 	{"runtime", "auto|embedded|PATH", "the runner script: the engine's if it serves one (auto), the one built in (embedded), or a file",
 		func(c *Config, v string) error { c.Runtime = v; return nil }},
 	{"cancel-grace", "DURATION", "how long a cancelled call gets after SIGTERM before SIGKILL",
-		durationSetter(func(c *Config, d time.Duration) { c.CancelGrace = d })},
+		durationUpTo(func(c *Config, d time.Duration) { c.CancelGrace = d }, maxCancelGrace, "every stop of the service waits this long")},
 	{"reload-timeout", "DURATION", "how long a reload (SIGHUP, 'systemctl reload', a package upgrade) waits for running calls before stopping them; 0 or forever waits as long as they run (default: forever)",
 		func(c *Config, v string) error {
 			if strings.EqualFold(strings.TrimSpace(v), "forever") {
@@ -118,8 +146,12 @@ var Options = []Option{
 	{"max-line", "BYTES", "the largest line (event or answer) a call may send, e.g. 256MiB",
 		func(c *Config, v string) error {
 			n, err := ParseBytes(v)
-			if err == nil && n < 1024 {
+			switch {
+			case err != nil:
+			case n < 1024:
 				err = errors.New("must be at least 1KiB")
+			case n > maxMaxLine:
+				err = errors.New("must be at most 64GiB: a line is held in memory whole")
 			}
 			c.MaxLine = n
 			return err
@@ -128,8 +160,21 @@ var Options = []Option{
 		oneOf(func(c *Config, v string) { c.LogFormat = v }, "text", "json")},
 	{"log-level", "LEVEL", "debug, info, warn or error",
 		oneOf(func(c *Config, v string) { c.LogLevel = v }, "debug", "info", "warn", "error")},
-	{"state-dir", "DIR", "where the runtime cache and the status file live (default: $STATE_DIRECTORY, else the user cache directory)",
+	{"state-dir", "DIR", "where the runtime cache and the status file live, private to this worker's user (default: $STATE_DIRECTORY, else the user cache directory)",
 		func(c *Config, v string) error { c.StateDir = v; return nil }},
+	{"ca-file", "PATH", "PEM file of certificate authorities to trust for the engine and the artifact store besides the system's, for an engine with its own CA (node processes get it through SSL_CERT_FILE)",
+		func(c *Config, v string) error { c.CAFile = v; return nil }},
+}
+
+// configRelative are the keys holding a path that, in a config file, is
+// read relative to that file's directory, as a person editing it expects.
+var configRelative = map[string]bool{"token-file": true, "state-dir": true, "ca-file": true}
+
+// Check reports whether v is a value this option accepts, without a
+// Config: install checks every option before it asks anything else.
+func (o Option) Check(v string) error {
+	c := DefaultConfig()
+	return o.set(&c, v)
 }
 
 // OptionByName finds an option by flag or config key; TOML keys may use
@@ -232,13 +277,19 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 var ErrVersion = errors.New("version requested")
 
 // Resolve checks what dialing needs and reads the token file, so a missing
-// URL or an empty token file is a usage error before anything dials.
+// URL or an empty token file is a usage error before anything dials. The
+// URL is completed (CompleteURL) and checked whole.
 func (c *Config) Resolve() error {
 	if c.URL == "" {
 		return usagef("--url is required: the engine's worker endpoint, e.g. wss://engine.example.com/api/v1/workers/attach")
 	}
-	if !strings.HasPrefix(c.URL, "ws://") && !strings.HasPrefix(c.URL, "wss://") {
-		return usagef("--url %q must start with ws:// or wss://", c.URL)
+	endpoint, warning, err := CompleteURL(c.URL)
+	if err != nil {
+		return &UsageError{err}
+	}
+	c.URL = endpoint
+	if warning != "" {
+		c.Warnings = append(c.Warnings, warning)
 	}
 	if c.TokenFile != "" {
 		tok, err := ReadTokenFile(c.TokenFile)
@@ -246,25 +297,49 @@ func (c *Config) Resolve() error {
 			return &UsageError{err}
 		}
 		c.Token = tok
+		if w := looseModeWarning(c.TokenFile, "the token file"); w != "" {
+			c.Warnings = append(c.Warnings, w)
+		}
 	}
 	if c.Token == "" {
 		return usagef("a token is required: --token-file PATH, FLUKSIO_WORKER_TOKEN, token in the --config file, or --token")
 	}
+	if len(c.Token) < MinRedactLen {
+		c.Warnings = append(c.Warnings, fmt.Sprintf("the token is %d characters long; one shorter than %d cannot be told apart from ordinary words, so it is kept out of URLs the worker shows but not searched for in other text it writes: ask the engine's admin for a longer token", len(c.Token), MinRedactLen))
+	}
+	if c.CAFile != "" {
+		if _, err := c.TLSConfig(); err != nil {
+			return &UsageError{err}
+		}
+	}
 	return nil
 }
 
-// ReadTokenFile returns the first line of a token file, trimmed.
+// ReadTokenFile returns the token in a token file: its first line that is
+// not blank, trimmed, without the byte order mark an editor may put first.
 func ReadTokenFile(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("reading the token file: %w", err)
 	}
-	tok, _, _ := strings.Cut(string(b), "\n")
-	tok = strings.TrimSpace(tok)
-	if tok == "" {
-		return "", fmt.Errorf("the token file %s is empty", path)
+	text := strings.TrimPrefix(string(b), "\uFEFF")
+	for _, line := range strings.Split(text, "\n") {
+		if tok := strings.TrimSpace(line); tok != "" {
+			return tok, nil
+		}
 	}
-	return tok, nil
+	return "", fmt.Errorf("the token file %s is empty", path)
+}
+
+// looseModeWarning says, for a file holding the token, that users other
+// than its owner may read it, as ssh says of a private key; "" when the
+// file is private (or cannot be examined: reading it reports that).
+func looseModeWarning(path, what string) string {
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm()&0o044 == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s %s holds the token and is mode %04o, readable by other users than its owner; make it private: chmod 600 %s", what, path, st.Mode().Perm(), path)
 }
 
 // ApplyFile applies a TOML config file's keys to cfg. Unknown keys are an
@@ -285,11 +360,19 @@ func ApplyFile(cfg *Config, path string) error {
 			return usagef("%s: unknown key %q (known keys are the long flags of 'fluksio-worker run --help')", path, k)
 		}
 		text, err := ValueText(values[k])
+		if err == nil && configRelative[o.Name] && text != "" && !filepath.IsAbs(text) {
+			text = filepath.Join(filepath.Dir(path), text)
+		}
 		if err == nil {
 			err = o.set(cfg, text)
 		}
 		if err != nil {
 			return usagef("%s: %s: %v", path, k, err)
+		}
+	}
+	if _, hasToken := values["token"]; hasToken {
+		if w := looseModeWarning(path, "the config file"); w != "" {
+			cfg.Warnings = append(cfg.Warnings, w)
 		}
 	}
 	return nil
@@ -346,35 +429,62 @@ func SplitLabels(s string) []string {
 	return labels
 }
 
+// intSetter accepts a whole number of at least minimum, and below 2^31:
+// more than that is no count a person means.
 func intSetter(apply func(*Config, int), minimum int) func(*Config, string) error {
+	return intInRange(apply, minimum, math.MaxInt32, "larger is no count anyone means")
+}
+
+// intInRange accepts a whole number from minimum to maximum; why says what
+// the maximum is, for the error.
+func intInRange(apply func(*Config, int), minimum, maximum int, why string) func(*Config, string) error {
 	return func(c *Config, v string) error {
-		n, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil {
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		switch {
+		case errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(strings.TrimSpace(v), "-"):
+			return fmt.Errorf("must be at most %d (%s)", maximum, why)
+		case err != nil:
 			return fmt.Errorf("expected a whole number")
-		}
-		if n < minimum {
+		case n < int64(minimum):
 			return fmt.Errorf("must be at least %d", minimum)
+		case n > int64(maximum):
+			return fmt.Errorf("must be at most %d (%s)", maximum, why)
 		}
-		apply(c, n)
+		apply(c, int(n))
 		return nil
 	}
 }
 
 // durationSetter accepts plain seconds ("300", "2.5", as the Python agent
-// did) or a Go duration ("5m", "3s").
+// did) or a Go duration ("5m", "3s"), up to the longest a time.Duration
+// holds (about 292 years), so a huge value is refused, not overflowed.
 func durationSetter(apply func(*Config, time.Duration)) func(*Config, string) error {
+	return durationUpTo(apply, math.MaxInt64, "the longest duration there is")
+}
+
+// durationUpTo is durationSetter up to maximum; why says what the maximum
+// is, for the error.
+func durationUpTo(apply func(*Config, time.Duration), maximum time.Duration, why string) func(*Config, string) error {
 	return func(c *Config, v string) error {
 		v = strings.TrimSpace(v)
+		tooLarge := fmt.Errorf("must be at most %s (%s)", maximum, why)
 		d, err := time.ParseDuration(v)
 		if err != nil {
 			secs, ferr := strconv.ParseFloat(v, 64)
-			if ferr != nil || math.IsNaN(secs) || math.IsInf(secs, 0) {
-				return fmt.Errorf("expected seconds (300) or a duration (5m, 3s)")
+			switch {
+			case ferr == nil && !math.IsNaN(secs) && secs > maximum.Seconds():
+				return tooLarge
+			case ferr != nil || math.IsNaN(secs) || math.IsInf(secs, 0):
+				// time.ParseDuration cannot tell an overflow from a typo.
+				return fmt.Errorf("expected seconds (300) or a duration (5m, 3s), at most %s", maximum)
 			}
 			d = time.Duration(secs * float64(time.Second))
 		}
 		if d < 0 {
 			return fmt.Errorf("must not be negative")
+		}
+		if d > maximum {
+			return tooLarge
 		}
 		apply(c, d)
 		return nil
@@ -409,6 +519,9 @@ func ParseBytes(v string) (int64, error) {
 		}
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
+	if errors.Is(err, strconv.ErrRange) || (err == nil && n > math.MaxInt64/mult) {
+		return 0, fmt.Errorf("too large: a size must be below 8EiB")
+	}
 	if err != nil || n < 0 {
 		return 0, fmt.Errorf("expected a size in bytes, e.g. 268435456 or 256MiB")
 	}

@@ -384,8 +384,14 @@ func TestResolve(t *testing.T) {
 		wantUsageError(t, cfg.Resolve(), "--url is required")
 	})
 	t.Run("not a websocket url", func(t *testing.T) {
-		cfg := mustLoad(t, []string{"--url", "https://e/api/v1/workers/attach", "--token", "t"}, nil)
+		cfg := mustLoad(t, []string{"--url", "ftp://e/api/v1/workers/attach", "--token", "t"}, nil)
 		wantUsageError(t, cfg.Resolve(), "ws://", "wss://")
+	})
+	t.Run("the engine's web address is completed", func(t *testing.T) {
+		cfg := mustLoad(t, []string{"--url", "HTTPS://e", "--token", "t"}, nil)
+		if err := cfg.Resolve(); err != nil || cfg.URL != url {
+			t.Errorf("Resolve: url %q, %v; want %s", cfg.URL, err, url)
+		}
 	})
 	t.Run("no token", func(t *testing.T) {
 		cfg := mustLoad(t, []string{"--url", url}, nil)
@@ -397,9 +403,15 @@ func TestResolve(t *testing.T) {
 		wantUsageError(t, cfg.Resolve(), "token file", missing)
 	})
 	t.Run("empty token file", func(t *testing.T) {
-		empty := writeToken(t, "\n\nsecond-line\n")
+		empty := writeToken(t, "\n \n\t\n")
 		cfg := mustLoad(t, []string{"--url", url, "--token-file", empty}, nil)
 		wantUsageError(t, cfg.Resolve(), empty, "empty")
+	})
+	t.Run("token file: byte order mark and blank lines before the token", func(t *testing.T) {
+		cfg := mustLoad(t, []string{"--url", url, "--token-file", writeToken(t, "\uFEFF\n\n  second-line \r\n")}, nil)
+		if err := cfg.Resolve(); err != nil || cfg.Token != "second-line" {
+			t.Errorf("Resolve: token %q, %v; want second-line", cfg.Token, err)
+		}
 	})
 	t.Run("token file first line, trimmed", func(t *testing.T) {
 		cfg := mustLoad(t, []string{"--url", url, "--token-file", writeToken(t, "  abc123 \r\nsecond\n")}, nil)

@@ -61,15 +61,29 @@ type Hello struct {
 }
 
 // dialEngine opens the WebSocket with the token as the ?token= query
-// parameter (engines read it there) and as a bearer header.
+// parameter (engines read it there) and as a bearer header. Its errors
+// never show the token: the URL is shown without its query, and what the
+// engine answered (a page that echoes the request URL) is scrubbed.
 func dialEngine(ctx context.Context, cfg Config) (*websocket.Conn, *batchConn, error) {
+	r := NewRedactor(cfg.Token)
+	ws, raw, err := dial(ctx, cfg)
+	return ws, raw, r.redactError(err)
+}
+
+func dial(ctx context.Context, cfg Config) (*websocket.Conn, *batchConn, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil {
-		return nil, nil, &UsageError{fmt.Errorf("--url: %w", err)}
+		// Not the parser's error: it quotes the URL whole.
+		return nil, nil, usagef("--url %s is not a URL; e.g. wss://engine.example.com%s", ShownURL(cfg.URL), AttachPath)
+	}
+	tlsConfig, err := cfg.TLSConfig()
+	if err != nil {
+		return nil, nil, &UsageError{err}
 	}
 	q := u.Query()
 	q.Set("token", cfg.Token)
 	u.RawQuery = q.Encode()
+	shown := ShownURL(cfg.URL)
 	tcp := &batchDialer{}
 	dialer := websocket.Dialer{
 		NetDialContext:   tcp.DialContext,
@@ -77,6 +91,7 @@ func dialEngine(ctx context.Context, cfg Config) (*websocket.Conn, *batchConn, e
 		HandshakeTimeout: handshakeTimeout,
 		ReadBufferSize:   64 << 10,
 		WriteBufferSize:  64 << 10,
+		TLSClientConfig:  tlsConfig,
 	}
 	header := http.Header{"Authorization": {"Bearer " + cfg.Token}}
 	ws, resp, err := dialer.DialContext(ctx, u.String(), header)
@@ -84,10 +99,19 @@ func dialEngine(ctx context.Context, cfg Config) (*websocket.Conn, *batchConn, e
 		if resp != nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) {
 			return nil, nil, &RefusedError{Reason: fmt.Sprintf("HTTP %s%s (check the token)", resp.Status, bodySnippet(resp))}
 		}
-		if resp != nil {
-			return nil, nil, fmt.Errorf("connecting to %s: HTTP %s%s", RedactURL(u.String()), resp.Status, bodySnippet(resp))
+		if resp != nil && resp.StatusCode >= 300 && resp.StatusCode < 400 && resp.Header.Get("Location") != "" {
+			// A WebSocket upgrade does not follow redirects (it would
+			// carry the token wherever it points); say where it points.
+			to := resp.Header.Get("Location")
+			if loc, lerr := u.Parse(to); lerr == nil {
+				to = loc.String()
+			}
+			return nil, nil, fmt.Errorf("connecting to %s: HTTP %s: the engine redirects to %s; if that is the engine's address, use it as --url", shown, resp.Status, ShownURL(to))
 		}
-		return nil, nil, fmt.Errorf("connecting to %s: %w", RedactURL(u.String()), err)
+		if resp != nil {
+			return nil, nil, fmt.Errorf("connecting to %s: HTTP %s%s", shown, resp.Status, bodySnippet(resp))
+		}
+		return nil, nil, fmt.Errorf("connecting to %s: %w", shown, unknownAuthorityHint(err))
 	}
 	// No message-size limit: answers of tens of MiB are normal.
 	ws.SetReadLimit(0)

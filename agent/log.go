@@ -4,8 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net/url"
-	"strings"
 )
 
 // NewLogger builds the worker's logger: text or JSON on w, at the level
@@ -23,22 +21,18 @@ func NewLogger(w io.Writer, format, level, token string) *slog.Logger {
 	} else {
 		h = slog.NewTextHandler(w, opts)
 	}
-	if token != "" {
-		h = &redactHandler{Handler: h, token: token}
-	}
+	// Even without a token to look for, token= parameters are replaced.
+	h = &redactHandler{Handler: h, r: NewRedactor(token)}
 	return slog.New(h)
 }
 
-// Redacted replaces the token wherever it appears in logged text.
-const Redacted = "REDACTED"
-
 type redactHandler struct {
 	slog.Handler
-	token string
+	r *Redactor
 }
 
 func (h *redactHandler) Handle(ctx context.Context, r slog.Record) error {
-	clean := slog.NewRecord(r.Time, r.Level, h.scrub(r.Message), r.PC)
+	clean := slog.NewRecord(r.Time, r.Level, h.r.Scrub(r.Message), r.PC)
 	r.Attrs(func(a slog.Attr) bool {
 		clean.AddAttrs(h.attr(a))
 		return true
@@ -51,18 +45,18 @@ func (h *redactHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	for i, a := range attrs {
 		clean[i] = h.attr(a)
 	}
-	return &redactHandler{Handler: h.Handler.WithAttrs(clean), token: h.token}
+	return &redactHandler{Handler: h.Handler.WithAttrs(clean), r: h.r}
 }
 
 func (h *redactHandler) WithGroup(name string) slog.Handler {
-	return &redactHandler{Handler: h.Handler.WithGroup(name), token: h.token}
+	return &redactHandler{Handler: h.Handler.WithGroup(name), r: h.r}
 }
 
 func (h *redactHandler) attr(a slog.Attr) slog.Attr {
 	v := a.Value.Resolve()
 	switch v.Kind() {
 	case slog.KindString:
-		return slog.String(a.Key, h.scrub(v.String()))
+		return slog.String(a.Key, h.r.Scrub(v.String()))
 	case slog.KindGroup:
 		group := v.Group()
 		clean := make([]any, len(group))
@@ -72,40 +66,13 @@ func (h *redactHandler) attr(a slog.Attr) slog.Attr {
 		return slog.Group(a.Key, clean...)
 	case slog.KindAny:
 		if err, ok := v.Any().(error); ok {
-			return slog.String(a.Key, h.scrub(err.Error()))
+			return slog.String(a.Key, h.r.Scrub(err.Error()))
 		}
 		// Keep the value's shape (a list stays a list in JSON) unless its
 		// text carries the token.
-		if text := v.String(); strings.Contains(text, h.token) {
-			return slog.String(a.Key, h.scrub(text))
+		if text := v.String(); h.r.Has(text) {
+			return slog.String(a.Key, h.r.Scrub(text))
 		}
 	}
 	return a
-}
-
-func (h *redactHandler) scrub(s string) string {
-	if !strings.Contains(s, h.token) {
-		return s
-	}
-	return strings.ReplaceAll(s, h.token, Redacted)
-}
-
-// RedactURL shows a URL with its token query parameter, and any password,
-// replaced, so it can be logged or shown in `status`.
-func RedactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparseable URL)"
-	}
-	if u.User != nil {
-		if _, has := u.User.Password(); has {
-			u.User = url.UserPassword(u.User.Username(), Redacted)
-		}
-	}
-	q := u.Query()
-	if q.Has("token") {
-		q.Set("token", Redacted)
-		u.RawQuery = q.Encode()
-	}
-	return u.String()
 }

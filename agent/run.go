@@ -45,10 +45,13 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stdout, "fluksio-worker %s\n", Version)
 		return ExitOK
 	case err != nil:
-		fmt.Fprintf(stderr, "fluksio-worker: %v\n", err)
+		fmt.Fprintf(stderr, "fluksio-worker: %s\n", NewRedactor(cfg.Token).Scrub(err.Error()))
 		return ExitUsage
 	}
 	log := NewLogger(stderr, cfg.LogFormat, cfg.LogLevel, cfg.Token)
+	for _, w := range cfg.Warnings {
+		log.Warn(w)
+	}
 	python, pyVersion, err := platform.FindPython(ctx, cfg.Python)
 	if err != nil {
 		log.Error("cannot run node code: " + err.Error())
@@ -222,7 +225,8 @@ func Probe(ctx context.Context, cfg Config) error {
 	}
 	defer ws.Close()
 	if _, err := greet(ws, hello); err != nil {
-		return err
+		// Callers print it: the engine's reason may quote the token.
+		return NewRedactor(cfg.Token).redactError(err)
 	}
 	ws.WriteControl(websocket.CloseMessage,
 		websocket.FormatCloseMessage(websocket.CloseNormalClosure, "check done"), time.Now().Add(closeWait))

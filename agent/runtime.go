@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	_ "embed"
@@ -106,9 +107,19 @@ func fetchRuntime(ctx context.Context, cfg Config) ([]byte, error) {
 		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+cfg.Token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
+	client := http.DefaultClient
+	if tlsConfig, err := cfg.TLSConfig(); err != nil {
 		return nil, err
+	} else if tlsConfig != nil {
+		transport := http.DefaultTransport.(*http.Transport).Clone()
+		transport.TLSClientConfig = tlsConfig
+		client = &http.Client{Transport: transport}
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		// A *url.Error quotes the URL, which carries no token here, but the
+		// text is scrubbed all the same where it is logged.
+		return nil, unknownAuthorityHint(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusNotFound {
@@ -127,51 +138,42 @@ func fetchRuntime(ctx context.Context, cfg Config) ([]byte, error) {
 	return body, nil
 }
 
-// cacheRuntime writes content to <state>/runtime/<sha256>.py once; a file of
-// that name is that content, so it is never written twice.
+// cacheRuntime writes content to <state>/runtime/<sha256>.py, and returns
+// it for calls to execute only once the file there holds exactly those
+// bytes: a file of that name that holds anything else (a planted script of
+// the same size, a half-written one) is replaced atomically. The directory
+// is private (checkPrivateDir), so the bytes checked are the bytes run.
 func cacheRuntime(stateDir string, content []byte, source string) (Runtime, error) {
 	sum := sha256.Sum256(content)
 	hash := hex.EncodeToString(sum[:])
 	dir := filepath.Join(stateDir, "runtime")
 	path := filepath.Join(dir, hash+".py")
 	rt := Runtime{Path: path, Hash: hash, Source: source}
-	if st, err := os.Stat(path); err == nil && st.Size() == int64(len(content)) {
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return rt, usagef("cannot create the state directory %s: %v (set --state-dir to a writable directory)", stateDir, err)
+	}
+	if err := privateSubdir(dir); err != nil {
+		return rt, err
+	}
+	if cachedRuntimeOK(path, content) {
 		return rt, nil
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return rt, fmt.Errorf("cannot create %s for the runner script: %w (set --state-dir to a writable directory)", dir, err)
-	}
-	if err := writeFileAtomic(path, content, 0o644); err != nil {
+	if err := writeFileAtomic(path, content, 0o600); err != nil {
 		return rt, fmt.Errorf("cannot write the runner script: %w (set --state-dir to a writable directory with free space)", err)
 	}
 	return rt, nil
 }
 
-// ResolveStateDir picks where the runtime cache and status file live:
-// --state-dir, else systemd's $STATE_DIRECTORY, else the user's cache
-// directory.
-func ResolveStateDir(cfg Config, getenv func(string) string) (string, error) {
-	dir := cfg.StateDir
-	if dir == "" {
-		dir, _, _ = strings.Cut(getenv("STATE_DIRECTORY"), ":")
+// cachedRuntimeOK reports whether path is a plain file of this user's that
+// only this user may write, holding exactly content.
+func cachedRuntimeOK(path string, content []byte) bool {
+	st, err := os.Lstat(path)
+	if err != nil || !st.Mode().IsRegular() || st.Size() != int64(len(content)) || st.Mode().Perm()&0o022 != 0 {
+		return false
 	}
-	if dir == "" {
-		cache, err := os.UserCacheDir()
-		if err != nil {
-			cache = filepath.Join(os.TempDir(), fmt.Sprintf("fluksio-worker-%d", os.Getuid()))
-		}
-		dir = filepath.Join(cache, "fluksio-worker")
+	if owner, ok := fileOwner(st); ok && owner != os.Geteuid() {
+		return false
 	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return "", fmt.Errorf("cannot create the state directory %s: %w (set --state-dir)", dir, err)
-	}
-	// The runner script and the status file are written here; find out now
-	// rather than at the first connection.
-	probe, err := os.CreateTemp(dir, ".write-check-*")
-	if err != nil {
-		return "", fmt.Errorf("cannot write to the state directory %s: %w (set --state-dir to a writable directory)", dir, err)
-	}
-	probe.Close()
-	os.Remove(probe.Name())
-	return dir, nil
+	have, err := os.ReadFile(path)
+	return err == nil && bytes.Equal(have, content)
 }

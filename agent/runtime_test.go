@@ -241,8 +241,8 @@ func TestCacheRuntimeWritesOncePerContent(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkRuntimeFile(t, rt, state, content, "engine")
-	if st, err := os.Stat(rt.Path); err != nil || st.Mode().Perm() != 0o644 {
-		t.Errorf("runner file mode = %v, %v; want 0644", st.Mode(), err)
+	if st, err := os.Stat(rt.Path); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("runner file mode = %v, %v; want 0600 (private, like the state directory)", st.Mode(), err)
 	}
 
 	// Mark the file; a second cache of the same content must leave it be.

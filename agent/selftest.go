@@ -14,9 +14,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/fluksio/fluksio-worker/platform"
@@ -57,6 +59,11 @@ func SelftestCommand(ctx context.Context, args []string, stdout, stderr io.Write
 		fmt.Fprintln(stderr, "fluksio-worker selftest: takes only --python P, --steps N (>= 1) and --verbose")
 		return ExitUsage
 	}
+	// SIGTERM (a CI runner's timeout, systemd) ends the self-test as SIGINT
+	// does, through the cleanup below: its engine, worker and temporary
+	// directory do not outlive it.
+	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stopSignals()
 	ctx, cancel := context.WithTimeout(ctx, selftestTimeout)
 	defer cancel()
 

@@ -55,6 +55,9 @@ type statusFile struct {
 	last    time.Time
 	pending *time.Timer
 	onError func(error)
+	// redact scrubs the token from the text fields: a last error may quote
+	// an engine's page that echoes the request URL.
+	redact *Redactor
 }
 
 func newStatusFile(stateDir string, st Status, onError func(error)) *statusFile {
@@ -98,8 +101,14 @@ func (s *statusFile) Flush() {
 func (s *statusFile) writeLocked() {
 	s.last = time.Now()
 	s.st.Updated = s.last.UTC()
-	b, _ := json.MarshalIndent(s.st, "", "  ")
-	if err := writeFileAtomic(s.path, append(b, '\n'), 0o644); err != nil && s.onError != nil {
+	shown := s.st
+	shown.Engine = ShownURL(shown.Engine)
+	shown.LastError = s.redact.Scrub(shown.LastError)
+	shown.Name = s.redact.Scrub(shown.Name)
+	b, _ := json.MarshalIndent(shown, "", "  ")
+	// Private like everything in the state directory; `status` reads it
+	// as the service account or root.
+	if err := writeFileAtomic(s.path, append(b, '\n'), 0o600); err != nil && s.onError != nil {
 		s.onError(err)
 	}
 }

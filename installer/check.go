@@ -89,11 +89,14 @@ func check(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 		if errors.Is(err, os.ErrPermission) && !h.root() {
 			err = fmt.Errorf("%w (the config holds the token, so only its owner and root may read it: run it with sudo)", err)
 		}
-		c.fail("config", err)
+		c.fail("config", errors.New(agent.NewRedactor(cfg.Token).Scrub(err.Error())))
 		fmt.Fprintln(stdout, "Fix the config first; the other checks need it.")
 		return exitFailed
 	}
 	c.ok("config", "engine %s, labels [%s], %d at a time", agent.RedactURL(cfg.URL), strings.Join(cfg.Labels, ","), cfg.Parallel)
+	for _, w := range cfg.Warnings {
+		fmt.Fprintf(stdout, "  note  %-10s %s\n", "config", w)
+	}
 
 	python, version, err := platform.FindPython(ctx, cfg.Python)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -79,6 +80,26 @@ func parseInstall(args []string) (installRequest, error) {
 	case req.refreshUnit && len(req.given) > 0:
 		return req, errors.New("--refresh-unit only rewrites the service file from this binary; change settings with a plain install")
 	}
+	// Every value is checked here, before install asks the service manager
+	// or anything else, so a bad option is reported on any machine.
+	for _, name := range req.order {
+		v := req.given[name]
+		var err error
+		switch name {
+		case "token", "token-file":
+			continue // read, and checked, when install reads the token
+		case "url":
+			_, _, err = completeURL(v)
+		default:
+			o, _ := agent.OptionByName(name)
+			if err = o.Check(v); err != nil {
+				err = fmt.Errorf("--%s %q: %w", name, v, err)
+			}
+		}
+		if err != nil {
+			return req, err
+		}
+	}
 	return req, nil
 }
 
@@ -127,6 +148,11 @@ func install(ctx context.Context, h host, args []string, stdout, stderr io.Write
 	cfg, err := loadConfig(values)
 	if err != nil {
 		return fail(err)
+	}
+	for _, w := range cfg.Warnings {
+		if !slices.Contains(warnings, w) { // the URL's was said above
+			fmt.Fprintf(stderr, "fluksio-worker install: warning: %s\n", w)
+		}
 	}
 	acct := currentAccount()
 	if !l.UserService {
@@ -265,6 +291,14 @@ func installSettings(ctx context.Context, h host, l Layout, req installRequest) 
 			// account cannot read, or that is deleted later, would stop it.
 			values["token"] = tok
 			delete(values, "token-file")
+		case "state-dir", "ca-file":
+			// The service starts elsewhere, and the config would read a
+			// relative path against its own directory: keep the one meant.
+			abs, err := filepath.Abs(v)
+			if err != nil {
+				return nil, nil, &agent.UsageError{Err: fmt.Errorf("--%s %s: %w", name, v, err)}
+			}
+			values[name] = abs
 		default:
 			values[name] = flagValue(name, v)
 		}
@@ -367,7 +401,14 @@ func prepareDirs(l Layout, acct account, stateDir string) error {
 		dirs = append(dirs, l.LogDir)
 	}
 	for _, dir := range dirs {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
+		// The state directory holds the runner script every call runs, so
+		// it is the service account's alone (the worker refuses one that
+		// others may write); the log directory may be read by its group.
+		mode := os.FileMode(0o750)
+		if dir == stateDir {
+			mode = 0o700
+		}
+		if err := os.MkdirAll(dir, mode); err != nil {
 			return fmt.Errorf("creating %s: %w", dir, err)
 		}
 		if !l.UserService {

@@ -46,6 +46,7 @@ func status(_ context.Context, h host, args []string, stdout, stderr io.Writer) 
 		return exitFailed
 	}
 	st, stErr := agent.ReadStatus(stateDirOf(l))
+	st.LastError = tokenRedactor(l).Scrub(st.LastError)
 	writeStatus(stdout, l, state, st, stErr)
 	if state == Running {
 		return exitRunning
@@ -63,6 +64,14 @@ func stateDirOf(l Layout) string {
 		}
 	}
 	return l.StateDir
+}
+
+// tokenRedactor scrubs the installed worker's token, where its config can
+// be read; without it, token= parameters are still replaced.
+func tokenRedactor(l Layout) *agent.Redactor {
+	values, _ := agent.ReadFile(l.ConfigPath)
+	token, _ := values["token"].(string)
+	return agent.NewRedactor(token)
 }
 
 // writeStatus prints the service's state and, where the status file could
@@ -119,7 +128,9 @@ func writeWorker(row func(label, format string, args ...any), state State, st ag
 	}
 	row("calls", "%d running, %d done", st.CallsRunning, st.CallsDone)
 	if st.LastError != "" {
-		row("error", "%s", strings.TrimSpace(st.LastError))
+		// A status file written by an older worker may hold an engine's
+		// page that echoed the request URL; its token= is not shown.
+		row("error", "%s", strings.TrimSpace(agent.NewRedactor("").Scrub(st.LastError)))
 	}
 	row("process", "pid %d, fluksio-worker %s, status written %s", st.PID, st.Version, ago(now, st.Updated))
 }

@@ -111,8 +111,10 @@ func TestMissingPythonIsAUsageError(t *testing.T) {
 	if code := w.wait(30 * time.Second); code != 2 || !strings.Contains(w.logs.String(), "token is required") {
 		t.Fatalf("no token: exit %d, log %s", code, w.logs.String())
 	}
-	w = startBinary(t, nil, "--url", "https://engine", "--token-file", "/nonexistent")
-	if code := w.wait(30 * time.Second); code != 2 || !strings.Contains(w.logs.String(), "ws:// or wss://") {
+	// https://engine is the engine's web address, completed to wss://; a
+	// scheme that is neither is the bad URL.
+	w = startBinary(t, nil, "--url", "ftp://engine", "--token-file", "/nonexistent")
+	if code := w.wait(30 * time.Second); code != 2 || !strings.Contains(w.logs.String(), "scheme must be wss://") {
 		t.Fatalf("bad url: exit %d, log %s", code, w.logs.String())
 	}
 }

@@ -10,6 +10,7 @@ package engine
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -35,6 +36,19 @@ type Options struct {
 	Runtime []byte
 	// Addr to listen on; default 127.0.0.1:0.
 	Addr string
+
+	// Hostile modes, for the tests of what a worker does with them.
+
+	// EchoStatus, when set, answers every attach with this HTTP status and
+	// a page that echoes the request URL, query and all, as Express's
+	// default error page does.
+	EchoStatus int
+	// RedirectTo, when set, answers every attach with 307 Temporary
+	// Redirect to this location.
+	RedirectTo string
+	// TLS serves https and wss with a self-signed certificate for
+	// 127.0.0.1 and localhost; CACertPEM is what to trust.
+	TLS bool
 }
 
 // Engine is a running fake engine.
@@ -45,6 +59,9 @@ type Engine struct {
 	addr     string
 
 	workers chan *Worker
+
+	tlsCert *tls.Certificate // with Options.TLS
+	caPEM   []byte
 
 	mu        sync.Mutex
 	conns     map[*Worker]struct{}
@@ -63,6 +80,13 @@ func Start(opts Options) (*Engine, error) {
 		conns:     map[*Worker]struct{}{},
 		artifacts: map[string][]byte{},
 	}
+	if opts.TLS {
+		cert, caPEM, err := selfSignedCert()
+		if err != nil {
+			return nil, err
+		}
+		e.tlsCert, e.caPEM = cert, caPEM
+	}
 	if err := e.listen(opts.Addr); err != nil {
 		return nil, err
 	}
@@ -78,7 +102,11 @@ func (e *Engine) listen(addr string) error {
 	mux.HandleFunc("/api/v1/workers/attach", e.attach)
 	mux.HandleFunc("GET /api/v1/workers/runtime", e.runtime)
 	mux.HandleFunc("/api/v1/artifacts/", e.artifact)
-	e.listener, e.addr = l, l.Addr().String()
+	e.addr = l.Addr().String()
+	if e.tlsCert != nil {
+		l = tls.NewListener(l, &tls.Config{Certificates: []tls.Certificate{*e.tlsCert}})
+	}
+	e.listener = l
 	e.server = &http.Server{Handler: mux}
 	go e.server.Serve(l)
 	return nil
@@ -88,10 +116,24 @@ func (e *Engine) listen(addr string) error {
 func (e *Engine) Addr() string { return e.addr }
 
 // AttachURL is what a worker's --url should be.
-func (e *Engine) AttachURL() string { return "ws://" + e.addr + "/api/v1/workers/attach" }
+func (e *Engine) AttachURL() string {
+	if e.tlsCert != nil {
+		return "wss://" + e.addr + "/api/v1/workers/attach"
+	}
+	return "ws://" + e.addr + "/api/v1/workers/attach"
+}
 
 // BaseURL is the engine's HTTP root.
-func (e *Engine) BaseURL() string { return "http://" + e.addr }
+func (e *Engine) BaseURL() string {
+	if e.tlsCert != nil {
+		return "https://" + e.addr
+	}
+	return "http://" + e.addr
+}
+
+// CACertPEM is the PEM certificate a client must trust to reach an engine
+// started with Options.TLS; nil otherwise.
+func (e *Engine) CACertPEM() []byte { return e.caPEM }
 
 // Close stops the engine and drops every connection.
 func (e *Engine) Close() {
@@ -160,6 +202,16 @@ func bearer(r *http.Request) string {
 var upgrader = websocket.Upgrader{ReadBufferSize: 64 << 10, WriteBufferSize: 64 << 10}
 
 func (e *Engine) attach(w http.ResponseWriter, r *http.Request) {
+	if e.opts.EchoStatus != 0 {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(e.opts.EchoStatus)
+		fmt.Fprintf(w, "<!DOCTYPE html>\n<html><body><pre>Cannot %s %s</pre></body></html>\n", r.Method, r.RequestURI)
+		return
+	}
+	if e.opts.RedirectTo != "" {
+		http.Redirect(w, r, e.opts.RedirectTo, http.StatusTemporaryRedirect)
+		return
+	}
 	if !e.tokenOK(r.URL.Query().Get("token")) {
 		http.Error(w, "invalid worker token", http.StatusUnauthorized)
 		return

@@ -1,0 +1,48 @@
+package agent
+
+import (
+	"log/slog"
+	"path/filepath"
+	"strings"
+)
+
+// runnerBaseEnv is the environment every runner starts from, before its
+// request's env: the worker's own, less the worker's settings, plus what
+// the protocol hands node code (section 2).
+//
+// FLUKSIO_WORKER_* are the worker's options (the token among them) and mean
+// nothing to node code, which gets the token only as
+// FLUKSIO_ARTIFACT_TOKEN. FLUKSIO_ARTIFACT_URL and FLUKSIO_ARTIFACT_TOKEN
+// are this worker's to set, whatever the environment held.
+func runnerBaseEnv(cfg Config, stateDir string, environ []string, getenv func(string) string, log *slog.Logger) []string {
+	env := make([]string, 0, len(environ)+5)
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, EnvPrefix) || name == "FLUKSIO_ARTIFACT_URL" || name == "FLUKSIO_ARTIFACT_TOKEN" {
+			continue
+		}
+		env = append(env, kv)
+	}
+	env = append(env,
+		"FLUKSIO_ARTIFACT_URL="+cfg.ArtifactBase(),
+		"FLUKSIO_ARTIFACT_TOKEN="+cfg.Token)
+	if getenv("FLUKSIO_ARTIFACT_CACHE") == "" {
+		// Loaded artifacts are cached where this worker can surely write
+		// (a service may not write its account's home), not in ~/.cache,
+		// in the directory ResolveStateDir made private.
+		env = append(env, "FLUKSIO_ARTIFACT_CACHE="+filepath.Join(stateDir, "artifacts"))
+	}
+	if cfg.CAFile != "" {
+		caFile, _ := filepath.Abs(cfg.CAFile)
+		// FLUKSIO_CA_FILE names the extra authorities alone, for node code
+		// that builds its own TLS context.
+		env = append(env, "FLUKSIO_CA_FILE="+caFile)
+		bundle, err := nodeCABundle(cfg, stateDir, getenv)
+		if err != nil {
+			log.Warn("node processes trust only --ca-file's authorities: could not write a bundle with the system's", "error", err)
+			bundle = caFile
+		}
+		env = append(env, "SSL_CERT_FILE="+bundle)
+	}
+	return env
+}

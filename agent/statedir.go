@@ -1,0 +1,157 @@
+package agent
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+)
+
+// The state directory holds the runner script every call executes, so it
+// is as sensitive as the worker's own binary: a user who can write there
+// runs code as the worker's account. The worker therefore keeps it private
+// (0700) and, like ssh with ~/.ssh, refuses to start with one that another
+// user owns or may write, or that sits in a directory every user may write
+// without the sticky bit (where it could be swapped for another). It never
+// falls back to a shared directory such as /tmp, where another user could
+// create it first.
+
+// stateSubdirs are the directories the worker keeps in its state directory:
+// the runner scripts (runtime/<sha256>.py) and the artifacts node code
+// loads (FLUKSIO_ARTIFACT_CACHE).
+var stateSubdirs = []string{"runtime", "artifacts"}
+
+// ResolveStateDir picks where the runtime cache and status file live:
+// --state-dir (made absolute, since node processes get paths in it), else
+// systemd's $STATE_DIRECTORY, else the user's cache directory; with none of
+// those it is a usage error naming --state-dir. It creates the directory
+// and its subdirectories private, checks they are, and returns the
+// directory with symbolic links resolved.
+func ResolveStateDir(cfg Config, getenv func(string) string) (string, error) {
+	dir := cfg.StateDir
+	if dir == "" {
+		dir, _, _ = strings.Cut(getenv("STATE_DIRECTORY"), ":")
+	}
+	if dir == "" {
+		cache, err := userCacheDir(getenv)
+		if err != nil {
+			return "", &UsageError{err}
+		}
+		dir = filepath.Join(cache, "fluksio-worker")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", usagef("the state directory %s: %v (set --state-dir to an absolute path)", dir, err)
+	}
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return "", usagef("cannot create the state directory %s: %v (set --state-dir to a directory this user can create)", abs, err)
+	}
+	// Checked and used from here on by its real path, so a symbolic link
+	// changed later does not move the worker elsewhere.
+	if abs, err = filepath.EvalSymlinks(abs); err != nil {
+		return "", usagef("the state directory %s: %v (set --state-dir)", dir, err)
+	}
+	if err := checkPrivateDir(abs, "the state directory"); err != nil {
+		return "", err
+	}
+	if err := checkAncestors(abs); err != nil {
+		return "", err
+	}
+	for _, sub := range stateSubdirs {
+		if err := privateSubdir(filepath.Join(abs, sub)); err != nil {
+			return "", err
+		}
+	}
+	// The runner script and the status file are written here; find out now
+	// rather than at the first connection.
+	probe, err := os.CreateTemp(abs, ".write-check-*")
+	if err != nil {
+		return "", usagef("cannot write to the state directory %s: %v (set --state-dir to a writable directory)", abs, err)
+	}
+	probe.Close()
+	os.Remove(probe.Name())
+	return abs, nil
+}
+
+// userCacheDir is os.UserCacheDir read through getenv, without any
+// fallback: the worker's state must not land in a directory others share.
+func userCacheDir(getenv func(string) string) (string, error) {
+	if runtime.GOOS != "darwin" {
+		if xdg := getenv("XDG_CACHE_HOME"); filepath.IsAbs(xdg) {
+			return xdg, nil
+		}
+	}
+	home := getenv("HOME")
+	if home == "" {
+		return "", errors.New("no private place for the worker's state: HOME, STATE_DIRECTORY and XDG_CACHE_HOME are all unset; give a directory only this user can write with --state-dir DIR (or FLUKSIO_WORKER_STATE_DIR)")
+	}
+	if runtime.GOOS == "darwin" {
+		return filepath.Join(home, "Library", "Caches"), nil
+	}
+	return filepath.Join(home, ".cache"), nil
+}
+
+// privateSubdir creates dir 0700 if it is missing and checks it is private.
+func privateSubdir(dir string) error {
+	what := "the " + filepath.Base(dir) + " cache"
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return usagef("cannot create %s %s: %v (set --state-dir to a writable directory)", what, dir, err)
+	}
+	return checkPrivateDir(dir, what)
+}
+
+// checkPrivateDir refuses a directory (not a link to one) that is not this
+// user's, or that others may write, saying how to fix it.
+func checkPrivateDir(dir, what string) error {
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return usagef("%s %s: %v (set --state-dir)", what, dir, err)
+	}
+	if !st.IsDir() {
+		return usagef("%s %s is not a directory (%s); remove it, or set --state-dir to another directory", what, dir, st.Mode().Type())
+	}
+	uid := os.Geteuid()
+	if owner, ok := fileOwner(st); ok && owner != uid {
+		return usagef("%s %s belongs to uid %d, not to uid %d that this worker runs as, so that user could plant code the worker runs. "+
+			"Use a directory of your own (--state-dir DIR), or, if it is meant for this worker, remove it and let the worker create it", what, dir, owner, uid)
+	}
+	if perm := st.Mode().Perm(); perm&0o022 != 0 {
+		return usagef("%s %s is mode %04o: users other than its owner may write in it and plant code the worker runs. Make it private: chmod 700 %s (or set --state-dir to another directory)", what, dir, perm, dir)
+	}
+	return nil
+}
+
+// checkAncestors refuses a state directory inside a directory that another
+// user owns (other than root) or that every user may write without the
+// sticky bit: there it could be renamed away and replaced.
+func checkAncestors(dir string) error {
+	uid := os.Geteuid()
+	for parent := filepath.Dir(dir); ; parent = filepath.Dir(parent) {
+		st, err := os.Stat(parent)
+		if err != nil {
+			return nil // not ours to judge; creating the directory worked
+		}
+		owner, ok := fileOwner(st)
+		perm := st.Mode()
+		switch {
+		case ok && owner != uid && owner != 0:
+			return usagef("the state directory %s is inside %s, which belongs to uid %d, who could replace it and plant code the worker runs; set --state-dir to a directory under one only you (or root) control", dir, parent, owner)
+		case perm.Perm()&0o002 != 0 && perm&fs.ModeSticky == 0:
+			return usagef("the state directory %s is inside %s, which every user may write (mode %04o, no sticky bit), so it could be replaced; set --state-dir to a directory under one only you (or root) control", dir, parent, perm.Perm())
+		}
+		if parent == filepath.Dir(parent) {
+			return nil
+		}
+	}
+}
+
+// fileOwner is the uid owning a file, where the system says.
+func fileOwner(st fs.FileInfo) (int, bool) {
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		return int(sys.Uid), true
+	}
+	return 0, false
+}
