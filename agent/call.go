@@ -148,6 +148,10 @@ func (c *call) run(ctx context.Context, rt Runtime) {
 		// A runner that died before reading gets EPIPE here; its missing
 		// answer is reported by the output ending, not by this write.
 		stdin.Write(request)
+		if len(request) >= outsizedMessage {
+			request = nil
+			freeMemory()
+		}
 	}()
 	stderrDone := make(chan struct{})
 	go func() {

@@ -281,9 +281,12 @@ func (c *engineConn) writeLoop() {
 // flushes them together.
 func (c *engineConn) writeBatch(frame []byte) error {
 	c.ws.SetWriteDeadline(time.Now().Add(writeTimeout))
+	outsized := false
 	for {
+		outsized = outsized || len(frame) >= outsizedMessage
 		err := c.ws.WriteMessage(websocket.TextMessage, frame)
 		putFrame(frame)
+		frame = nil
 		if err != nil {
 			return err
 		}
@@ -292,7 +295,11 @@ func (c *engineConn) writeBatch(frame []byte) error {
 			continue
 		default:
 		}
-		return c.raw.Flush()
+		err = c.raw.Flush()
+		if outsized {
+			freeMemory() // an answer of many MiB is sent only now
+		}
+		return err
 	}
 }
 
