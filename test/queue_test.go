@@ -364,3 +364,31 @@ func TestTenThousandCallsAtParallelOne(t *testing.T) {
 		t.Errorf("%d frames followed their call's answer", n)
 	}
 }
+
+// A lost connection drops the waiting calls (the engine reschedules them)
+// without starting them, and frees their slots for the next connection.
+func TestLostConnectionDropsWaitingCalls(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	w := startWorker(t, eng, nil, "--parallel", "1", "--cancel-grace", "1s")
+	wk := attach(t, eng)
+	running := run(t, wk, "l0", step{"announce": true}, step{"sleep_ms": 60000})
+	startedEvent(t, running)
+	for i := 1; i <= 3; i++ {
+		run(t, wk, fmt.Sprintf("l%d", i), step{"announce": true})
+	}
+	eventually(t, 10*time.Second, "the calls to wait", func() bool {
+		return strings.Count(w.logs.String(), "call queued") == 3
+	})
+	wk.Drop()
+	wk = attach(t, eng)
+	eventually(t, 10*time.Second, "the runner to be gone", func() bool { return len(runnersOf(w.cmd.Process.Pid)) == 0 })
+	if logs := w.logs.String(); strings.Contains(logs, "call started after waiting") || !strings.Contains(logs, "dropped with the connection") {
+		t.Errorf("waiting calls were started, or their drop not logged:\n%s", logs)
+	}
+	// The slot is free: a new call starts at once, not behind ghosts.
+	answer, events := wait(t, run(t, wk, "fresh", step{"announce": true}))
+	if !answer.OK || !startedIn(events) {
+		t.Errorf("after the drop: %s", answer.Raw)
+	}
+}
