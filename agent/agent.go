@@ -31,8 +31,10 @@ type Agent struct {
 	status   *statusFile
 
 	mu       sync.Mutex
-	calls    map[string]*call   // calls the engine awaits an answer for
+	calls    map[string]*call   // calls the engine awaits an answer for, waiting ones included
 	live     map[*call]struct{} // calls whose processes may still exist
+	slots    int                // runner slots in use, at most cfg.Parallel
+	queue    callQueue          // calls waiting for a slot
 	lastDone time.Time
 	done     int64
 	changed  chan struct{} // a call started or ended
@@ -219,11 +221,17 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 	conn := newEngineConn(ws, raw)
 	callsCtx, cancelCalls := context.WithCancel(ctx)
 	var calls sync.WaitGroup
+	at := &attachment{ctx: callsCtx, conn: conn, rt: rt, calls: &calls,
+		noise: &logBudget{logger: a.log, what: "log lines about ignored or refused engine messages were dropped", perSecond: engineNoisePerSecond}}
 	defer func() {
 		cancelCalls()
+		a.dropWaiting()
 		calls.Wait()
+		at.noise.close()
 		conn.finish()
 	}()
+	calls.Add(1)
+	go a.beatWaiting(at)
 	lost := make(chan error, 1)
 	go func() {
 		for {
@@ -232,7 +240,11 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 				lost <- err
 				return
 			}
-			a.handle(callsCtx, conn, rt, data, &calls)
+			a.handle(at, data)
+			if len(data) >= outsizedMessage {
+				data = nil
+				freeMemory()
+			}
 		}
 	}()
 
@@ -341,7 +353,10 @@ func (a *Agent) running() int {
 	return len(a.calls)
 }
 
+// stopAll stops every running call and answers every waiting one, each
+// with reason; no waiting call is started.
 func (a *Agent) stopAll(reason string) {
+	a.answerWaiting(reason)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, c := range a.calls {

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -27,11 +28,23 @@ import (
 // starts and stops its process.
 type call struct {
 	id      string
-	request []byte   // the request line, without its env
-	env     []string // the process environment
+	op      string
+	request []byte   // the request line, without its env; dropped once written
+	size    int      // the request's size, for the queue's bound
+	env     []string // the request's env, added to the agent's own
 	agent   *Agent
 	conn    *engineConn
 	log     *slog.Logger
+	arrived time.Time
+
+	queued bool // waiting for a slot; guarded by Agent.mu
+
+	// sendMu orders what the call sends: heartbeats come from the queue
+	// while it waits and from supervise once it runs, and none may follow
+	// the answer.
+	sendMu   sync.Mutex
+	answered bool
+	lastBeat time.Time // the last heartbeat, or the arrival
 
 	pid        int                    // the group's leader; set before started closes
 	started    chan struct{}          // closed once the process started, or failed to
@@ -47,6 +60,9 @@ const (
 	msgNodeStopped   = "the node process stopped"
 	msgStopping      = "the worker is stopping"
 	msgDraining      = "the worker is draining"
+	// msgCancelledWaiting answers a cancel of a call that was still
+	// waiting for a slot: nothing of it ever ran.
+	msgCancelledWaiting = "the call was cancelled before it started"
 )
 
 // pipeLinger is how long a runner's output may stay open after the runner
@@ -101,7 +117,7 @@ func (c *call) run(ctx context.Context, rt Runtime) {
 		return
 	}
 	cmd := exec.Command(c.agent.python, rt.Path)
-	cmd.Env = c.env
+	cmd.Env = c.agent.runnerEnv(c.env)
 	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
 	stdin, err := cmd.StdinPipe()
 	if err == nil {
@@ -127,10 +143,16 @@ func (c *call) run(ctx context.Context, rt Runtime) {
 		c.log.Debug("runner exited", "pid", c.pid, "status", exitStatus(err))
 		close(c.exited)
 	}()
+	request := c.request
+	c.request = nil // a request of many MiB is not kept for the call's life
 	go func() {
 		// A runner that died before reading gets EPIPE here; its missing
 		// answer is reported by the output ending, not by this write.
-		stdin.Write(c.request)
+		stdin.Write(request)
+		if len(request) >= outsizedMessage {
+			request = nil
+			freeMemory()
+		}
 	}()
 	stderrDone := make(chan struct{})
 	go func() {
@@ -161,6 +183,9 @@ func (c *call) run(ctx context.Context, rt Runtime) {
 	<-stderrDone
 	stderrR.Close()
 	<-c.exited
+	if c.size >= outsizedMessage || len(end.answer) >= outsizedMessage {
+		freeMemory()
+	}
 }
 
 // supervise waits for the call's output to end while sending heartbeats,
@@ -168,7 +193,9 @@ func (c *call) run(ctx context.Context, rt Runtime) {
 // goroutine sends heartbeats and the answer, so nothing of the call
 // follows its answer.
 func (c *call) supervise(ctx context.Context, outcomes <-chan outcome, stdout *runnerOutput) outcome {
-	beat := time.NewTicker(heartbeatInterval)
+	// The first heartbeat is due heartbeatInterval after the last one the
+	// call got while it waited in the queue (or after it arrived).
+	beat := time.NewTimer(time.Until(c.nextBeat()))
 	defer beat.Stop()
 	exited := c.exited
 	var linger <-chan time.Time
@@ -179,7 +206,8 @@ func (c *call) supervise(ctx context.Context, outcomes <-chan outcome, stdout *r
 			c.answer(ctx, end)
 			return end
 		case <-beat.C:
-			c.conn.sendJSON(heartbeat{CallID: c.id, Event: "heartbeat"})
+			c.beatIfDue(time.Now())
+			beat.Reset(time.Until(c.nextBeat()))
 		case <-exited:
 			exited = nil
 			linger = time.After(pipeLinger)
@@ -210,11 +238,11 @@ func (c *call) answer(ctx context.Context, end outcome) {
 	}
 	switch {
 	case end.answer != nil:
-		c.conn.send(end.answer)
+		c.sendAnswer(end.answer)
 		c.log.Info("call answered")
 	case end.err != nil:
 		c.log.Error("call failed", "error", end.err)
-		c.conn.sendJSON(newErrorAnswer(c.id, errTypeRemote, end.err.Error()))
+		c.sendAnswerJSON(newErrorAnswer(c.id, errTypeRemote, end.err.Error()))
 	default:
 		typ, msg := errTypeRemote, msgNodeStopped
 		if reason := c.stopReason.Load(); reason != nil {
@@ -224,8 +252,42 @@ func (c *call) answer(ctx context.Context, end outcome) {
 			}
 		}
 		c.log.Warn("the runner's output ended without an answer", "type", typ, "message", msg)
-		c.conn.sendJSON(newErrorAnswer(c.id, typ, msg))
+		c.sendAnswerJSON(newErrorAnswer(c.id, typ, msg))
 	}
+}
+
+// nextBeat is when the call's next heartbeat is due.
+func (c *call) nextBeat() time.Time {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	return c.lastBeat.Add(heartbeatInterval)
+}
+
+// beatIfDue sends a heartbeat if none went out for heartbeatInterval and
+// the call is not answered yet.
+func (c *call) beatIfDue(now time.Time) {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	if c.answered || now.Before(c.lastBeat.Add(heartbeatInterval)) {
+		return
+	}
+	c.lastBeat = now
+	c.conn.sendJSON(heartbeat{CallID: c.id, Event: "heartbeat"})
+}
+
+// sendAnswer sends the call's answer frame; nothing of the call follows.
+func (c *call) sendAnswer(frame []byte) {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	c.answered = true
+	c.conn.send(frame)
+}
+
+func (c *call) sendAnswerJSON(v any) {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	c.answered = true
+	c.conn.sendJSON(v)
 }
 
 // fail answers a call whose process could not be started.
@@ -233,7 +295,7 @@ func (c *call) fail(err error) {
 	close(c.started)
 	close(c.exited)
 	c.log.Error("call could not start", "error", err)
-	c.conn.sendJSON(newErrorAnswer(c.id, errTypeRemote, err.Error()))
+	c.sendAnswerJSON(newErrorAnswer(c.id, errTypeRemote, err.Error()))
 	c.agent.callEnded(c)
 }
 
@@ -367,52 +429,102 @@ func exitStatus(err error) string {
 	return err.Error()
 }
 
-// logBudget caps how many lines a call logs per second, so a node that
-// prints a million lines cannot flood the service log; what was dropped is
-// counted and said once the second is over.
+// logBudget caps how many lines a source logs per second, so a node that
+// prints a million lines, or an engine that sends a million frames the
+// worker ignores, cannot flood the service log; what was dropped is
+// counted and said once the second is over. Safe for concurrent use.
 type logBudget struct {
-	logger  *slog.Logger
-	what    string
+	logger    *slog.Logger
+	what      string
+	perSecond int
+
+	mu      sync.Mutex
 	window  time.Time
 	used    int
 	dropped int
+	report  *time.Timer // says the dropped count when the window ends
 }
 
+// logLinesPerSecond is a call's budget for its node's stderr and for
+// runner lines that are not JSON.
 const logLinesPerSecond = 1000
 
 func newLogBudget(log *slog.Logger, what string) *logBudget {
-	return &logBudget{logger: log, what: what}
+	return &logBudget{logger: log, what: what, perSecond: logLinesPerSecond}
 }
 
 func (b *logBudget) log(level slog.Level, msg string, args ...any) {
+	b.mu.Lock()
 	now := time.Now()
 	if now.Sub(b.window) >= time.Second {
-		b.close()
+		b.reportLocked()
 		b.window, b.used = now, 0
 	}
-	if b.used >= logLinesPerSecond {
+	if b.used >= b.perSecond {
 		b.dropped++
+		if b.report == nil {
+			b.report = time.AfterFunc(b.window.Add(time.Second).Sub(now), b.close)
+		}
+		b.mu.Unlock()
 		return
 	}
 	b.used++
+	b.mu.Unlock()
 	b.logger.Log(context.Background(), level, msg, args...)
 }
 
+// close says what was dropped, if anything.
 func (b *logBudget) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.reportLocked()
+}
+
+func (b *logBudget) reportLocked() {
+	if b.report != nil {
+		b.report.Stop()
+		b.report = nil
+	}
 	if b.dropped > 0 {
 		b.logger.Warn(b.what, "dropped", b.dropped)
 		b.dropped = 0
 	}
 }
 
-// requestLine re-encodes a request without its env key, as one line.
+// requestLine re-encodes a request without its env key, as one line: the
+// keys sorted, each value compacted as it came (no HTML escaping), as
+// encoding/json would write the map, but into one buffer sized up front,
+// so a request of 100 MB costs 100 MB more, not several times that.
 func requestLine(fields map[string]json.RawMessage) ([]byte, error) {
 	delete(fields, "env")
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(fields); err != nil {
-		return nil, err
+	keys := make([]string, 0, len(fields))
+	size := 2
+	for k, v := range fields {
+		keys = append(keys, k)
+		size += len(k) + len(v) + 8
 	}
+	sort.Strings(keys)
+	buf := bytes.NewBuffer(make([]byte, 0, size))
+	buf.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		writeKey(buf, k)
+		buf.WriteByte(':')
+		if err := json.Compact(buf, fields[k]); err != nil {
+			return nil, fmt.Errorf("the request's %q: %w", k, err)
+		}
+	}
+	buf.WriteString("}\n")
 	return buf.Bytes(), nil
+}
+
+// writeKey writes k as a JSON string without HTML escaping, as the
+// encoder with SetEscapeHTML(false) does.
+func writeKey(buf *bytes.Buffer, k string) {
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false)
+	enc.Encode(k)               // a string always encodes
+	buf.Truncate(buf.Len() - 1) // Encode's newline
 }

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"os"
 	"strconv"
@@ -53,41 +54,61 @@ func callIDText(raw json.RawMessage) string {
 	return ""
 }
 
+// attachment is what one connection's messages are handled with.
+type attachment struct {
+	ctx   context.Context // ends when the connection does
+	conn  *engineConn
+	rt    Runtime
+	calls *sync.WaitGroup // every goroutine serving a call of this connection
+	// noise budgets the log lines about engine messages the worker ignores
+	// or refuses, so an engine that floods them cannot flood the log.
+	noise *logBudget
+}
+
+// engineNoisePerSecond is how many log lines a second the engine's ignored
+// or refused messages may cause; the rest are counted.
+const engineNoisePerSecond = 10
+
+// maxLoggedID bounds an identifier (a call_id, an op) in the log: the
+// engine chooses them, and a 1 MB call_id must not be logged whole on
+// every line of its call.
+const maxLoggedID = 128
+
+// loggedID is an engine-chosen identifier cut to maxLoggedID bytes.
+func loggedID(s string) string {
+	if len(s) <= maxLoggedID {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxLoggedID], "") + fmt.Sprintf("…(%d bytes)", len(s))
+}
+
 // handle acts on one engine message. Bad input is logged and skipped:
 // it never takes the connection down.
-func (a *Agent) handle(ctx context.Context, conn *engineConn, rt Runtime, data []byte, calls *sync.WaitGroup) {
+func (a *Agent) handle(at *attachment, data []byte) {
 	m, err := parseMessage(data)
 	if err != nil {
-		a.log.Warn("ignoring a message from the engine that is not a JSON object", "message", string(truncate(data, 200)))
+		at.noise.log(slog.LevelWarn, "ignoring a message from the engine that is not a JSON object", "message", string(truncate(data, 200)))
 		return
 	}
 	switch m.op {
 	case "run", "compile":
 		if m.callID == "" {
-			a.log.Warn("ignoring a "+m.op+" without call_id", "message", string(truncate(data, 200)))
+			at.noise.log(slog.LevelWarn, "ignoring a call without call_id", "op", m.op, "message", string(truncate(data, 200)))
 			return
 		}
-		a.startCall(ctx, conn, rt, m, calls)
+		a.startCall(at, m)
 	case "cancel":
-		a.mu.Lock()
-		c := a.calls[m.callID]
-		a.mu.Unlock()
-		if c == nil {
-			a.log.Info("cancel for a call that is not running here", "call_id", m.callID)
-			return
-		}
-		c.log.Info("cancelling")
-		c.stop("")
+		a.cancel(at, m.callID)
 	default:
-		a.log.Warn("ignoring a message with an unknown op", "op", m.op)
+		at.noise.log(slog.LevelWarn, "ignoring a message with an unknown op", "op", loggedID(m.op))
 	}
 }
 
-func (a *Agent) startCall(ctx context.Context, conn *engineConn, rt Runtime, m message, calls *sync.WaitGroup) {
-	log := a.log.With("call_id", m.callID)
+func (a *Agent) startCall(at *attachment, m message) {
+	log := a.log.With("call_id", loggedID(m.callID))
 	refuse := func(typ, msg string) {
-		log.Warn("call refused", "op", m.op, "reason", msg)
-		conn.sendJSON(newErrorAnswer(m.callID, typ, msg))
+		at.noise.log(slog.LevelWarn, "call refused", "call_id", loggedID(m.callID), "op", m.op, "reason", msg)
+		at.conn.sendJSON(newErrorAnswer(m.callID, typ, msg))
 	}
 	switch {
 	case closed(a.stopCh) || closed(a.killCh):
@@ -100,7 +121,7 @@ func (a *Agent) startCall(ctx context.Context, conn *engineConn, rt Runtime, m m
 		refuse(errTypeCancelled, msgReloading)
 		return
 	}
-	env, err := a.callEnv(m.fields["env"])
+	env, err := requestEnv(m.fields["env"])
 	if err != nil {
 		refuse(errTypeRemote, err.Error())
 		return
@@ -110,34 +131,75 @@ func (a *Agent) startCall(ctx context.Context, conn *engineConn, rt Runtime, m m
 		refuse(errTypeRemote, "could not re-encode the request: "+err.Error())
 		return
 	}
+	now := time.Now()
 	c := &call{
-		id: m.callID, request: request, env: env, agent: a, conn: conn, log: log,
+		id: m.callID, op: m.op, request: request, size: len(request) + envSize(env), env: env,
+		agent: a, conn: at.conn, log: log, arrived: now, lastBeat: now,
 		started: make(chan struct{}), exited: make(chan struct{}),
 	}
 	a.mu.Lock()
-	if _, dup := a.calls[m.callID]; dup {
+	if other, dup := a.calls[m.callID]; dup {
+		state := "running"
+		if other.queued {
+			state = "waiting for a free slot"
+		}
 		a.mu.Unlock()
-		refuse(errTypeRemote, fmt.Sprintf("a call with call_id %q is already running on this worker; this duplicate was not started", m.callID))
+		refuse(errTypeRemote, fmt.Sprintf("a call with call_id %q is already %s on this worker; this duplicate was not started", loggedID(m.callID), state))
 		return
 	}
+	start := a.slots < a.cfg.Parallel
+	switch {
+	case start:
+		a.slots++
+		a.live[c] = struct{}{}
+	case !a.queue.fits(c.size):
+		msg := a.queue.fullError(a.cfg.Parallel)
+		a.mu.Unlock()
+		refuse(errTypeRemote, msg)
+		return
+	default:
+		a.queue.push(c)
+	}
 	a.calls[m.callID] = c
-	a.live[c] = struct{}{}
-	n := len(a.calls)
+	running, waiting := a.countsLocked()
 	a.mu.Unlock()
-	if n > a.cfg.Parallel {
-		log.Warn("the engine sent more calls than --parallel; running them anyway", "running", n, "parallel", a.cfg.Parallel)
+	a.status.Update(func(s *Status) { s.CallsRunning, s.CallsQueued = running, waiting })
+	a.notify()
+	if !start {
+		log.Info("call queued: every --parallel slot is busy", "op", m.op, "parallel", a.cfg.Parallel, "waiting", waiting)
+		return
 	}
 	log.Info("call started", "op", m.op)
-	a.status.Update(func(s *Status) { s.CallsRunning = n })
-	a.notify()
-	calls.Add(1)
-	go func() {
-		defer calls.Done()
-		c.run(ctx, rt)
-		a.mu.Lock()
-		delete(a.live, c)
-		a.mu.Unlock()
-	}()
+	at.calls.Add(1)
+	go a.runSlot(at, c)
+}
+
+// cancel stops a running call, or answers a waiting one without starting it.
+func (a *Agent) cancel(at *attachment, id string) {
+	a.mu.Lock()
+	c := a.calls[id]
+	waiting := c != nil && c.queued
+	if waiting {
+		a.queue.remove(c)
+	}
+	a.mu.Unlock()
+	switch {
+	case c == nil:
+		at.noise.log(slog.LevelInfo, "cancel for a call that is not running here", "call_id", loggedID(id))
+	case waiting:
+		c.log.Info("cancelled while waiting for a slot; it was never started")
+		c.sendAnswerJSON(newErrorAnswer(c.id, errTypeCancelled, msgCancelledWaiting))
+		a.callEnded(c)
+	default:
+		c.log.Info("cancelling")
+		c.stop("")
+	}
+}
+
+// countsLocked is how many calls run (the engine awaits their answers)
+// and how many wait for a slot.
+func (a *Agent) countsLocked() (running, waiting int) {
+	return len(a.calls) - a.queue.n, a.queue.n
 }
 
 // callEnded is called once per call when the engine has its answer (or
@@ -149,25 +211,40 @@ func (a *Agent) callEnded(c *call) {
 	}
 	a.lastDone = time.Now()
 	a.done++
-	n, done := len(a.calls), a.done
+	running, waiting := a.countsLocked()
+	done := a.done
 	a.mu.Unlock()
-	a.status.Update(func(s *Status) { s.CallsRunning, s.CallsDone = n, done })
+	a.status.Update(func(s *Status) { s.CallsRunning, s.CallsQueued, s.CallsDone = running, waiting, done })
 	a.notify()
 }
 
-// callEnv is the runner's environment: the agent's own, the artifact
-// endpoint and token, and the request's env with CUDA devices read as
-// positions in this worker's own CUDA_VISIBLE_DEVICES.
+// callEnv is the runner's environment: the agent's own (with the artifact
+// endpoint and token) and then the request's env.
 func (a *Agent) callEnv(raw json.RawMessage) ([]string, error) {
-	env := a.baseEnv
+	extra, err := requestEnv(raw)
+	if err != nil {
+		return nil, err
+	}
+	return a.runnerEnv(extra), nil
+}
+
+// runnerEnv adds a request's env to the agent's own; later entries win.
+func (a *Agent) runnerEnv(extra []string) []string {
+	return append(a.baseEnv[:len(a.baseEnv):len(a.baseEnv)], extra...)
+}
+
+// requestEnv is the request's env as KEY=VALUE entries, with CUDA devices
+// read as positions in this worker's own CUDA_VISIBLE_DEVICES. A waiting
+// call keeps only these; the full environment is made when it starts.
+func requestEnv(raw json.RawMessage) ([]string, error) {
 	if len(raw) == 0 || string(raw) == "null" {
-		return env, nil
+		return nil, nil
 	}
 	var extra map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &extra); err != nil {
 		return nil, fmt.Errorf("the request's env is not an object: %w", err)
 	}
-	env = append(make([]string, 0, len(env)+len(extra)), env...)
+	env := make([]string, 0, len(extra))
 	mask := os.Getenv("CUDA_VISIBLE_DEVICES")
 	for k, v := range extra {
 		value := pythonStr(v)
@@ -177,6 +254,14 @@ func (a *Agent) callEnv(raw json.RawMessage) ([]string, error) {
 		env = append(env, k+"="+value)
 	}
 	return env, nil
+}
+
+func envSize(env []string) int {
+	n := 0
+	for _, kv := range env {
+		n += len(kv)
+	}
+	return n
 }
 
 // pythonStr renders a JSON value as Python's str() renders the decoded

@@ -130,8 +130,13 @@ func bodySnippet(resp *http.Response) string {
 	return ": " + s
 }
 
-// greet sends hello and waits for the welcome. Anything other than a
-// welcome is a refusal, with the engine's reason.
+// greet sends hello and waits for the welcome. Only an explicit answer
+// other than a welcome (a JSON object whose "op" is another string, like
+// {"op": "refused", "reason": "..."}) is a refusal; an answer that is not
+// a JSON object with a string "op", or a welcome whose name is not a
+// string, is a failed attempt, retried with backoff like a lost
+// connection: an engine behind a misbehaving proxy, or mid-upgrade, must
+// not stop the worker for good.
 func greet(ws *websocket.Conn, hello Hello) (name string, err error) {
 	b, _ := json.Marshal(hello)
 	ws.SetWriteDeadline(time.Now().Add(handshakeTimeout))
@@ -143,23 +148,48 @@ func greet(ws *websocket.Conn, hello Hello) (name string, err error) {
 	if err != nil {
 		return "", fmt.Errorf("waiting for the engine's welcome: %w", err)
 	}
-	var answer struct {
-		Op     string `json:"op"`
-		Name   string `json:"name"`
-		Reason any    `json:"reason"`
+	name, err = parseWelcome(data)
+	if err != nil {
+		return "", err
 	}
-	if err := json.Unmarshal(data, &answer); err != nil {
-		return "", &RefusedError{Reason: fmt.Sprintf("the engine answered hello with something that is not JSON: %.200q", data)}
-	}
-	if answer.Op != "welcome" {
-		reason := "refused"
-		if answer.Reason != nil && answer.Reason != "" {
-			reason = fmt.Sprint(answer.Reason)
-		}
-		return "", &RefusedError{Reason: reason}
+	if name == "" {
+		name = hello.Name // an engine that does not say keeps ours
 	}
 	ws.SetWriteDeadline(time.Time{})
-	return answer.Name, nil
+	return name, nil
+}
+
+// parseWelcome reads the engine's answer to hello: the name it gave this
+// worker, a *RefusedError, or an error for an answer that makes no sense.
+func parseWelcome(data []byte) (string, error) {
+	var answer map[string]json.RawMessage
+	if err := json.Unmarshal(data, &answer); err != nil || answer == nil {
+		return "", fmt.Errorf("the engine answered hello with something that is not a JSON object (%.200q); "+
+			"is --url the engine's worker endpoint?", data)
+	}
+	var op string
+	if err := json.Unmarshal(answer["op"], &op); err != nil || op == "" {
+		return "", fmt.Errorf("the engine answered hello without an op (%.200q); is --url the engine's worker endpoint?", data)
+	}
+	if op != "welcome" {
+		reason := "refused"
+		var text string
+		var v any
+		switch raw := answer["reason"]; {
+		case json.Unmarshal(raw, &text) == nil && text != "":
+			reason = text
+		case raw != nil && json.Unmarshal(raw, &v) == nil && v != nil:
+			reason = string(raw)
+		}
+		return "", &RefusedError{Reason: string(truncate([]byte(reason), 500))}
+	}
+	var name string
+	if raw, ok := answer["name"]; ok && string(raw) != "null" {
+		if err := json.Unmarshal(raw, &name); err != nil {
+			return "", fmt.Errorf("the engine's welcome gave a name that is not a string (%.200s)", raw)
+		}
+	}
+	return name, nil
 }
 
 // engineConn is an attached connection. One goroutine, writeLoop, writes
@@ -275,9 +305,12 @@ func (c *engineConn) writeLoop() {
 // flushes them together.
 func (c *engineConn) writeBatch(frame []byte) error {
 	c.ws.SetWriteDeadline(time.Now().Add(writeTimeout))
+	outsized := false
 	for {
+		outsized = outsized || len(frame) >= outsizedMessage
 		err := c.ws.WriteMessage(websocket.TextMessage, frame)
 		putFrame(frame)
+		frame = nil
 		if err != nil {
 			return err
 		}
@@ -286,7 +319,11 @@ func (c *engineConn) writeBatch(frame []byte) error {
 			continue
 		default:
 		}
-		return c.raw.Flush()
+		err = c.raw.Flush()
+		if outsized {
+			freeMemory() // an answer of many MiB is sent only now
+		}
+		return err
 	}
 }
 

@@ -20,6 +20,7 @@ type Status struct {
 	Name         string        `json:"name,omitempty"`
 	Since        time.Time     `json:"since,omitzero"`
 	CallsRunning int           `json:"calls_running"`
+	CallsQueued  int           `json:"calls_queued"` // waiting for one of the --parallel slots
 	CallsDone    int64         `json:"calls_done"`
 	LastError    string        `json:"last_error,omitempty"`
 	Reload       *ReloadStatus `json:"reload,omitempty"` // a reload waiting for calls

@@ -126,7 +126,11 @@ func writeWorker(row func(label, format string, args ...any), state State, st ag
 	default:
 		row("worker", "%s%s", prefix, st.State)
 	}
-	row("calls", "%d running, %d done", st.CallsRunning, st.CallsDone)
+	if st.CallsQueued > 0 {
+		row("calls", "%d running, %d waiting for a slot, %d done", st.CallsRunning, st.CallsQueued, st.CallsDone)
+	} else {
+		row("calls", "%d running, %d done", st.CallsRunning, st.CallsDone)
+	}
 	if st.LastError != "" {
 		// A status file written by an older worker may hold an engine's
 		// page that echoed the request URL; its token= is not shown.

@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -27,7 +29,10 @@ const venvDigestTimeout = 60 * time.Second
 const pipeWaitDelay = time.Second
 
 // pythonVersionScript prints the interpreter's version and exits non-zero
-// below 3.8, the oldest the embedded runtime supports.
+// below 3.8, the oldest the embedded runtime supports. The check reads the
+// version back and requires it to parse: a program that exits 0 without
+// running the script (/bin/true, a wrapper that swallows its arguments) is
+// not a Python.
 const pythonVersionScript = `import sys; print("%d.%d.%d" % sys.version_info[:3]); sys.exit(0 if sys.version_info >= (3, 8) else 3)`
 
 // FindPython resolves the interpreter node code runs on ("" means python3 on
@@ -48,27 +53,73 @@ func FindPython(ctx context.Context, given string) (path, version string, err er
 	if path, err = filepath.Abs(path); err != nil {
 		return "", "", err
 	}
-	ctx, cancel := context.WithTimeout(ctx, pythonCheckTimeout)
+	version, err = checkPython(ctx, path, pythonCheckTimeout)
+	if err != nil {
+		return "", version, err
+	}
+	return path, version, nil
+}
+
+// checkPython runs the version script on path, in its own process group:
+// on the timeout the whole group is killed, so a wrapper script that hangs
+// leaves nothing behind, and so is anything the check left running.
+func checkPython(ctx context.Context, path string, timeout time.Duration) (version string, err error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, path, "-c", pythonVersionScript)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	NewProcessGroup(cmd)
+	cmd.Cancel = func() error {
+		SignalGroup(cmd.Process.Pid, syscall.SIGKILL)
+		return nil
+	}
 	cmd.WaitDelay = pipeWaitDelay
 	runErr := cmd.Run()
-	version = strings.TrimSpace(stdout.String())
+	if cmd.Process != nil {
+		SignalGroup(cmd.Process.Pid, syscall.SIGKILL) // whatever it left behind
+	}
+	out := strings.TrimSpace(stdout.String())
+	major, minor, parsed := parseVersion(out)
+	if parsed {
+		version = out
+	}
 	var exitErr *exec.ExitError
 	switch {
-	case runErr == nil:
-		return path, version, nil
-	case errors.As(runErr, &exitErr) && exitErr.ExitCode() == 3:
-		return "", version, fmt.Errorf("%s is Python %s; node code needs Python 3.8 or newer (pass --python)", path, version)
+	case ctx.Err() != nil:
+		return "", fmt.Errorf("%s did not finish the Python version check within %s (timed out; it was killed with everything it started): "+
+			"pass --python with a working Python 3.8 or newer", path, timeout)
+	case runErr == nil && parsed && (major > 3 || major == 3 && minor >= 8):
+		return version, nil
+	case parsed && (major < 3 || major == 3 && minor < 8):
+		return version, fmt.Errorf("%s is Python %s; node code needs Python 3.8 or newer (pass --python)", path, version)
+	case runErr == nil || errors.As(runErr, &exitErr) && exitErr.ExitCode() == 0:
+		return "", fmt.Errorf("%s does not behave as Python: asked for its version, it printed %.80q; pass --python with a Python 3.8 or newer interpreter", path, out)
 	default:
 		detail := strings.TrimSpace(stderr.String())
 		if detail != "" {
 			detail = ": " + lastLine(detail)
 		}
-		return "", "", fmt.Errorf("%s does not run as Python (%v%s); pass --python with a working interpreter", path, runErr, detail)
+		return "", fmt.Errorf("%s does not run as Python (%v%s); pass --python with a working interpreter", path, runErr, detail)
 	}
+}
+
+// parseVersion reads "MAJOR.MINOR.MICRO", all three decimal numbers, as
+// the version script prints it.
+func parseVersion(s string) (major, minor int, ok bool) {
+	parts := strings.Split(s, ".")
+	if len(parts) != 3 {
+		return 0, 0, false
+	}
+	var n [3]int
+	for i, p := range parts {
+		v, err := strconv.Atoi(p)
+		if err != nil || v < 0 || p != strconv.Itoa(v) {
+			return 0, 0, false
+		}
+		n[i] = v
+	}
+	return n[0], n[1], true
 }
 
 // VenvDigest fingerprints what is installed for this Python, so the engine

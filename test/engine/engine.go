@@ -32,6 +32,10 @@ type Options struct {
 	Tokens []string
 	// Refuse, when set, answers every hello with {"op": "refused", "reason": Refuse}.
 	Refuse string
+	// HelloAnswers, when set, answers the first hellos with these raw
+	// frames, one each, and closes the connection: a hostile or broken
+	// engine. Later hellos are answered as usual.
+	HelloAnswers []string
 	// Runtime is served at GET /api/v1/workers/runtime; nil answers 404.
 	Runtime []byte
 	// Addr to listen on; default 127.0.0.1:0.
@@ -236,7 +240,16 @@ func (e *Engine) attach(w http.ResponseWriter, r *http.Request) {
 	hello.Raw = data
 	e.mu.Lock()
 	e.hellos = append(e.hellos, hello)
+	odd := ""
+	if n := len(e.hellos); n <= len(e.opts.HelloAnswers) {
+		odd = e.opts.HelloAnswers[n-1]
+	}
 	e.mu.Unlock()
+	if odd != "" {
+		ws.WriteMessage(websocket.TextMessage, []byte(odd))
+		ws.Close()
+		return
+	}
 	if e.opts.Refuse != "" {
 		ws.WriteJSON(map[string]any{"op": "refused", "reason": e.opts.Refuse})
 		ws.Close()

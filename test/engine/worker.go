@@ -89,6 +89,7 @@ type Worker struct {
 	mu    sync.Mutex
 	calls map[string]*Call
 	other chan Message // frames for no known call, and frames that are not JSON
+	tally *Tally       // when set, takes the frames of calls nobody registered
 }
 
 func newWorker(ws *websocket.Conn, hello Hello) *Worker {
@@ -126,8 +127,12 @@ func (w *Worker) readLoop() {
 			m = Message{Raw: raw}
 		}
 		w.mu.Lock()
-		c := w.calls[m.CallID]
+		c, tally := w.calls[m.CallID], w.tally
 		w.mu.Unlock()
+		if c == nil && tally != nil && m.CallID != "" {
+			tally.add(m)
+			continue
+		}
 		if c == nil {
 			select {
 			case w.other <- m:
@@ -282,4 +287,119 @@ func (c *Call) WaitTimeout(d time.Duration) (Message, []Message, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	return c.Wait(ctx)
+}
+
+// Flood sends the same frame n times as fast as the connection takes them.
+func (w *Worker) Flood(frame []byte, n int) error {
+	w.writeMu.Lock()
+	defer w.writeMu.Unlock()
+	for i := 0; i < n; i++ {
+		if err := w.ws.WriteMessage(websocket.TextMessage, frame); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Tally counts the frames of calls sent without Run or Expect (with Send
+// or Flood), for tests that send thousands of calls, where a Call each
+// would cost too much. It keeps each call's answer and counts its events.
+type Tally struct {
+	mu       sync.Mutex
+	answers  map[string]Message
+	events   map[string]map[string]int // call id -> event -> count
+	late     int                       // frames of a call after its answer
+	answered chan struct{}             // signalled on each answer
+}
+
+// StartTally makes frames for unregistered calls go to the returned Tally
+// instead of Stray.
+func (w *Worker) StartTally() *Tally {
+	t := &Tally{answers: map[string]Message{}, events: map[string]map[string]int{}, answered: make(chan struct{}, 1)}
+	w.mu.Lock()
+	w.tally = t
+	w.mu.Unlock()
+	return t
+}
+
+func (t *Tally) add(m Message) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, done := t.answers[m.CallID]; done {
+		t.late++
+		return
+	}
+	if m.IsAnswer() {
+		t.answers[m.CallID] = m
+		select {
+		case t.answered <- struct{}{}:
+		default:
+		}
+		return
+	}
+	if t.events[m.CallID] == nil {
+		t.events[m.CallID] = map[string]int{}
+	}
+	t.events[m.CallID][m.Event]++
+}
+
+// WaitAnswers waits until n calls are answered.
+func (t *Tally) WaitAnswers(ctx context.Context, n int) error {
+	for {
+		t.mu.Lock()
+		got := len(t.answers)
+		t.mu.Unlock()
+		if got >= n {
+			return nil
+		}
+		select {
+		case <-t.answered:
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d calls answered: %w", got, n, ctx.Err())
+		}
+	}
+}
+
+// Answer returns a call's answer, if it came.
+func (t *Tally) Answer(id string) (Message, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m, ok := t.answers[id]
+	return m, ok
+}
+
+// Answers returns every answer so far, by call id.
+func (t *Tally) Answers() map[string]Message {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[string]Message, len(t.answers))
+	for k, v := range t.answers {
+		out[k] = v
+	}
+	return out
+}
+
+// Events counts a call's events of one kind ("heartbeat", "started", ...).
+func (t *Tally) Events(id, event string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.events[id][event]
+}
+
+// EventsOfKind counts the events of one kind over all calls.
+func (t *Tally) EventsOfKind(event string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, byKind := range t.events {
+		n += byKind[event]
+	}
+	return n
+}
+
+// Late counts frames that arrived for a call after its answer.
+func (t *Tally) Late() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.late
 }

@@ -1,0 +1,212 @@
+package agent
+
+// The calls that wait for a free runner slot. At most --parallel runner
+// processes exist at once; a call that arrives while they are all busy
+// waits here, in arrival order, and the slot that frees first takes the
+// next one (see runSlot). A waiting call is a few hundred bytes plus its
+// request: no goroutine, no process, no pipe.
+
+import (
+	"fmt"
+	"time"
+)
+
+// The queue's bounds. The engine is told max_parallel in hello, so a
+// well-behaved engine has at most about --parallel calls waiting (a call
+// it sees answered while its process is still exiting). Engines written
+// against the reference agent, which ran every call it got at once, may
+// send a pipeline's whole fan-out instead; those calls should wait and
+// run, not fail. 10,000 waiting calls of a typical request (a few KiB)
+// cost tens of MiB and one heartbeat frame each per 10 s; beyond that the
+// engine is not scheduling at all, and a call is better answered at once
+// than held for hours. The byte bound keeps requests that carry large
+// sources from holding more than a bounded amount of memory.
+const (
+	maxQueuedCalls = 10000
+	maxQueuedBytes = 256 << 20
+)
+
+// beatCheckInterval is how often waiting calls are checked for a heartbeat
+// that is due; each still gets one heartbeatInterval after the last.
+const beatCheckInterval = time.Second
+
+// callQueue is a FIFO of waiting calls. A call cancelled while waiting is
+// marked and skipped when its turn comes, so a cancel costs O(1) however
+// long the queue is. Guarded by Agent.mu.
+type callQueue struct {
+	waiting []*call // waiting[head:] in arrival order; some may have left
+	head    int
+	n       int   // calls still waiting
+	bytes   int64 // their requests' size
+}
+
+// fits reports whether one more call of size bytes may wait.
+func (q *callQueue) fits(size int) bool {
+	return q.n < maxQueuedCalls && q.bytes+int64(size) <= maxQueuedBytes
+}
+
+// fullError is the answer to a call beyond the bound: it names the limit.
+func (q *callQueue) fullError(parallel int) string {
+	return fmt.Sprintf("this worker's queue is full: %d calls (%s of requests) are already waiting for one of its --parallel %d slots, "+
+		"and at most %d calls or %s may wait; this call was not started: send at most max_parallel calls at a time, or raise --parallel",
+		q.n, formatBytes(q.bytes), parallel, maxQueuedCalls, formatBytes(maxQueuedBytes))
+}
+
+func (q *callQueue) push(c *call) {
+	c.queued = true
+	q.waiting = append(q.waiting, c)
+	q.n++
+	q.bytes += int64(c.size)
+}
+
+// pop takes the next waiting call, or nil.
+func (q *callQueue) pop() *call {
+	for q.head < len(q.waiting) {
+		c := q.waiting[q.head]
+		q.waiting[q.head] = nil
+		q.head++
+		if c.queued {
+			q.leave(c)
+			q.compact()
+			return c
+		}
+	}
+	q.compact()
+	return nil
+}
+
+// remove takes c out of the queue wherever it is (a cancel).
+func (q *callQueue) remove(c *call) {
+	if c.queued {
+		q.leave(c)
+	}
+}
+
+func (q *callQueue) leave(c *call) {
+	c.queued = false
+	q.n--
+	q.bytes -= int64(c.size)
+}
+
+// takeAll empties the queue and returns the calls that were waiting.
+func (q *callQueue) takeAll() []*call {
+	var out []*call
+	for _, c := range q.waiting[q.head:] {
+		if c.queued {
+			q.leave(c)
+			out = append(out, c)
+		}
+	}
+	*q = callQueue{}
+	return out
+}
+
+// appendWaiting appends the calls still waiting to buf.
+func (q *callQueue) appendWaiting(buf []*call) []*call {
+	for _, c := range q.waiting[q.head:] {
+		if c.queued {
+			buf = append(buf, c)
+		}
+	}
+	return buf
+}
+
+// compact drops the consumed front of the slice once it is most of it, so
+// a long-lived queue does not keep every call it ever held.
+func (q *callQueue) compact() {
+	if q.head == len(q.waiting) {
+		q.waiting, q.head = q.waiting[:0], 0
+		return
+	}
+	if q.head > 1024 && q.head > len(q.waiting)/2 {
+		q.waiting = append(q.waiting[:0:0], q.waiting[q.head:]...)
+		q.head = 0
+	}
+}
+
+// runSlot holds one of the --parallel runner slots: it runs c, then each
+// waiting call in turn, and gives the slot back when none is left. A slot
+// is taken by the next call only once the previous runner's process group
+// is gone, so there are never more than --parallel runner processes.
+func (a *Agent) runSlot(at *attachment, c *call) {
+	defer at.calls.Done()
+	for c != nil {
+		c.run(at.ctx, at.rt)
+		a.mu.Lock()
+		delete(a.live, c)
+		c = nil
+		// A stopping worker answers the waiting calls itself (stopAll); a
+		// lost connection drops them (dropWaiting). Neither starts them.
+		if at.ctx.Err() == nil && !closed(a.stopCh) && !closed(a.killCh) {
+			c = a.queue.pop()
+		}
+		if c == nil {
+			a.slots--
+		} else {
+			a.live[c] = struct{}{}
+		}
+		running, waiting := a.countsLocked()
+		a.mu.Unlock()
+		if c != nil {
+			a.status.Update(func(s *Status) { s.CallsRunning, s.CallsQueued = running, waiting })
+			c.log.Info("call started after waiting for a slot", "op", c.op,
+				"waited", time.Since(c.arrived).Round(time.Millisecond).String())
+		}
+	}
+}
+
+// beatWaiting sends each waiting call its heartbeats, as a running call
+// gets them, until the connection ends.
+func (a *Agent) beatWaiting(at *attachment) {
+	defer at.calls.Done()
+	tick := time.NewTicker(beatCheckInterval)
+	defer tick.Stop()
+	var waiting []*call
+	for {
+		select {
+		case <-at.ctx.Done():
+			return
+		case now := <-tick.C:
+			a.mu.Lock()
+			waiting = a.queue.appendWaiting(waiting[:0])
+			a.mu.Unlock()
+			for _, c := range waiting {
+				c.beatIfDue(now)
+			}
+			clear(waiting)
+		}
+	}
+}
+
+// answerWaiting answers every waiting call with reason, without starting
+// any: the worker is stopping.
+func (a *Agent) answerWaiting(reason string) {
+	a.mu.Lock()
+	waiting := a.queue.takeAll()
+	a.mu.Unlock()
+	if len(waiting) > 0 {
+		a.log.Info("answering the calls waiting for a slot; none of them started", "calls", len(waiting), "reason", reason)
+	}
+	for _, c := range waiting {
+		c.sendAnswerJSON(newErrorAnswer(c.id, errTypeCancelled, reason))
+		a.callEnded(c)
+	}
+}
+
+// dropWaiting forgets the waiting calls of a connection that is gone:
+// nobody can hear their answers, and the engine reschedules them.
+func (a *Agent) dropWaiting() {
+	a.mu.Lock()
+	waiting := a.queue.takeAll()
+	for _, c := range waiting {
+		if a.calls[c.id] == c {
+			delete(a.calls, c.id)
+		}
+	}
+	running, _ := a.countsLocked()
+	a.mu.Unlock()
+	if len(waiting) > 0 {
+		a.log.Warn("calls waiting for a slot were dropped with the connection; the engine reschedules them", "calls", len(waiting))
+		a.status.Update(func(s *Status) { s.CallsRunning, s.CallsQueued = running, 0 })
+	}
+}
