@@ -17,6 +17,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
@@ -27,6 +28,7 @@ import (
 // starts and stops its process.
 type call struct {
 	id      string
+	op      string   // run or compile
 	request []byte   // the request line, without its env
 	env     []string // the process environment
 	agent   *Agent
@@ -38,6 +40,11 @@ type call struct {
 	exited     chan struct{}          // closed when the runner process is reaped
 	stopReason atomic.Pointer[string] // set once the agent decides to stop it
 	stopOnce   sync.Once
+
+	// Set by the call's own goroutine, read by callEnded on it.
+	begun    time.Time // when run began
+	outcome  string    // metrics.OutcomeOK, OutcomeError or OutcomeCancelled
+	answered bool      // the engine was sent an answer
 }
 
 // Error answers the agent itself sends.
@@ -88,6 +95,7 @@ type outcome struct {
 // run executes the call to its end. It returns only when the process group
 // is gone and every pipe is closed.
 func (c *call) run(ctx context.Context, rt Runtime) {
+	c.begun = time.Now()
 	stdoutR, stdoutW, err := os.Pipe()
 	if err != nil {
 		c.fail(fmt.Errorf("creating the runner's pipes: %w", err))
@@ -117,6 +125,7 @@ func (c *call) run(ctx context.Context, rt Runtime) {
 		return
 	}
 	c.pid = cmd.Process.Pid
+	c.agent.metrics.RunnerStarted(time.Since(c.begun))
 	close(c.started)
 	if c.stopReason.Load() != nil {
 		// Stopped while starting: stop() left the signalling to us.
@@ -180,6 +189,7 @@ func (c *call) supervise(ctx context.Context, outcomes <-chan outcome, stdout *r
 			return end
 		case <-beat.C:
 			c.conn.sendJSON(heartbeat{CallID: c.id, Event: "heartbeat"})
+			c.agent.metrics.HeartbeatSent()
 		case <-exited:
 			exited = nil
 			linger = time.After(pipeLinger)
@@ -205,20 +215,25 @@ func (c *call) supervise(ctx context.Context, outcomes <-chan outcome, stdout *r
 // answer sends the call's answer: the runner's, or the agent's own when the
 // output ended without one.
 func (c *call) answer(ctx context.Context, end outcome) {
+	c.outcome, c.answered = metrics.OutcomeCancelled, ctx.Err() == nil
 	if ctx.Err() != nil {
 		return
 	}
 	switch {
 	case end.answer != nil:
+		c.outcome = answerOutcome(end.answer)
+		c.agent.metrics.AnswerRelayed(len(end.answer))
 		c.conn.send(end.answer)
 		c.log.Info("call answered")
 	case end.err != nil:
+		c.outcome = metrics.OutcomeError
 		c.log.Error("call failed", "error", end.err)
 		c.conn.sendJSON(newErrorAnswer(c.id, errTypeRemote, end.err.Error()))
 	default:
 		typ, msg := errTypeRemote, msgNodeStopped
+		c.outcome = metrics.OutcomeError
 		if reason := c.stopReason.Load(); reason != nil {
-			typ = errTypeCancelled
+			typ, c.outcome = errTypeCancelled, metrics.OutcomeCancelled
 			if *reason != "" {
 				msg = *reason
 			}
@@ -232,6 +247,7 @@ func (c *call) answer(ctx context.Context, end outcome) {
 func (c *call) fail(err error) {
 	close(c.started)
 	close(c.exited)
+	c.outcome, c.answered = metrics.OutcomeError, true
 	c.log.Error("call could not start", "error", err)
 	c.conn.sendJSON(newErrorAnswer(c.id, errTypeRemote, err.Error()))
 	c.agent.callEnded(c)
@@ -316,6 +332,7 @@ func (c *call) relayStdout(r io.Reader) outcome {
 		line, kind := classify(raw)
 		switch kind {
 		case lineEvent:
+			c.agent.metrics.EventRelayed(len(line))
 			c.conn.send(textFrame(line))
 		case lineAnswer:
 			garbage.close()
@@ -343,7 +360,9 @@ func (c *call) relayStderr(r *os.File) {
 		line, err := br.ReadSlice('\n')
 		if len(line) > 0 {
 			if text := bytes.TrimRight(line, "\r\n"); len(text) > 0 {
-				budget.log(slog.LevelInfo, string(truncate(text, 4096)), "stream", "stderr")
+				if !budget.log(slog.LevelInfo, string(truncate(text, 4096)), "stream", "stderr") {
+					c.agent.metrics.StderrLineDropped()
+				}
 			}
 		}
 		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
@@ -384,7 +403,8 @@ func newLogBudget(log *slog.Logger, what string) *logBudget {
 	return &logBudget{logger: log, what: what}
 }
 
-func (b *logBudget) log(level slog.Level, msg string, args ...any) {
+// log logs a line within the budget; it reports false for a line dropped.
+func (b *logBudget) log(level slog.Level, msg string, args ...any) bool {
 	now := time.Now()
 	if now.Sub(b.window) >= time.Second {
 		b.close()
@@ -392,10 +412,11 @@ func (b *logBudget) log(level slog.Level, msg string, args ...any) {
 	}
 	if b.used >= logLinesPerSecond {
 		b.dropped++
-		return
+		return false
 	}
 	b.used++
 	b.logger.Log(context.Background(), level, msg, args...)
+	return true
 }
 
 func (b *logBudget) close() {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"os"
 	"sort"
 	"strconv"
@@ -37,6 +38,9 @@ type Config struct {
 	LogFormat   string
 	LogLevel    string
 	StateDir    string
+	MaxCalls    int           // 0: no limit
+	Listen      string        // host:port of /metrics and /healthz; "": off
+	HealthGrace time.Duration // how long /healthz stays 200 after a lost connection
 }
 
 // Defaults the command line documents.
@@ -47,6 +51,10 @@ const (
 	// of tens of MiB are normal; hundreds are a node that should have saved an
 	// artifact, and unbounded would let one node exhaust the machine.
 	DefaultMaxLine = 256 << 20
+	// DefaultHealthGrace covers an engine restart: reconnection waits at
+	// most 30 s (backoffMax) between tries, so a worker that was attached a
+	// minute ago and is retrying has had two chances to get back.
+	DefaultHealthGrace = 60 * time.Second
 )
 
 // EnvPrefix names every option's environment variable: --ram-mb is
@@ -119,6 +127,20 @@ var Options = []Option{
 		oneOf(func(c *Config, v string) { c.LogLevel = v }, "debug", "info", "warn", "error")},
 	{"state-dir", "DIR", "where the runtime cache and the status file live (default: $STATE_DIRECTORY, else the user cache directory)",
 		func(c *Config, v string) error { c.StateDir = v; return nil }},
+	{"max-calls", "N", "exit 0 once N calls have been answered: further calls are declined as in a drain (default: no limit)",
+		intSetter(func(c *Config, n int) { c.MaxCalls = n }, 0)},
+	{"listen", "ADDR", "serve Prometheus /metrics and /healthz on this address, e.g. 127.0.0.1:9465 (default: off; anyone who can reach it sees what the worker runs)",
+		func(c *Config, v string) error {
+			if v != "" {
+				if _, _, err := net.SplitHostPort(v); err != nil {
+					return fmt.Errorf("expected host:port, e.g. 127.0.0.1:9465")
+				}
+			}
+			c.Listen = v
+			return nil
+		}},
+	{"health-grace", "DURATION", "how long /healthz stays healthy after the connection to the engine was lost",
+		durationSetter(func(c *Config, d time.Duration) { c.HealthGrace = d })},
 }
 
 // OptionByName finds an option by flag or config key; TOML keys may use
@@ -142,6 +164,7 @@ func DefaultConfig() Config {
 		MaxLine:     DefaultMaxLine,
 		LogFormat:   "text",
 		LogLevel:    "info",
+		HealthGrace: DefaultHealthGrace,
 	}
 }
 

@@ -87,13 +87,14 @@ func (a *Agent) startCall(ctx context.Context, conn *engineConn, rt Runtime, m m
 	log := a.log.With("call_id", m.callID)
 	refuse := func(typ, msg string) {
 		log.Warn("call refused", "op", m.op, "reason", msg)
+		a.metrics.CallDeclined(declineReason(msg))
 		conn.sendJSON(newErrorAnswer(m.callID, typ, msg))
 	}
 	switch {
 	case closed(a.stopCh) || closed(a.killCh):
 		refuse(errTypeCancelled, msgStopping)
 		return
-	case closed(a.drainCh):
+	case closed(a.drainCh), a.maxCallsTaken():
 		refuse(errTypeCancelled, msgDraining)
 		return
 	}
@@ -108,7 +109,7 @@ func (a *Agent) startCall(ctx context.Context, conn *engineConn, rt Runtime, m m
 		return
 	}
 	c := &call{
-		id: m.callID, request: request, env: env, agent: a, conn: conn, log: log,
+		id: m.callID, op: m.op, request: request, env: env, agent: a, conn: conn, log: log,
 		started: make(chan struct{}), exited: make(chan struct{}),
 	}
 	a.mu.Lock()
@@ -125,6 +126,8 @@ func (a *Agent) startCall(ctx context.Context, conn *engineConn, rt Runtime, m m
 		log.Warn("the engine sent more calls than --parallel; running them anyway", "running", n, "parallel", a.cfg.Parallel)
 	}
 	log.Info("call started", "op", m.op)
+	a.metrics.CallStarted(m.op)
+	a.metrics.SetRunning(n)
 	a.status.Update(func(s *Status) { s.CallsRunning = n })
 	a.notify()
 	calls.Add(1)
@@ -146,8 +149,13 @@ func (a *Agent) callEnded(c *call) {
 	}
 	a.lastDone = time.Now()
 	a.done++
+	if c.answered {
+		a.countAnswerLocked()
+	}
 	n, done := len(a.calls), a.done
 	a.mu.Unlock()
+	a.metrics.CallFinished(c.op, c.outcome, time.Since(c.begun))
+	a.metrics.SetRunning(n)
 	a.status.Update(func(s *Status) { s.CallsRunning, s.CallsDone = n, done })
 	a.notify()
 }

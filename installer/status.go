@@ -109,6 +109,9 @@ func writeWorker(row func(label, format string, args ...any), state State, st ag
 		row("worker", "%s%s", prefix, st.State)
 	}
 	row("calls", "%d running, %d done", st.CallsRunning, st.CallsDone)
+	if st.Listen != "" {
+		row("monitor", "http://%s/metrics and /healthz", st.Listen)
+	}
 	if st.LastError != "" {
 		row("error", "%s", strings.TrimSpace(st.LastError))
 	}
