@@ -139,7 +139,7 @@ var Options = []Option{
 			c.Listen = v
 			return nil
 		}},
-	{"health-grace", "DURATION", "how long /healthz stays healthy after the connection to the engine was lost",
+	{"health-grace", "DURATION", "how long /healthz stays healthy after the connection to the engine was lost (default 60s)",
 		durationSetter(func(c *Config, d time.Duration) { c.HealthGrace = d })},
 }
 

@@ -180,7 +180,7 @@ Options:
 Signals: SIGTERM or SIGINT stops running calls (reported to the engine as
 cancelled) and exits 0; a second one kills them at once. SIGQUIT drains:
 running calls finish, new ones are declined, then it exits 0.
-Exit codes: 0 stopped, drained or idle; 1 refused by the engine; 2 bad usage.
+Exit codes: 0 stopped, drained, idle or done with --max-calls; 1 refused by the engine; 2 bad usage.
 `)
 }
 
