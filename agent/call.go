@@ -215,10 +215,13 @@ func (c *call) supervise(ctx context.Context, outcomes <-chan outcome, stdout *r
 // answer sends the call's answer: the runner's, or the agent's own when the
 // output ended without one.
 func (c *call) answer(ctx context.Context, end outcome) {
-	c.outcome, c.answered = metrics.OutcomeCancelled, ctx.Err() == nil
 	if ctx.Err() != nil {
+		// The connection is gone and nobody hears an answer; the worker
+		// stopped the call, so it counts as cancelled.
+		c.outcome = metrics.OutcomeCancelled
 		return
 	}
+	c.answered = true
 	switch {
 	case end.answer != nil:
 		c.outcome = answerOutcome(end.answer)
