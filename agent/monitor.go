@@ -148,7 +148,7 @@ func (a *Agent) maxCallsTaken() bool {
 	return a.answered+int64(len(a.calls)) >= int64(a.cfg.MaxCalls)
 }
 
-// countAnswer counts a call the engine got an answer for, and starts a
+// countAnswerLocked counts a call the engine got an answer for, and starts a
 // drain once --max-calls are answered. Called with a.mu held.
 func (a *Agent) countAnswerLocked() {
 	a.answered++
