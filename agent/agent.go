@@ -8,8 +8,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
@@ -29,6 +31,12 @@ type Agent struct {
 	stateDir string
 	baseEnv  []string
 	status   *statusFile
+	metrics  *metrics.Metrics // nil without --listen
+
+	attaching  chan struct{} // closed when the first attempt to attach starts
+	attachOnce sync.Once
+	loopBeat   atomic.Int64 // when the main loop last pulsed (unix ns)
+	detachedAt atomic.Int64 // when the last attached connection was lost (unix ns)
 
 	mu       sync.Mutex
 	calls    map[string]*call   // calls the engine awaits an answer for, waiting ones included
@@ -37,6 +45,7 @@ type Agent struct {
 	queue    callQueue          // calls waiting for a slot
 	lastDone time.Time
 	done     int64
+	answered int64         // calls whose answer was sent, for --max-calls
 	changed  chan struct{} // a call started or ended
 
 	stopCh    chan struct{}
@@ -65,8 +74,13 @@ func New(cfg Config, log *slog.Logger, python, stateDir string) *Agent {
 		drainCh:  make(chan struct{}),
 		killCh:   make(chan struct{}),
 		reloadCh: make(chan struct{}),
+
+		attaching: make(chan struct{}),
 	}
-	a.baseEnv = runnerBaseEnv(cfg, stateDir, os.Environ(), os.Getenv, log)
+	if cfg.Listen != "" {
+		a.metrics = metrics.New(Version, ProtocolVersion)
+	}
+	a.baseEnv = runnerBaseEnv(cfg, stateDir, platform.WithoutServiceManager(os.Environ()), os.Getenv, log)
 	a.status = newStatusFile(stateDir, Status{
 		PID:     os.Getpid(),
 		Version: Version,
@@ -121,6 +135,9 @@ func (a *Agent) Serve(ctx context.Context) error {
 		}
 		var refused *RefusedError
 		var usage *UsageError
+		if errors.As(err, &refused) {
+			a.metrics.Refused()
+		}
 		if errors.As(err, &refused) || errors.As(err, &usage) {
 			a.status.Update(func(s *Status) { s.State = "refused"; s.LastError = err.Error() })
 			return err
@@ -130,6 +147,7 @@ func (a *Agent) Serve(ctx context.Context) error {
 		}
 		if attached {
 			backoff = backoffMin
+			a.detached()
 		}
 		// Jitter spreads a fleet's reconnections after an engine restart.
 		wait := backoff/2 + rand.N(backoff/2+1)
@@ -181,6 +199,7 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 	// stop or drain; nothing is running yet that would need to finish.
 	prepare, cancelPrepare := context.WithCancel(ctx)
 	defer cancelPrepare()
+	a.attemptStarted()
 	go func() {
 		select {
 		case <-a.stopCh:
@@ -206,6 +225,7 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 		return false, err
 	}
 	since := time.Now()
+	a.welcomed()
 	a.log.Info("attached", "engine", RedactURL(a.cfg.URL), "name", name, "labels", hello.Labels,
 		"runtime", rt.Source, "runtime_hash", rt.Hash[:12])
 	a.status.Update(func(s *Status) {

@@ -18,6 +18,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
@@ -28,7 +29,7 @@ import (
 // starts and stops its process.
 type call struct {
 	id      string
-	op      string
+	op      string   // run or compile
 	request []byte   // the request line, without its env; dropped once written
 	size    int      // the request's size, for the queue's bound
 	env     []string // the request's env, added to the agent's own
@@ -51,6 +52,10 @@ type call struct {
 	exited     chan struct{}          // closed when the runner process is reaped
 	stopReason atomic.Pointer[string] // set once the agent decides to stop it
 	stopOnce   sync.Once
+
+	// Set by the call's own goroutine, read by callEnded on it.
+	begun   time.Time // when run began
+	outcome string    // metrics.OutcomeOK, OutcomeError or OutcomeCancelled
 }
 
 // Error answers the agent itself sends.
@@ -104,6 +109,8 @@ type outcome struct {
 // run executes the call to its end. It returns only when the process group
 // is gone and every pipe is closed.
 func (c *call) run(ctx context.Context, rt Runtime) {
+	c.begun = time.Now()
+	c.agent.metrics.CallStarted(c.op)
 	stdoutR, stdoutW, err := os.Pipe()
 	if err != nil {
 		c.fail(fmt.Errorf("creating the runner's pipes: %w", err))
@@ -133,6 +140,7 @@ func (c *call) run(ctx context.Context, rt Runtime) {
 		return
 	}
 	c.pid = cmd.Process.Pid
+	c.agent.metrics.RunnerStarted(time.Since(c.begun))
 	close(c.started)
 	if c.stopReason.Load() != nil {
 		// Stopped while starting: stop() left the signalling to us.
@@ -234,19 +242,26 @@ func (c *call) supervise(ctx context.Context, outcomes <-chan outcome, stdout *r
 // output ended without one.
 func (c *call) answer(ctx context.Context, end outcome) {
 	if ctx.Err() != nil {
+		// The connection is gone and nobody hears an answer; the worker
+		// stopped the call, so it counts as cancelled.
+		c.outcome = metrics.OutcomeCancelled
 		return
 	}
 	switch {
 	case end.answer != nil:
+		c.outcome = answerOutcome(end.answer)
+		c.agent.metrics.AnswerRelayed(len(end.answer))
 		c.sendAnswer(end.answer)
 		c.log.Info("call answered")
 	case end.err != nil:
+		c.outcome = metrics.OutcomeError
 		c.log.Error("call failed", "error", end.err)
 		c.sendAnswerJSON(newErrorAnswer(c.id, errTypeRemote, end.err.Error()))
 	default:
 		typ, msg := errTypeRemote, msgNodeStopped
+		c.outcome = metrics.OutcomeError
 		if reason := c.stopReason.Load(); reason != nil {
-			typ = errTypeCancelled
+			typ, c.outcome = errTypeCancelled, metrics.OutcomeCancelled
 			if *reason != "" {
 				msg = *reason
 			}
@@ -283,6 +298,13 @@ func (c *call) sendAnswer(frame []byte) {
 	c.conn.send(frame)
 }
 
+// wasAnswered says whether the engine was sent the call's answer.
+func (c *call) wasAnswered() bool {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	return c.answered
+}
+
 func (c *call) sendAnswerJSON(v any) {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
@@ -294,6 +316,7 @@ func (c *call) sendAnswerJSON(v any) {
 func (c *call) fail(err error) {
 	close(c.started)
 	close(c.exited)
+	c.outcome = metrics.OutcomeError
 	c.log.Error("call could not start", "error", err)
 	c.sendAnswerJSON(newErrorAnswer(c.id, errTypeRemote, err.Error()))
 	c.agent.callEnded(c)
@@ -378,6 +401,7 @@ func (c *call) relayStdout(r io.Reader) outcome {
 		line, kind := classify(raw)
 		switch kind {
 		case lineEvent:
+			c.agent.metrics.EventRelayed(len(line))
 			c.conn.send(textFrame(line))
 		case lineAnswer:
 			garbage.close()
@@ -405,7 +429,9 @@ func (c *call) relayStderr(r *os.File) {
 		line, err := br.ReadSlice('\n')
 		if len(line) > 0 {
 			if text := bytes.TrimRight(line, "\r\n"); len(text) > 0 {
-				budget.log(slog.LevelInfo, string(truncate(text, 4096)), "stream", "stderr")
+				if !budget.log(slog.LevelInfo, string(truncate(text, 4096)), "stream", "stderr") {
+					c.agent.metrics.StderrLineDropped()
+				}
 			}
 		}
 		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
@@ -453,7 +479,8 @@ func newLogBudget(log *slog.Logger, what string) *logBudget {
 	return &logBudget{logger: log, what: what, perSecond: logLinesPerSecond}
 }
 
-func (b *logBudget) log(level slog.Level, msg string, args ...any) {
+// log logs a line within the budget; it reports false for a line dropped.
+func (b *logBudget) log(level slog.Level, msg string, args ...any) bool {
 	b.mu.Lock()
 	now := time.Now()
 	if now.Sub(b.window) >= time.Second {
@@ -466,11 +493,12 @@ func (b *logBudget) log(level slog.Level, msg string, args ...any) {
 			b.report = time.AfterFunc(b.window.Add(time.Second).Sub(now), b.close)
 		}
 		b.mu.Unlock()
-		return
+		return false
 	}
 	b.used++
 	b.mu.Unlock()
 	b.logger.Log(context.Background(), level, msg, args...)
+	return true
 }
 
 // close says what was dropped, if anything.

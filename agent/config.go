@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -41,7 +42,10 @@ type Config struct {
 	LogFormat     string
 	LogLevel      string
 	StateDir      string
-	CAFile        string // extra trusted authorities, PEM; "" for the system's
+	CAFile        string        // extra trusted authorities, PEM; "" for the system's
+	MaxCalls      int           // 0: no limit
+	Listen        string        // host:port of /metrics and /healthz; "": off
+	HealthGrace   time.Duration // how long /healthz stays 200 after a lost connection
 
 	// Warnings are things worth telling the user that do not stop the
 	// worker (a token file others can read); run logs them once it has a
@@ -57,6 +61,10 @@ const (
 	// of tens of MiB are normal; hundreds are a node that should have saved an
 	// artifact, and unbounded would let one node exhaust the machine.
 	DefaultMaxLine = 256 << 20
+	// DefaultHealthGrace covers an engine restart: reconnection waits at
+	// most 30 s (backoffMax) between tries, so a worker that was attached a
+	// minute ago and is retrying has had two chances to get back.
+	DefaultHealthGrace = 60 * time.Second
 )
 
 // Limits on numbers, each beyond what a person can mean: a value past one is
@@ -164,6 +172,20 @@ var Options = []Option{
 		func(c *Config, v string) error { c.StateDir = v; return nil }},
 	{"ca-file", "PATH", "PEM file of certificate authorities to trust for the engine and the artifact store besides the system's, for an engine with its own CA (node processes get it through SSL_CERT_FILE)",
 		func(c *Config, v string) error { c.CAFile = v; return nil }},
+	{"max-calls", "N", "exit 0 once N calls have been answered: further calls are declined as in a drain (default: no limit)",
+		intSetter(func(c *Config, n int) { c.MaxCalls = n }, 0)},
+	{"listen", "ADDR", "serve Prometheus /metrics and /healthz on this address, e.g. 127.0.0.1:9465 (default: off; anyone who can reach it sees what the worker runs)",
+		func(c *Config, v string) error {
+			if v != "" {
+				if _, _, err := net.SplitHostPort(v); err != nil {
+					return fmt.Errorf("expected host:port, e.g. 127.0.0.1:9465")
+				}
+			}
+			c.Listen = v
+			return nil
+		}},
+	{"health-grace", "DURATION", "how long /healthz stays healthy after the connection to the engine was lost (default 60s)",
+		durationSetter(func(c *Config, d time.Duration) { c.HealthGrace = d })},
 }
 
 // configRelative are the keys holding a path that, in a config file, is
@@ -198,6 +220,7 @@ func DefaultConfig() Config {
 		MaxLine:     DefaultMaxLine,
 		LogFormat:   "text",
 		LogLevel:    "info",
+		HealthGrace: DefaultHealthGrace,
 	}
 }
 

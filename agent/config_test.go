@@ -70,6 +70,7 @@ func TestLoadDefaults(t *testing.T) {
 		MaxLine:     256 << 20,
 		LogFormat:   "text",
 		LogLevel:    "info",
+		HealthGrace: time.Minute,
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("defaults = %+v, want %+v", cfg, want)
@@ -98,6 +99,9 @@ max_line = "1MiB"
 log-format = "json"
 log_level = "debug"
 state-dir = "/var/lib/fluksio-worker"
+max-calls = 3
+listen = "127.0.0.1:9465"
+health_grace = "90s"
 `
 
 func checkFullConfig(t *testing.T, cfg Config) {
@@ -121,6 +125,9 @@ func checkFullConfig(t *testing.T, cfg Config) {
 		LogFormat:   "json",
 		LogLevel:    "debug",
 		StateDir:    "/var/lib/fluksio-worker",
+		MaxCalls:    3,
+		Listen:      "127.0.0.1:9465",
+		HealthGrace: 90 * time.Second,
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("config from the file =\n %+v\nwant\n %+v", cfg, want)
@@ -293,6 +300,8 @@ func TestBadValuesNameWhatToChange(t *testing.T) {
 		{"max-line not a size", nil, map[string]string{"FLUKSIO_WORKER_MAX_LINE": "big"}, "", []string{"FLUKSIO_WORKER_MAX_LINE"}},
 		{"max-idle not a duration", []string{"--max-idle", "soon"}, nil, "", []string{"--max-idle", "seconds"}},
 		{"cancel-grace negative", []string{"--cancel-grace", "-3s"}, nil, "", []string{"--cancel-grace", "negative"}},
+		{"listen without a port", []string{"--listen", "localhost"}, nil, "", []string{"--listen", "host:port"}},
+		{"max-calls negative by variable", nil, map[string]string{"FLUKSIO_WORKER_MAX_CALLS": "-1"}, "", []string{"FLUKSIO_WORKER_MAX_CALLS", "at least 0"}},
 		{"bad value in the file", nil, nil, "parallel = \"lots\"\n", []string{"parallel", "whole number"}},
 		{"labels of numbers in the file", nil, nil, "labels = [1, 2]\n", []string{"labels"}},
 		{"a table in the file", nil, nil, "[inventory]\ncpus = 4\n", []string{"inventory"}},

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
@@ -108,13 +109,14 @@ func (a *Agent) startCall(at *attachment, m message) {
 	log := a.log.With("call_id", loggedID(m.callID))
 	refuse := func(typ, msg string) {
 		at.noise.log(slog.LevelWarn, "call refused", "call_id", loggedID(m.callID), "op", m.op, "reason", msg)
+		a.metrics.CallDeclined(declineReason(msg))
 		at.conn.sendJSON(newErrorAnswer(m.callID, typ, msg))
 	}
 	switch {
 	case closed(a.stopCh) || closed(a.killCh):
 		refuse(errTypeCancelled, msgStopping)
 		return
-	case closed(a.drainCh):
+	case closed(a.drainCh), a.maxCallsTaken():
 		refuse(errTypeCancelled, msgDraining)
 		return
 	case a.reloading():
@@ -163,7 +165,7 @@ func (a *Agent) startCall(at *attachment, m message) {
 	a.calls[m.callID] = c
 	running, waiting := a.countsLocked()
 	a.mu.Unlock()
-	a.status.Update(func(s *Status) { s.CallsRunning, s.CallsQueued = running, waiting })
+	a.publishCounts(running, waiting)
 	a.notify()
 	if !start {
 		log.Info("call queued: every --parallel slot is busy", "op", m.op, "parallel", a.cfg.Parallel, "waiting", waiting)
@@ -196,6 +198,14 @@ func (a *Agent) cancel(at *attachment, id string) {
 	}
 }
 
+// publishCounts shows how many calls run and wait in the status file and
+// the metrics.
+func (a *Agent) publishCounts(running, waiting int) {
+	a.metrics.SetRunning(running)
+	a.metrics.SetQueued(waiting)
+	a.status.Update(func(s *Status) { s.CallsRunning, s.CallsQueued = running, waiting })
+}
+
 // countsLocked is how many calls run (the engine awaits their answers)
 // and how many wait for a slot.
 func (a *Agent) countsLocked() (running, waiting int) {
@@ -211,10 +221,19 @@ func (a *Agent) callEnded(c *call) {
 	}
 	a.lastDone = time.Now()
 	a.done++
+	if c.wasAnswered() {
+		a.countAnswerLocked()
+	}
 	running, waiting := a.countsLocked()
 	done := a.done
 	a.mu.Unlock()
-	a.status.Update(func(s *Status) { s.CallsRunning, s.CallsQueued, s.CallsDone = running, waiting, done })
+	if c.begun.IsZero() {
+		a.metrics.CallDeclined(metrics.DeclinedCancelled) // answered (or dropped) while waiting
+	} else {
+		a.metrics.CallFinished(c.op, c.outcome, time.Since(c.begun))
+	}
+	a.publishCounts(running, waiting)
+	a.status.Update(func(s *Status) { s.CallsDone = done })
 	a.notify()
 }
 

@@ -46,8 +46,11 @@ func (q *callQueue) fits(size int) bool {
 }
 
 // fullError is the answer to a call beyond the bound: it names the limit.
+// queueFullPrefix starts the answer to a call beyond the queue's bound.
+const queueFullPrefix = "this worker's queue is full"
+
 func (q *callQueue) fullError(parallel int) string {
-	return fmt.Sprintf("this worker's queue is full: %d calls (%s of requests) are already waiting for one of its --parallel %d slots, "+
+	return fmt.Sprintf(queueFullPrefix+": %d calls (%s of requests) are already waiting for one of its --parallel %d slots, "+
 		"and at most %d calls or %s may wait; this call was not started: send at most max_parallel calls at a time, or raise --parallel",
 		q.n, formatBytes(q.bytes), parallel, maxQueuedCalls, formatBytes(maxQueuedBytes))
 }
@@ -148,7 +151,7 @@ func (a *Agent) runSlot(at *attachment, c *call) {
 		running, waiting := a.countsLocked()
 		a.mu.Unlock()
 		if c != nil {
-			a.status.Update(func(s *Status) { s.CallsRunning, s.CallsQueued = running, waiting })
+			a.publishCounts(running, waiting)
 			c.log.Info("call started after waiting for a slot", "op", c.op,
 				"waited", time.Since(c.arrived).Round(time.Millisecond).String())
 		}
@@ -207,6 +210,6 @@ func (a *Agent) dropWaiting() {
 	a.mu.Unlock()
 	if len(waiting) > 0 {
 		a.log.Warn("calls waiting for a slot were dropped with the connection; the engine reschedules them", "calls", len(waiting))
-		a.status.Update(func(s *Status) { s.CallsRunning, s.CallsQueued = running, 0 })
+		a.publishCounts(running, 0)
 	}
 }

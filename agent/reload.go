@@ -25,7 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
+
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -183,8 +183,12 @@ func Executable() (string, error) {
 // config file, a variable or, if the operator put it there, a flag). Every
 // descriptor Go opens (the socket, call pipes, files) is close-on-exec, and
 // by now the connection is closed and every call gone. It returns only when
-// the exec failed.
-func (a *Agent) reexec(exe string, exeErr error) int {
+// the exec failed. reloading tells a Type=notify service manager
+// (RELOADING=1) right before the exec, not at the start of the wait: a
+// manager told that makes `systemctl reload`, and so a package's postinst,
+// block until READY=1, which could be hours of running calls. The new
+// process says READY=1 once it dials.
+func (a *Agent) reexec(exe string, exeErr error, reloading func()) int {
 	if exeErr != nil {
 		a.log.Error("cannot reload", "error", exeErr)
 		return ExitReloadFailed
@@ -197,37 +201,13 @@ func (a *Agent) reexec(exe string, exeErr error) int {
 	// clean, so it would not restart it. Ignored signals stay ignored
 	// across exec; the new process handles SIGHUP again once it starts.
 	signal.Ignore(syscall.SIGHUP)
-	notifyReloading()
+	reloading()
 	err := syscall.Exec(exe, os.Args, os.Environ())
 	a.log.Error("cannot reload: executing the binary failed; exiting so the service manager restarts it",
 		"path", exe, "error", err)
 	a.status.Update(func(s *Status) { s.State = "stopped"; s.LastError = "reload: " + err.Error() })
 	a.status.Flush()
 	return ExitReloadFailed
-}
-
-// notifyReloading tells a Type=notify service manager that the service is
-// reloading (RELOADING=1), right before the re-exec; the new process says
-// READY=1 once attached. Without $NOTIFY_SOCKET it does nothing.
-//
-// MERGE HOOK: the notify helper of the monitoring work replaces this body.
-// It must stay here, just before the exec, not at the start of the wait: a
-// manager told RELOADING=1 makes `systemctl reload` (and so the package's
-// postinst) block until READY=1, which could be hours of running calls.
-func notifyReloading() {
-	addr := os.Getenv("NOTIFY_SOCKET")
-	if addr == "" {
-		return
-	}
-	if addr[0] == '@' {
-		addr = "\x00" + addr[1:] // an abstract socket
-	}
-	conn, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: addr, Net: "unixgram"})
-	if err != nil {
-		return
-	}
-	defer conn.Close()
-	conn.Write([]byte("RELOADING=1\n"))
 }
 
 // logReloadRequest says what a SIGHUP does in the worker's current state.

@@ -52,6 +52,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	for _, w := range cfg.Warnings {
 		log.Warn(w)
 	}
+	service := platform.NewServiceManager(log)
 	python, pyVersion, err := platform.FindPython(ctx, cfg.Python)
 	if err != nil {
 		log.Error("cannot run node code: " + err.Error())
@@ -68,20 +69,45 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	log.Info("starting", "version", Version, "engine", RedactURL(cfg.URL), "python", python,
 		"python_version", pyVersion, "state_dir", stateDir, "parallel", cfg.Parallel)
 	a := New(cfg, log, python, stateDir)
+	if cfg.Listen != "" {
+		srv, err := a.ListenMonitoring()
+		if err != nil {
+			log.Error(err.Error())
+			return ExitUsage
+		}
+		defer srv.Close()
+		log.Info("serving /metrics and /healthz", "listen", srv.Addr())
+	}
 
 	signals := make(chan os.Signal, 4)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGHUP)
 	defer signal.Stop(signals)
 	served := make(chan error, 1)
 	go func() { served <- a.Serve(ctx) }()
+	// This loop is the worker's main loop: it pulses (which feeds
+	// systemd's watchdog and /healthz) and handles signals. Nothing in it
+	// waits on the engine, so an engine outage never starves the watchdog.
+	pulse := time.NewTicker(pulseInterval(service.WatchdogPeriod()))
+	defer pulse.Stop()
+	attaching := a.Attaching()
+	service.Status(a.Pulse())
 	stopping := false
 	for {
 		select {
+		case <-attaching:
+			// Ready once configured and dialing: an engine that is down
+			// at boot must not fail the unit (the worker keeps retrying).
+			attaching = nil
+			service.Ready()
+		case <-pulse.C:
+			service.Status(a.Pulse())
+			service.Watchdog()
 		case err := <-served:
 			if errors.Is(err, ErrReload) {
 				signal.Stop(signals)
-				return a.reexec(exe, exeErr)
+				return a.reexec(exe, exeErr, service.Reloading)
 			}
+			service.Stopping()
 			return exitCode(log, err)
 		case sig := <-signals:
 			switch {
@@ -94,6 +120,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			case !stopping:
 				stopping = true
 				log.Info(sig.String() + ": stopping (a second signal stops at once)")
+				service.Stopping()
 				a.Stop()
 			default:
 				log.Warn(sig.String() + " again: killing running calls and exiting now")
@@ -124,6 +151,16 @@ func exitCode(log interface{ Error(string, ...any) }, err error) int {
 		log.Error(err.Error())
 		return ExitRefused
 	}
+}
+
+// pulseInterval is how often the main loop pulses: every PulseInterval, or
+// twice per watchdog period when systemd asks for pings more often than
+// that, as sd_notify(3) advises.
+func pulseInterval(watchdog time.Duration) time.Duration {
+	if watchdog > 0 && watchdog/2 < PulseInterval {
+		return max(watchdog/2, time.Millisecond)
+	}
+	return PulseInterval
 }
 
 // WriteRunUsage prints `run --help`, generated from the option table.
@@ -160,8 +197,8 @@ running calls finish, new ones are declined, then it exits 0. SIGHUP
 reloads: new calls are declined, running ones finish (at most
 --reload-timeout), then the binary on disk is executed again in this process
 with the same arguments, and attaches anew.
-Exit codes: 0 stopped, drained or idle; 1 refused by the engine; 2 bad usage;
-3 a reload could not execute the binary.
+Exit codes: 0 stopped, drained, idle or done with --max-calls; 1 refused by
+the engine; 2 bad usage; 3 a reload could not execute the binary.
 `)
 }
 

@@ -24,6 +24,7 @@ type Status struct {
 	CallsDone    int64         `json:"calls_done"`
 	LastError    string        `json:"last_error,omitempty"`
 	Reload       *ReloadStatus `json:"reload,omitempty"` // a reload waiting for calls
+	Listen       string        `json:"listen,omitempty"` // where /metrics and /healthz are served
 	Updated      time.Time     `json:"updated"`
 }
 
@@ -86,6 +87,13 @@ func (s *statusFile) Update(change func(*Status)) {
 		s.pending = nil
 		s.writeLocked()
 	})
+}
+
+// Get returns the current status.
+func (s *statusFile) Get() Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st
 }
 
 // Flush writes the current status now.

@@ -131,6 +131,9 @@ func writeWorker(row func(label, format string, args ...any), state State, st ag
 	} else {
 		row("calls", "%d running, %d done", st.CallsRunning, st.CallsDone)
 	}
+	if st.Listen != "" {
+		row("monitor", "http://%s/metrics and /healthz", st.Listen)
+	}
 	if st.LastError != "" {
 		// A status file written by an older worker may hold an engine's
 		// page that echoed the request URL; its token= is not shown.

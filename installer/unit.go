@@ -49,6 +49,16 @@ func stopTimeout(grace time.Duration) int {
 //     triton) and no allow-list of system calls (node code is arbitrary).
 //     The system calls denied are ones an unprivileged process cannot use
 //     anyway, and they fail with EPERM rather than killing the process.
+//   - Type=notify: the worker says READY=1 once its configuration is valid
+//     and it is dialing (not once the engine answers: an engine that is down
+//     at boot must not fail the unit), and keeps STATUS= current (attached
+//     as which name to which engine, calls running and done), which
+//     `systemctl status` shows. NotifyAccess=main: node code cannot speak
+//     for the worker.
+//   - WatchdogSec=30: the worker's main loop pings every second; it never
+//     waits on the engine, so only a worker that is stuck itself (deadlocked,
+//     stopped) misses 30 s of pings and is restarted. systemd first sends
+//     SIGABRT, whose goroutine dump lands in the journal.
 const systemUnit = `# Written by 'fluksio-worker install'; running it again rewrites this file.
 # Settings are in @CONFIG@.
 [Unit]
@@ -58,11 +68,15 @@ After=network-online.target
 Wants=network-online.target
 
 [Service]
-Type=exec
+Type=notify
+NotifyAccess=main
 ExecStart=@EXEC@ run --config @CONFIG_ARG@
 # A reload lets running calls finish, then re-executes the worker in place.
 # (sh's own kill: a minimal system may have no /bin/kill.)
 ExecReload=/bin/sh -c "kill -HUP $MAINPID"
+# The worker's main loop pings every second; a worker stuck for 30 s is
+# restarted. An engine outage does not stop the pings.
+WatchdogSec=30
 User=@USER@
 # Exit 1 means the engine refused this worker (say, a revoked token):
 # asking again would not change its answer.
@@ -116,11 +130,15 @@ Description=Fluksio worker: runs pipeline nodes for a Fluksio engine
 Documentation=https://github.com/fluksio/fluksio-worker
 
 [Service]
-Type=exec
+Type=notify
+NotifyAccess=main
 ExecStart=@EXEC@ run --config @CONFIG_ARG@
 # A reload lets running calls finish, then re-executes the worker in place.
 # (sh's own kill: a minimal system may have no /bin/kill.)
 ExecReload=/bin/sh -c "kill -HUP $MAINPID"
+# The worker's main loop pings every second; a worker stuck for 30 s is
+# restarted. An engine outage does not stop the pings.
+WatchdogSec=30
 # Exit 1 means the engine refused this worker (say, a revoked token):
 # asking again would not change its answer.
 Restart=on-failure

@@ -20,6 +20,7 @@ import (
 // it and python3-websockets are there, for a comparison on this machine:
 //
 //	go test ./test/ -run '^$' -bench . -benchtime 3s
+//	BENCH_WORKER_ARGS='--listen 127.0.0.1:0' go test ./test/ -run '^$' -bench 'Relay/go' -benchtime 300000x
 //
 // Metrics: calls/s (dispatch), events/s and agent CPU µs per event (relay),
 // and the agent's resident memory idle and after the relay (all of it, and
@@ -52,9 +53,12 @@ func agentKinds() []agentKind {
 	kinds := []agentKind{{name: "go"}}
 	kinds[0].start = func(b *testing.B, eng *engine.Engine, parallel int) *worker {
 		bin := benchWorkerBin(b)
-		return startProgram(b, bin, []string{"FLUKSIO_WORKER_TOKEN=" + testToken},
-			"run", "--url", eng.AttachURL(), "--python", fakeRunner, "--runtime", "embedded",
-			"--state-dir", b.TempDir(), "--parallel", strconv.Itoa(parallel), "--log-level", "warn")
+		args := []string{"run", "--url", eng.AttachURL(), "--python", fakeRunner, "--runtime", "embedded",
+			"--state-dir", b.TempDir(), "--parallel", strconv.Itoa(parallel), "--log-level", "warn"}
+		// BENCH_WORKER_ARGS adds options, to measure what one costs:
+		// BENCH_WORKER_ARGS='--listen 127.0.0.1:0' for metrics.
+		args = append(args, strings.Fields(os.Getenv("BENCH_WORKER_ARGS"))...)
+		return startProgram(b, bin, []string{"FLUKSIO_WORKER_TOKEN=" + testToken}, args...)
 	}
 	ref, err := filepath.Abs("../../shared/reference/agent.py")
 	// Debian's python3, where python3-websockets installs.

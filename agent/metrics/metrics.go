@@ -1,0 +1,300 @@
+// Package metrics is what the worker tells a monitoring system: its
+// Prometheus metrics, kept on a registry of its own, and the HTTP endpoint
+// that serves them with /healthz on --listen.
+//
+// The agent calls one method per event (Welcomed, CallFinished, ...). Every
+// method is safe on a nil *Metrics, which is what a worker without --listen
+// holds: no series are kept and the hooks cost a nil check.
+//
+// Labels take only values from small fixed sets (op, outcome, reason):
+// never a call id, a node name or anything else that grows without bound.
+package metrics
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Namespace prefixes every metric of the worker's own.
+const Namespace = "fluksio_worker"
+
+// Label values. A call's op is one of Ops; how it ended is one of Outcomes;
+// why a call was declined without running is one of DeclineReasons.
+var (
+	Ops            = []string{"run", "compile"}
+	Outcomes       = []string{OutcomeOK, OutcomeError, OutcomeCancelled}
+	DeclineReasons = []string{DeclinedStopping, DeclinedDraining, DeclinedReloading, DeclinedQueueFull, DeclinedCancelled, DeclinedInvalid}
+)
+
+const (
+	OutcomeOK        = "ok"        // the runner answered "ok": true
+	OutcomeError     = "error"     // any other answer, or none (the runner died, a line was too long)
+	OutcomeCancelled = "cancelled" // the engine cancelled it, the worker stopped, or the connection was lost
+
+	DeclinedStopping  = "stopping"   // the worker is stopping
+	DeclinedDraining  = "draining"   // SIGQUIT, or --max-calls reached
+	DeclinedReloading = "reloading"  // SIGHUP: a reload waits for the running calls
+	DeclinedQueueFull = "queue_full" // every --parallel slot busy and the waiting queue full
+	DeclinedCancelled = "cancelled"  // cancelled, stopped or dropped while waiting for a slot
+	DeclinedInvalid   = "invalid"    // a duplicate call_id or a request that cannot be run
+)
+
+// Histogram buckets, in seconds. Calls run from a compile of a few
+// milliseconds to training loops of hours; a runner starts in a few
+// milliseconds (a compiled stand-in) to seconds (a cold Python on a busy
+// machine).
+var (
+	callBuckets  = []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 3 * 3600, 12 * 3600}
+	startBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
+)
+
+// Metrics holds every series the worker exports.
+type Metrics struct {
+	registry *prometheus.Registry
+
+	connected      prometheus.Gauge
+	attachAttempts prometheus.Counter
+	welcomes       prometheus.Counter
+	refusals       prometheus.Counter
+	disconnects    prometheus.Counter
+
+	callsStarted  *prometheus.CounterVec   // op
+	callsFinished *prometheus.CounterVec   // op, outcome
+	callDuration  *prometheus.HistogramVec // op, outcome
+	callsDeclined *prometheus.CounterVec   // reason
+	callsRunning  prometheus.Gauge
+	callsQueued   prometheus.Gauge
+
+	eventsRelayed prometheus.Counter
+	bytesRelayed  prometheus.Counter
+	runnerStart   prometheus.Histogram
+	heartbeats    prometheus.Counter
+	stderrDropped prometheus.Counter
+
+	// Warm runners and containment add their series here when they land,
+	// with a hook method each below, e.g.:
+	//   fluksio_worker_warm_runners (gauge: spares ready now)
+	//   fluksio_worker_warm_runner_hits_total, _misses_total
+	//   fluksio_worker_call_cpu_seconds (histogram: CPU per call, by op)
+	//   fluksio_worker_call_peak_memory_bytes (histogram: peak memory per call)
+}
+
+// New makes the worker's registry: the Go runtime and process collectors,
+// the build info, and the worker's own series, each label combination
+// present from the start (at zero), so rates and alerts work before the
+// first event.
+func New(version string, protocol int) *Metrics {
+	r := prometheus.NewRegistry()
+	r.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	f := factory{r}
+	m := &Metrics{
+		registry: r,
+		connected: f.gauge("connected",
+			"1 while the worker is attached to the engine (welcomed), else 0."),
+		attachAttempts: f.counter("attach_attempts_total",
+			"Attempts to attach: each fetches the runner if the engine serves one, dials, says hello and waits for the welcome."),
+		welcomes: f.counter("welcomes_total",
+			"Times the engine welcomed this worker."),
+		refusals: f.counter("refusals_total",
+			"Times the engine refused this worker (a refusal answer, or HTTP 401/403); the worker then exits 1."),
+		disconnects: f.counter("disconnects_total",
+			"Connections lost after a welcome (the worker's own close when it stops is not counted)."),
+		callsStarted: f.counterVec("calls_started_total",
+			"Calls whose runner the worker started (or tried to), by op.", "op"),
+		callsFinished: f.counterVec("calls_finished_total",
+			"Calls that ended, by op and outcome: ok, error (an error answer, or none), cancelled (by the engine, a stop, or a lost connection).", "op", "outcome"),
+		callDuration: f.histogramVec("call_duration_seconds",
+			"Time from a call's start to its end, by op and outcome.", callBuckets, "op", "outcome"),
+		callsDeclined: f.counterVec("calls_declined_total",
+			"Calls answered with an error without running, by reason: stopping, draining (SIGQUIT or --max-calls), invalid (duplicate call_id, bad request).", "reason"),
+		callsRunning: f.gauge("calls_running",
+			"Calls running now."),
+		callsQueued: f.gauge("calls_queued",
+			"Calls accepted and waiting for a free slot of --parallel."),
+		eventsRelayed: f.counter("events_relayed_total",
+			"Event lines (progress, stream values, logs) forwarded from runners to the engine."),
+		bytesRelayed: f.counter("relayed_bytes_total",
+			"Bytes of runner lines (events and answers) forwarded to the engine."),
+		runnerStart: f.histogram("runner_start_seconds",
+			"Time to start a call's runner process (pipes, fork and exec of the interpreter).", startBuckets),
+		heartbeats: f.counter("heartbeats_sent_total",
+			"Heartbeats sent to the engine for running calls (one per call every 10 s)."),
+		stderrDropped: f.counter("runner_stderr_dropped_lines_total",
+			"Lines runners wrote on stderr that were not logged, over the budget of 1000 a second per call."),
+	}
+	f.gaugeVec("build_info", "Always 1; the labels say which worker this is.", "version", "protocol").
+		WithLabelValues(version, strconv.Itoa(protocol)).Set(1)
+	for _, op := range Ops {
+		m.callsStarted.WithLabelValues(op)
+		for _, outcome := range Outcomes {
+			m.callsFinished.WithLabelValues(op, outcome)
+			m.callDuration.WithLabelValues(op, outcome)
+		}
+	}
+	for _, reason := range DeclineReasons {
+		m.callsDeclined.WithLabelValues(reason)
+	}
+	return m
+}
+
+// Registry is what /metrics serves.
+func (m *Metrics) Registry() *prometheus.Registry { return m.registry }
+
+// AttachAttempt counts an attempt to attach.
+func (m *Metrics) AttachAttempt() {
+	if m != nil {
+		m.attachAttempts.Inc()
+	}
+}
+
+// Welcomed counts a welcome; the worker is connected.
+func (m *Metrics) Welcomed() {
+	if m != nil {
+		m.welcomes.Inc()
+		m.connected.Set(1)
+	}
+}
+
+// Refused counts a refusal.
+func (m *Metrics) Refused() {
+	if m != nil {
+		m.refusals.Inc()
+	}
+}
+
+// Disconnected counts a lost connection; the worker is not connected.
+func (m *Metrics) Disconnected() {
+	if m != nil {
+		m.disconnects.Inc()
+		m.connected.Set(0)
+	}
+}
+
+// CallStarted counts a call whose runner is being started.
+func (m *Metrics) CallStarted(op string) {
+	if m != nil {
+		m.callsStarted.WithLabelValues(knownOp(op)).Inc()
+	}
+}
+
+// CallFinished counts a call's end and observes how long it took.
+func (m *Metrics) CallFinished(op, outcome string, took time.Duration) {
+	if m != nil {
+		op = knownOp(op)
+		m.callsFinished.WithLabelValues(op, outcome).Inc()
+		m.callDuration.WithLabelValues(op, outcome).Observe(took.Seconds())
+	}
+}
+
+// CallDeclined counts a call answered without running.
+func (m *Metrics) CallDeclined(reason string) {
+	if m != nil {
+		m.callsDeclined.WithLabelValues(reason).Inc()
+	}
+}
+
+// SetRunning sets how many calls are running.
+func (m *Metrics) SetRunning(n int) {
+	if m != nil {
+		m.callsRunning.Set(float64(n))
+	}
+}
+
+// SetQueued sets how many accepted calls wait for a free slot.
+func (m *Metrics) SetQueued(n int) {
+	if m != nil {
+		m.callsQueued.Set(float64(n))
+	}
+}
+
+// EventRelayed counts one event line of n bytes forwarded to the engine.
+// It is on the relay's hot path: two atomic adds.
+func (m *Metrics) EventRelayed(n int) {
+	if m != nil {
+		m.eventsRelayed.Inc()
+		m.bytesRelayed.Add(float64(n))
+	}
+}
+
+// AnswerRelayed counts the bytes of a runner's answer forwarded.
+func (m *Metrics) AnswerRelayed(n int) {
+	if m != nil {
+		m.bytesRelayed.Add(float64(n))
+	}
+}
+
+// RunnerStarted observes how long starting a runner took.
+func (m *Metrics) RunnerStarted(took time.Duration) {
+	if m != nil {
+		m.runnerStart.Observe(took.Seconds())
+	}
+}
+
+// HeartbeatSent counts a heartbeat.
+func (m *Metrics) HeartbeatSent() {
+	if m != nil {
+		m.heartbeats.Inc()
+	}
+}
+
+// StderrLineDropped counts a runner stderr line that was not logged.
+func (m *Metrics) StderrLineDropped() {
+	if m != nil {
+		m.stderrDropped.Inc()
+	}
+}
+
+// knownOp keeps the op label to its known values whatever a message says.
+func knownOp(op string) string {
+	for _, known := range Ops {
+		if op == known {
+			return op
+		}
+	}
+	return "other"
+}
+
+// factory registers each series under the namespace as it is made.
+type factory struct{ r *prometheus.Registry }
+
+func (f factory) counter(name, help string) prometheus.Counter {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help})
+	f.r.MustRegister(c)
+	return c
+}
+
+func (f factory) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help}, labels)
+	f.r.MustRegister(c)
+	return c
+}
+
+func (f factory) gauge(name, help string) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: name, Help: help})
+	f.r.MustRegister(g)
+	return g
+}
+
+func (f factory) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: name, Help: help}, labels)
+	f.r.MustRegister(g)
+	return g
+}
+
+func (f factory) histogram(name, help string, buckets []float64) prometheus.Histogram {
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: name, Help: help, Buckets: buckets})
+	f.r.MustRegister(h)
+	return h
+}
+
+func (f factory) histogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: name, Help: help, Buckets: buckets}, labels)
+	f.r.MustRegister(h)
+	return h
+}

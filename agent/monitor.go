@@ -1,0 +1,190 @@
+package agent
+
+// What the worker says about itself while it runs, beyond the status file:
+// the line systemd shows, the health /healthz answers, the metrics, and the
+// --max-calls budget.
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/agent/metrics"
+)
+
+// PulseInterval is how often the worker's main loop pulses (see Pulse)
+// when systemd asks nothing faster: often enough that `systemctl status`
+// is current, rarely enough to cost nothing.
+const PulseInterval = time.Second
+
+// loopStale is how long without a pulse before /healthz calls the main
+// loop stuck: ten missed pulses, so a busy machine is not mistaken for a
+// wedged worker.
+const loopStale = 10 * PulseInterval
+
+// Pulse is called by the worker's main loop at every PulseInterval. It
+// takes the agent's lock, so a worker wedged on it stops pulsing (and
+// systemd's watchdog, fed only after a pulse, restarts it); it marks the
+// loop alive for /healthz; and it returns the line for `systemctl status`.
+// Nothing the engine does can hold it up.
+func (a *Agent) Pulse() string {
+	a.mu.Lock()
+	running, done := len(a.calls), a.done
+	a.mu.Unlock()
+	a.loopBeat.Store(time.Now().UnixNano())
+	return statusLine(a.status.Get(), running, done)
+}
+
+// statusLine is one line for `systemctl status`: attached as which name to
+// which engine (never the token), or why not; the calls running and done.
+func statusLine(st Status, running int, done int64) string {
+	var what string
+	switch {
+	case st.Name != "" && st.State == "attached":
+		what = fmt.Sprintf("attached as %q to %s", st.Name, st.Engine)
+	case st.Name != "":
+		what = fmt.Sprintf("%s, attached as %q to %s", st.State, st.Name, st.Engine)
+	case st.State == "connecting" && st.LastError != "":
+		what = fmt.Sprintf("not attached to %s, retrying: %s", st.Engine, firstLine(st.LastError))
+	case st.State == "refused":
+		what = fmt.Sprintf("refused by %s: %s", st.Engine, firstLine(st.LastError))
+	default:
+		what = fmt.Sprintf("%s to %s", st.State, st.Engine)
+	}
+	return fmt.Sprintf("%s; calls: %d running, %d done", what, running, done)
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	return s
+}
+
+// Health is /healthz: healthy while the main loop pulses and the worker is
+// attached, or was within --health-grace (a reconnection after an engine
+// restart is not an outage). Before the first welcome it is unhealthy: it
+// has never been able to take a call.
+func (a *Agent) Health() (ok bool, reason string) {
+	ok, reason = a.health(time.Now())
+	return ok, redact(reason, a.cfg.Token)
+}
+
+func (a *Agent) health(now time.Time) (bool, string) {
+	if beat := a.loopBeat.Load(); beat != 0 {
+		if quiet := now.Sub(time.Unix(0, beat)); quiet > loopStale {
+			return false, fmt.Sprintf("stuck: the worker's main loop has not run for %s", quiet.Round(time.Second))
+		}
+	}
+	st := a.status.Get()
+	if st.Name != "" && st.State != "connecting" {
+		return true, fmt.Sprintf("ok: %s as %q to %s", st.State, st.Name, st.Engine)
+	}
+	why := firstLine(st.LastError)
+	if why == "" {
+		why = st.State
+	}
+	left := a.detachedAt.Load()
+	if left == 0 {
+		return false, fmt.Sprintf("not attached to %s yet: %s", st.Engine, why)
+	}
+	gone := now.Sub(time.Unix(0, left)).Round(time.Second)
+	if gone <= a.cfg.HealthGrace {
+		return true, fmt.Sprintf("ok: reconnecting to %s (attached %s ago, within --health-grace %s): %s", st.Engine, gone, a.cfg.HealthGrace, why)
+	}
+	return false, fmt.Sprintf("not attached to %s for %s (over --health-grace %s): %s", st.Engine, gone, a.cfg.HealthGrace, why)
+}
+
+func redact(s, token string) string {
+	if token == "" {
+		return s
+	}
+	return strings.ReplaceAll(s, token, Redacted)
+}
+
+// Attaching is closed when the first attempt to attach starts: the worker
+// is configured and on its way, whether or not the engine answers.
+func (a *Agent) Attaching() <-chan struct{} { return a.attaching }
+
+// attemptStarted marks the start of an attempt to attach.
+func (a *Agent) attemptStarted() {
+	a.metrics.AttachAttempt()
+	a.attachOnce.Do(func() { close(a.attaching) })
+}
+
+// welcomed marks the engine's welcome.
+func (a *Agent) welcomed() {
+	a.metrics.Welcomed()
+}
+
+// detached marks an attached connection lost.
+func (a *Agent) detached() {
+	a.detachedAt.Store(time.Now().UnixNano())
+	a.metrics.Disconnected()
+}
+
+// ListenMonitoring serves /metrics and /healthz on --listen. The caller
+// closes the server.
+func (a *Agent) ListenMonitoring() (*metrics.Server, error) {
+	srv, err := metrics.Listen(a.cfg.Listen, a.metrics, a.Health)
+	if err != nil {
+		return nil, &UsageError{err}
+	}
+	a.status.Update(func(s *Status) { s.Listen = srv.Addr() })
+	return srv, nil
+}
+
+// Metrics is the worker's metrics, nil without --listen.
+func (a *Agent) Metrics() *metrics.Metrics { return a.metrics }
+
+// maxCallsTaken reports whether --max-calls leaves no room for another
+// call: the calls answered and those running (which may yet be answered)
+// fill it. Only the reader starts calls, and an ending call moves from
+// running to answered at most, so the sum cannot grow behind this check.
+func (a *Agent) maxCallsTaken() bool {
+	if a.cfg.MaxCalls <= 0 {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.answered+int64(len(a.calls)) >= int64(a.cfg.MaxCalls)
+}
+
+// countAnswerLocked counts a call the engine got an answer for, and starts a
+// drain once --max-calls are answered. Called with a.mu held.
+func (a *Agent) countAnswerLocked() {
+	a.answered++
+	if a.cfg.MaxCalls > 0 && a.answered == int64(a.cfg.MaxCalls) {
+		a.log.Info("--max-calls answered; draining", "max_calls", a.cfg.MaxCalls)
+		a.Drain()
+	}
+}
+
+// answerOutcome reads how a runner's answer ended: "ok" truthy is ok, an
+// error of type NodeCancelled is cancelled, anything else an error. Only
+// the top-level keys are scanned, as for events.
+func answerOutcome(answer []byte) string {
+	if truthy(topLevelValue(answer, "ok")) {
+		return metrics.OutcomeOK
+	}
+	if e := topLevelValue(answer, "error"); len(e) > 0 && e[0] == '{' {
+		if string(topLevelValue(e, "type")) == `"`+errTypeCancelled+`"` {
+			return metrics.OutcomeCancelled
+		}
+	}
+	return metrics.OutcomeError
+}
+
+// declineReason is the metrics label of a call declined with msg.
+func declineReason(msg string) string {
+	switch msg {
+	case msgStopping:
+		return metrics.DeclinedStopping
+	case msgDraining:
+		return metrics.DeclinedDraining
+	case msgReloading:
+		return metrics.DeclinedReloading
+	}
+	if strings.HasPrefix(msg, queueFullPrefix) {
+		return metrics.DeclinedQueueFull
+	}
+	return metrics.DeclinedInvalid
+}

@@ -1,0 +1,400 @@
+package test
+
+// The worker as a fleet's monitoring sees it: /metrics scraped and parsed
+// as Prometheus parses it, /healthz through an engine outage, the endpoint's
+// manners, and --max-calls.
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/fluksio/fluksio-worker/test/engine"
+)
+
+// monitorAddr is where a worker started with --listen 127.0.0.1:0 serves,
+// read from its log.
+func monitorAddr(t *testing.T, w *worker) string {
+	t.Helper()
+	re := regexp.MustCompile(`serving /metrics and /healthz.* listen=(\S+)`)
+	var addr string
+	eventually(t, 30*time.Second, "the worker to say where it serves /metrics", func() bool {
+		if m := re.FindStringSubmatch(w.logs.String()); m != nil {
+			addr = m[1]
+		}
+		return addr != ""
+	})
+	return addr
+}
+
+// get fetches a monitoring URL with method and returns the status and body.
+// No body, whatever the answer, may carry the token.
+func get(t *testing.T, method, url string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), testToken) {
+		t.Errorf("%s %s shows the token:\n%s", method, url, b)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// scrape fetches /metrics and parses it with Prometheus' own text parser.
+type scraped map[string]*dto.MetricFamily
+
+func scrape(t *testing.T, addr string) scraped {
+	t.Helper()
+	code, body := get(t, "GET", "http://"+addr+"/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("GET /metrics: HTTP %d\n%s", code, body)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("/metrics does not parse as Prometheus text: %v\n%s", err, body)
+	}
+	return fams
+}
+
+// series finds the series of name with exactly these labels.
+func (s scraped) series(t *testing.T, name string, labels ...string) *dto.Metric {
+	t.Helper()
+	fam, ok := s[name]
+	if !ok {
+		t.Fatalf("/metrics has no %s", name)
+	}
+	want := map[string]string{}
+	for i := 0; i+1 < len(labels); i += 2 {
+		want[labels[i]] = labels[i+1]
+	}
+	for _, m := range fam.Metric {
+		got := map[string]string{}
+		for _, l := range m.Label {
+			got[l.GetName()] = l.GetValue()
+		}
+		if fmt.Sprint(got) == fmt.Sprint(want) {
+			return m
+		}
+	}
+	t.Fatalf("/metrics has no %s%v", name, want)
+	return nil
+}
+
+// value is a counter's or a gauge's value.
+func (s scraped) value(t *testing.T, name string, labels ...string) float64 {
+	t.Helper()
+	m := s.series(t, name, labels...)
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Untyped != nil:
+		return m.Untyped.GetValue()
+	}
+	t.Fatalf("%s is neither a counter nor a gauge", name)
+	return 0
+}
+
+// TestMetricsFollowCalls runs calls of every outcome through the real
+// binary and checks what a Prometheus scrape makes of them.
+func TestMetricsFollowCalls(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	w := startWorker(t, eng, nil, "--listen", "127.0.0.1:0", "--parallel", "4", "--cancel-grace", "1s")
+	addr := monitorAddr(t, w)
+	wk := attach(t, eng)
+	// The engine has sent its welcome; the worker reads it a moment later.
+	eventually(t, 10*time.Second, "connected to be 1", func() bool {
+		return scrape(t, addr).value(t, "fluksio_worker_connected") == 1
+	})
+
+	m := scrape(t, addr)
+	for name, want := range map[string]float64{
+		"fluksio_worker_connected": 1, "fluksio_worker_welcomes_total": 1, "fluksio_worker_attach_attempts_total": 1,
+		"fluksio_worker_refusals_total": 0, "fluksio_worker_disconnects_total": 0, "fluksio_worker_calls_running": 0,
+		"fluksio_worker_calls_queued": 0, "fluksio_worker_events_relayed_total": 0, "fluksio_worker_heartbeats_sent_total": 0,
+	} {
+		if got := m.value(t, name); got != want {
+			t.Errorf("before any call, %s = %v, want %v", name, got, want)
+		}
+	}
+	if got := m.value(t, "fluksio_worker_build_info", "version", "dev", "protocol", "2"); got != 1 {
+		t.Errorf("build_info = %v", got)
+	}
+	for _, outcome := range []string{"ok", "error", "cancelled"} {
+		if got := m.value(t, "fluksio_worker_calls_finished_total", "op", "run", "outcome", outcome); got != 0 {
+			t.Errorf("before any call, calls_finished_total{outcome=%q} = %v", outcome, got)
+		}
+	}
+	// The Go and process collectors are on the worker's registry.
+	for _, name := range []string{"go_goroutines", "process_resident_memory_bytes", "process_cpu_seconds_total"} {
+		if _, ok := m[name]; !ok {
+			t.Errorf("/metrics has no %s", name)
+		}
+	}
+
+	// ok: five events, then the answer.
+	answer, events := wait(t, run(t, wk, "m-ok", step{"events": 5}))
+	if !answer.OK || len(events) != 5 {
+		t.Fatalf("m-ok: %s after %d events", answer.Raw, len(events))
+	}
+	eventBytes := 0
+	for _, e := range events {
+		eventBytes += len(e.Raw)
+	}
+	// error, twice: a runner that dies without answering, and one that
+	// answers ok: false.
+	if answer, _ := wait(t, run(t, wk, "m-died", step{"exit": 3})); answer.OK {
+		t.Fatalf("m-died: %s", answer.Raw)
+	}
+	failed := `{"call_id":"m-failed","ok":false,"error":{"type":"ValueError","message":"no","short":"ValueError: no","traceback":""}}`
+	if answer, _ := wait(t, run(t, wk, "m-failed", step{"raw": failed})); answer.OK {
+		t.Fatalf("m-failed: %s", answer.Raw)
+	}
+	// A compile that chatters on stderr past the log budget of 1000 lines
+	// a second.
+	chatter := []step{}
+	for i := 0; i < 1300; i++ {
+		chatter = append(chatter, step{"stderr": "line"})
+	}
+	c, err := wk.Run(map[string]any{"op": "compile", "call_id": "m-compile", "steps": chatter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if answer, _ := wait(t, c); !answer.OK {
+		t.Fatalf("m-compile: %s", answer.Raw)
+	}
+	// cancelled: a call that runs long enough for a heartbeat, which the
+	// engine then cancels.
+	long := run(t, wk, "m-cancel", step{"sleep_ms": 60000})
+	eventually(t, 10*time.Second, "calls_running to be 1", func() bool {
+		return scrape(t, addr).value(t, "fluksio_worker_calls_running") == 1
+	})
+	beat, err := long.Next(timeoutCtx(t, 30*time.Second))
+	if err != nil || beat.Event != "heartbeat" {
+		t.Fatalf("waiting for a heartbeat: %v %s", err, beat.Raw)
+	}
+	if err := wk.Cancel("m-cancel"); err != nil {
+		t.Fatal(err)
+	}
+	if answer, _ := wait(t, long); answer.OK || answer.Error == nil || answer.Error.Type != "NodeCancelled" {
+		t.Fatalf("m-cancel: %s", answer.Raw)
+	}
+
+	m = scrape(t, addr)
+	for _, tc := range []struct {
+		op, outcome string
+		want        float64
+	}{{"run", "ok", 1}, {"run", "error", 2}, {"run", "cancelled", 1}, {"compile", "ok", 1}, {"compile", "error", 0}} {
+		if got := m.value(t, "fluksio_worker_calls_finished_total", "op", tc.op, "outcome", tc.outcome); got != tc.want {
+			t.Errorf("calls_finished_total{op=%q,outcome=%q} = %v, want %v", tc.op, tc.outcome, got, tc.want)
+		}
+		h := m.series(t, "fluksio_worker_call_duration_seconds", "op", tc.op, "outcome", tc.outcome).Histogram
+		if h == nil || float64(h.GetSampleCount()) != tc.want {
+			t.Errorf("call_duration_seconds{op=%q,outcome=%q} counts %d calls, want %v", tc.op, tc.outcome, h.GetSampleCount(), tc.want)
+		}
+	}
+	if sum := m.series(t, "fluksio_worker_call_duration_seconds", "op", "run", "outcome", "cancelled").Histogram.GetSampleSum(); sum < 10 {
+		t.Errorf("the cancelled call ran past a heartbeat (10 s) but its duration sums to %vs", sum)
+	}
+	for name, want := range map[string]float64{
+		"fluksio_worker_calls_running":        0,
+		"fluksio_worker_events_relayed_total": 5,
+	} {
+		if got := m.value(t, name); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	if got := m.value(t, "fluksio_worker_calls_started_total", "op", "run"); got != 4 {
+		t.Errorf("calls_started_total{op=run} = %v, want 4", got)
+	}
+	if got := m.value(t, "fluksio_worker_calls_started_total", "op", "compile"); got != 1 {
+		t.Errorf("calls_started_total{op=compile} = %v, want 1", got)
+	}
+	if got := m.value(t, "fluksio_worker_relayed_bytes_total"); got < float64(eventBytes) {
+		t.Errorf("relayed_bytes_total = %v, less than the %d bytes of events alone", got, eventBytes)
+	}
+	if got := m.value(t, "fluksio_worker_heartbeats_sent_total"); got < 1 {
+		t.Errorf("heartbeats_sent_total = %v after a heartbeat arrived", got)
+	}
+	if got := m.value(t, "fluksio_worker_runner_stderr_dropped_lines_total"); got < 1 {
+		t.Errorf("runner_stderr_dropped_lines_total = %v after 1300 lines in well under a second", got)
+	}
+	if h := m.series(t, "fluksio_worker_runner_start_seconds").Histogram; h.GetSampleCount() != 5 || h.GetSampleSum() <= 0 {
+		t.Errorf("runner_start_seconds: %d starts summing to %vs, want 5 starts", h.GetSampleCount(), h.GetSampleSum())
+	}
+	// No call id, nor anything else unbounded, became a label.
+	for name, fam := range m {
+		for _, series := range fam.Metric {
+			for _, l := range series.Label {
+				if strings.HasPrefix(l.GetValue(), "m-") {
+					t.Errorf("%s has the call id %q as its %s label", name, l.GetValue(), l.GetName())
+				}
+			}
+		}
+	}
+}
+
+// TestHealthFollowsTheEngine: /healthz is 200 once attached, 503 once the
+// engine has been gone past --health-grace, 200 again when it is back;
+// /metrics follows the same connection.
+func TestHealthFollowsTheEngine(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	w := startWorker(t, eng, nil, "--listen", "127.0.0.1:0", "--health-grace", "1s", "--name", "h-box")
+	addr := monitorAddr(t, w)
+	health := "http://" + addr + "/healthz"
+	attach(t, eng)
+	eventually(t, 10*time.Second, "/healthz to be 200 once attached", func() bool {
+		code, _ := get(t, "GET", health)
+		return code == http.StatusOK
+	})
+	code, body := get(t, "GET", health)
+	if code != http.StatusOK || !strings.Contains(body, `attached as "h-box" to `+eng.AttachURL()) || strings.Count(body, "\n") != 1 {
+		t.Errorf("attached: HTTP %d %q; want 200 and one line naming the worker and the engine", code, body)
+	}
+	if code, body := get(t, "HEAD", health); code != http.StatusOK || body != "" {
+		t.Errorf("HEAD /healthz: HTTP %d %q", code, body)
+	}
+
+	restarted := make(chan error, 1)
+	go func() { restarted <- eng.Restart(6 * time.Second) }()
+	eventually(t, 5*time.Second, "/healthz to turn 503 with the engine gone", func() bool {
+		code, _ := get(t, "GET", health)
+		return code == http.StatusServiceUnavailable
+	})
+	_, body = get(t, "GET", health)
+	if !strings.Contains(body, "not attached to "+eng.AttachURL()) || !strings.Contains(body, "--health-grace") {
+		t.Errorf("with the engine gone /healthz says %q; want why, with the engine and the grace", body)
+	}
+	if code, _ := get(t, "HEAD", health); code != http.StatusServiceUnavailable {
+		t.Errorf("HEAD /healthz with the engine gone: HTTP %d", code)
+	}
+	m := scrape(t, addr)
+	if m.value(t, "fluksio_worker_connected") != 0 || m.value(t, "fluksio_worker_disconnects_total") != 1 {
+		t.Errorf("with the engine gone: connected %v, disconnects %v; want 0 and 1",
+			m.value(t, "fluksio_worker_connected"), m.value(t, "fluksio_worker_disconnects_total"))
+	}
+	if err := <-restarted; err != nil {
+		t.Fatal(err)
+	}
+	attach(t, eng)
+	eventually(t, 10*time.Second, "/healthz to be 200 again", func() bool {
+		code, _ := get(t, "GET", health)
+		return code == http.StatusOK
+	})
+	m = scrape(t, addr)
+	if m.value(t, "fluksio_worker_connected") != 1 || m.value(t, "fluksio_worker_welcomes_total") != 2 || m.value(t, "fluksio_worker_attach_attempts_total") < 3 {
+		t.Errorf("back: connected %v, welcomes %v, attempts %v; want 1, 2 and at least 3 (one failed while the engine was gone)",
+			m.value(t, "fluksio_worker_connected"), m.value(t, "fluksio_worker_welcomes_total"), m.value(t, "fluksio_worker_attach_attempts_total"))
+	}
+}
+
+// TestMonitoringIsReadOnly: GET and HEAD only, on the two paths only.
+func TestMonitoringIsReadOnly(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	w := startWorker(t, eng, nil, "--listen", "127.0.0.1:0")
+	addr := monitorAddr(t, w)
+	attach(t, eng)
+	for _, path := range []string{"/metrics", "/healthz"} {
+		for _, method := range []string{"POST", "PUT", "DELETE", "PATCH", "OPTIONS"} {
+			req, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader("x"))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET, HEAD" {
+				t.Errorf("%s %s: HTTP %d, Allow %q; want 405 and GET, HEAD", method, path, resp.StatusCode, resp.Header.Get("Allow"))
+			}
+		}
+		if code, _ := get(t, "GET", "http://"+addr+path); code != http.StatusOK {
+			t.Errorf("GET %s: HTTP %d", path, code)
+		}
+	}
+	if code, _ := get(t, "GET", "http://"+addr+"/"); code != http.StatusNotFound {
+		t.Errorf("GET /: HTTP %d, want 404", code)
+	}
+}
+
+// TestListenOnATakenAddressIsAUsageError: a worker that cannot serve what
+// it was asked to says so and exits 2, rather than running unwatched.
+func TestListenOnATakenAddressIsAUsageError(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	// The engine's own address is surely taken.
+	w := startWorker(t, eng, nil, "--listen", eng.Addr())
+	if code := w.wait(30 * time.Second); code != 2 || !strings.Contains(w.logs.String(), "--listen "+eng.Addr()) {
+		t.Errorf("exit %d; want 2 and the address named:\n%s", code, w.logs.String())
+	}
+}
+
+// TestMaxCalls: with --max-calls 3 the worker answers three calls, declines
+// the fourth as a draining worker does, and exits 0 once the three are done.
+func TestMaxCalls(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	w := startWorker(t, eng, nil, "--max-calls", "3", "--parallel", "4")
+	wk := attach(t, eng)
+	var calls []*engine.Call
+	for i := 1; i <= 4; i++ {
+		calls = append(calls, run(t, wk, fmt.Sprintf("mc%d", i), step{"sleep_ms": 500}))
+	}
+	for i, c := range calls {
+		answer, _ := wait(t, c)
+		if i < 3 && !answer.OK {
+			t.Errorf("call %s: %s; want ok", c.ID, answer.Raw)
+		}
+		if i == 3 && (answer.OK || answer.Error == nil || answer.Error.Type != "NodeCancelled" || answer.Error.Message != "the worker is draining") {
+			t.Errorf("the fourth call: %s; want NodeCancelled, the worker is draining", answer.Raw)
+		}
+	}
+	if code := w.wait(30 * time.Second); code != 0 {
+		t.Errorf("exit %d after --max-calls; want 0", code)
+	}
+	if !strings.Contains(w.logs.String(), "--max-calls") {
+		t.Errorf("the log does not say why the worker stopped:\n%s", w.logs.String())
+	}
+}
+
+// TestMaxCallsCountsAnswersNotAttempts: a call that never got its answer
+// (the connection was lost) leaves its place to another.
+func TestMaxCallsCountsAnswersNotAttempts(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	w := startWorker(t, eng, nil, "--max-calls", "1")
+	wk := attach(t, eng)
+	lost := run(t, wk, "lost", step{"announce": true}, step{"sleep_ms": 60000})
+	if _, err := lost.Next(timeoutCtx(t, 20*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	wk.Drop()
+	wk = attach(t, eng)
+	if answer, _ := wait(t, run(t, wk, "kept", step{"events": 1})); !answer.OK {
+		t.Errorf("after a lost call, the one call --max-calls allows: %s", answer.Raw)
+	}
+	if code := w.wait(30 * time.Second); code != 0 {
+		t.Errorf("exit %d; want 0", code)
+	}
+}
