@@ -347,7 +347,7 @@ func zshSpec(f flagSpec) string {
 	file, dir := f.pathArg()
 	switch {
 	case len(f.values()) > 0 && file:
-		action = `{_alternative 'values:value:(` + strings.Join(f.values(), " ") + `)' 'files:file:_files'}`
+		action = "{compadd -- " + strings.Join(f.values(), " ") + "; _files}"
 	case len(f.values()) > 0:
 		action = "(" + strings.Join(f.values(), " ") + ")"
 	case file:
