@@ -16,7 +16,7 @@ import (
 
 // cli describes the command line for the manual and the completions: the
 // command list, each command's own --help, and run's options table.
-func cli(ctx context.Context) clidoc.CLI {
+func cli(ctx context.Context) (clidoc.CLI, error) {
 	c := clidoc.CLI{
 		Program:      "fluksio-worker",
 		Version:      version,
@@ -31,8 +31,10 @@ func cli(ctx context.Context) clidoc.CLI {
 		c.Synopsis = append(c.Synopsis, s[0])
 	}
 	for _, cmd := range commands() {
-		var help bytes.Buffer
-		cmd.run(ctx, []string{"--help"}, &help, io.Discard)
+		var help, errs bytes.Buffer
+		if code := cmd.run(ctx, []string{"--help"}, &help, &errs); code != agent.ExitOK || help.Len() == 0 {
+			return c, fmt.Errorf("'%s --help' exited %d, printing no help: %s", cmd.name, code, errs.String())
+		}
 		c.Commands = append(c.Commands, clidoc.Command{
 			Name:       cmd.name,
 			Summary:    cmd.summary,
@@ -40,7 +42,7 @@ func cli(ctx context.Context) clidoc.CLI {
 			TakesTable: takesRunOptions[cmd.name],
 		})
 	}
-	return c
+	return c, nil
 }
 
 // manualDate is the date on the manual: SOURCE_DATE_EPOCH's (the release
@@ -65,7 +67,11 @@ func completionCommand(ctx context.Context, args []string, stdout, stderr io.Wri
 		fmt.Fprintln(stderr, "fluksio-worker completion: name one shell: bash, zsh or fish (see 'fluksio-worker completion --help')")
 		return agent.ExitUsage
 	}
-	if err := clidoc.WriteCompletion(stdout, cli(ctx), args[0]); err != nil {
+	c, err := cli(ctx)
+	if err == nil {
+		err = clidoc.WriteCompletion(stdout, c, args[0])
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "fluksio-worker completion: %v\n", err)
 		return agent.ExitUsage
 	}
@@ -94,7 +100,11 @@ func manCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "usage: fluksio-worker man > fluksio-worker.1")
 		return agent.ExitUsage
 	}
-	if err := clidoc.WriteMan(stdout, cli(ctx), manualFiles()); err != nil {
+	c, err := cli(ctx)
+	if err == nil {
+		err = clidoc.WriteMan(stdout, c, manualFiles())
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "fluksio-worker man: %v\n", err)
 		return agent.ExitRefused
 	}
