@@ -38,8 +38,14 @@ func commands() []command {
 		{"reload", "reload the installed service once its running calls finish", installer.ReloadCommand},
 		{"status", "show the service's state and what the worker is doing", installer.StatusCommand},
 		{"check", "check Python, the runtime, the inventory and the engine, for a human", installer.CheckCommand},
+		{"completion", "print the completion script for bash, zsh or fish", completionCommand},
 	}
 }
+
+// takesRunOptions are the commands that take every option of run's table
+// besides the flags their help lists (check's help says so in one line);
+// completions offer them all.
+var takesRunOptions = map[string]bool{"check": true}
 
 func main() {
 	agent.Version = version
@@ -58,6 +64,10 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	case "-version", "--version", "version":
 		fmt.Fprintf(stdout, "fluksio-worker %s\n", version)
 		return 0
+	case "man":
+		// Not in the list: the release build runs it to write the manual
+		// page the packages carry (packaging/generate.sh).
+		return manCommand(ctx, args[1:], stdout, stderr)
 	}
 	for _, c := range commands() {
 		if args[0] == c.name {
@@ -74,28 +84,47 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return 2
 }
 
-func usage(w io.Writer) {
-	fmt.Fprint(w, `fluksio-worker runs Fluksio pipeline nodes on this machine for an engine that
+// about opens --help and the manual's DESCRIPTION.
+const about = `fluksio-worker runs Fluksio pipeline nodes on this machine for an engine that
 cannot reach it. It connects out to the engine over one WebSocket, tells it
 what this machine holds (CPUs, GPUs, memory, labels), and runs each call it is
-sent in a fresh Python process, streaming the results back.
+sent in a fresh Python process, streaming the results back.`
 
-Usage:
-  fluksio-worker [run] --url URL --token-file PATH [options]   run in the foreground
-  fluksio-worker COMMAND [options]
+// synopsis is the command line's forms, without the program name, and what
+// each does.
+var synopsis = [][2]string{
+	{"[run] --url URL --token-file PATH [options]", "run in the foreground"},
+	{"COMMAND [options]", ""},
+}
 
-Commands:
-`)
-	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+// quickStart is the first steps on a new machine, for --help and the
+// manual's EXAMPLES.
+var quickStart = [][2]string{
+	{"fluksio-worker selftest", "check this machine can run nodes"},
+	{"sudo fluksio-worker install --url wss://ENGINE/api/v1/workers/attach --token - --labels gpu", "attach it to your engine as a service"},
+	{"systemctl status fluksio-worker", "see the service"},
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, about+"\n\nUsage:\n")
+	for _, s := range synopsis {
+		fmt.Fprintf(w, "  %s\n", strings.TrimRight(fmt.Sprintf("fluksio-worker %-45s %s", s[0], s[1]), " "))
 	}
-	fmt.Fprint(w, `  version    print the version
+	fmt.Fprint(w, "\nCommands:\n")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, `  version     print the version
 
 Run 'fluksio-worker COMMAND --help' for a command's options.
 
 Quick start:
-  fluksio-worker selftest                      check this machine can run nodes
-  sudo fluksio-worker install --url wss://ENGINE/api/v1/workers/attach --token - --labels gpu
-  systemctl status fluksio-worker
 `)
+	for _, q := range quickStart {
+		if len(q[0]) > 44 { // no room for what it does
+			fmt.Fprintf(w, "  %s\n", q[0])
+			continue
+		}
+		fmt.Fprintf(w, "  %-44s %s\n", q[0], q[1])
+	}
 }

@@ -71,6 +71,19 @@ func debUnderSystemd(t *testing.T, v1, v2 release) {
 	if _, err := os.Stat(m.Path("/var/lib/fluksio-worker/.bashrc")); err == nil {
 		t.Error("the system user got skeleton files")
 	}
+	// The manual page and the completions lie where man and each shell
+	// look, and work there.
+	for _, f := range shellDocs {
+		if _, err := os.Stat(m.Path(f)); err != nil {
+			t.Errorf("the package did not install %s: %v", f, err)
+		}
+	}
+	if out := sh("gzip -dc /usr/share/man/man1/fluksio-worker.1.gz | head -n 5"); !strings.Contains(out, ".TH FLUKSIO") {
+		t.Errorf("/usr/share/man/man1/fluksio-worker.1.gz is not the manual page:\n%s", out)
+	}
+	if out := sh(`bash -c 'source /usr/share/bash-completion/completions/fluksio-worker; COMP_WORDS=(fluksio-worker ins); COMP_CWORD=1; _fluksio_worker; echo "${COMPREPLY[*]}"'`); strings.TrimSpace(out) != "install" {
+		t.Errorf("the installed bash completion completes 'fluksio-worker ins' to %q, want install", out)
+	}
 	sh("apt-get install -y --reinstall " + debIn(v1)) // maintainer scripts run twice
 	if got := strings.TrimSpace(sh("fluksio-worker --version")); got != "fluksio-worker "+v1.version {
 		t.Errorf("installed version %q, want %s", got, v1.version)
@@ -184,7 +197,7 @@ func debUnderSystemd(t *testing.T, v1, v2 release) {
 	if state := strings.TrimSpace(sh("systemctl is-active fluksio-worker || true")); state == "active" {
 		t.Error("apt-get remove left the service running")
 	}
-	for _, gone := range []string{"/usr/bin/fluksio-worker", "/etc/systemd/system/fluksio-worker.service"} {
+	for _, gone := range append([]string{"/usr/bin/fluksio-worker", "/etc/systemd/system/fluksio-worker.service"}, shellDocs...) {
 		if _, err := os.Lstat(m.Path(gone)); err == nil {
 			t.Errorf("apt-get remove left %s", gone)
 		}
@@ -208,4 +221,13 @@ func debUnderSystemd(t *testing.T, v1, v2 release) {
 		t.Errorf("dpkg still lists the package after purge: %s", out)
 	}
 	step("apt-get purge")
+}
+
+// shellDocs are where the deb puts the manual page and the completions:
+// where man-db, bash-completion, Debian's zsh and fish look for them.
+var shellDocs = []string{
+	"/usr/share/man/man1/fluksio-worker.1.gz",
+	"/usr/share/bash-completion/completions/fluksio-worker",
+	"/usr/share/zsh/vendor-completions/_fluksio-worker",
+	"/usr/share/fish/vendor_completions.d/fluksio-worker.fish",
 }

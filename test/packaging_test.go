@@ -54,6 +54,8 @@ func TestPackages(t *testing.T) {
 	t.Run("checksums", func(t *testing.T) { checkChecksums(t, v1) })
 	t.Run("deb", func(t *testing.T) { checkDeb(t, root, v1) })
 	t.Run("rpm", func(t *testing.T) { checkRPM(t, root, v1) })
+	t.Run("lintian", func(t *testing.T) { lintDeb(t, root, v1) })
+	t.Run("rpmlint", func(t *testing.T) { lintRPM(t, root, v1) })
 	t.Run("systemd", func(t *testing.T) {
 		start := time.Now()
 		v2 := snapshot(t, goreleaser, root, "1.0.1")
@@ -275,7 +277,8 @@ func checkArchives(t *testing.T, r release) {
 	}
 	for _, a := range archives {
 		names := tarNames(t, a.Path)
-		for _, want := range []string{"fluksio-worker", "README.md", "LICENSE", "config.example.toml", "fluksio-worker.sbatch"} {
+		for _, want := range []string{"fluksio-worker", "README.md", "LICENSE", "config.example.toml", "fluksio-worker.sbatch",
+			"man/fluksio-worker.1.gz", "completions/fluksio-worker.bash", "completions/_fluksio-worker", "completions/fluksio-worker.fish"} {
 			if !slices.Contains(names, want) {
 				t.Errorf("%s lacks %s (has %v)", a.Name, want, names)
 			}
@@ -353,10 +356,24 @@ func checkChecksums(t *testing.T, r release) {
 var packagedFiles = []string{
 	"/usr/bin/fluksio-worker",
 	"/usr/share/doc/fluksio-worker/README.md",
-	"/usr/share/doc/fluksio-worker/copyright",
 	"/usr/share/doc/fluksio-worker/config.example.toml",
 	"/usr/share/doc/fluksio-worker/CLUSTER.md",
 	"/usr/share/doc/fluksio-worker/examples/fluksio-worker.sbatch",
+	"/usr/share/man/man1/fluksio-worker.1.gz",
+	"/usr/share/bash-completion/completions/fluksio-worker",
+	"/usr/share/fish/vendor_completions.d/fluksio-worker.fish",
+}
+
+// The files only one of them carries: where Debian and Fedora differ.
+var debFiles = []string{
+	"/usr/share/doc/fluksio-worker/copyright",
+	"/usr/share/doc/fluksio-worker/changelog.Debian.gz",
+	"/usr/share/zsh/vendor-completions/_fluksio-worker",
+	"/usr/share/lintian/overrides/fluksio-worker",
+}
+var rpmFiles = []string{
+	"/usr/share/licenses/fluksio-worker/LICENSE",
+	"/usr/share/zsh/site-functions/_fluksio-worker",
 }
 
 var maintainerScripts = map[string]string{ // deb control file -> packaging/scripts
@@ -373,7 +390,7 @@ func checkDeb(t *testing.T, root string, r release) {
 		info := runTool(t, root, nil, "dpkg-deb", "--info", deb)
 		for _, want := range []string{
 			"Package: fluksio-worker",
-			"Version: " + r.version,
+			"Version: " + r.version + "-1",
 			"Architecture: " + goarch,
 			"Depends: python3",
 			"Pre-Depends: passwd",
@@ -383,11 +400,12 @@ func checkDeb(t *testing.T, root string, r release) {
 			}
 		}
 		contents := runTool(t, root, nil, "dpkg-deb", "--contents", deb)
-		for _, want := range packagedFiles {
+		for _, want := range append(packagedFiles, debFiles...) {
 			if !strings.Contains(contents, " ."+want+"\n") {
 				t.Errorf("%s does not hold %s:\n%s", filepath.Base(deb), want, contents)
 			}
 		}
+		checkModes(t, filepath.Base(deb), contents, "./usr/bin/fluksio-worker")
 		if strings.Contains(contents, "./etc/") {
 			t.Errorf("%s ships files under /etc; the config is written by `install`, not packaged:\n%s", filepath.Base(deb), contents)
 		}
@@ -424,10 +442,23 @@ func checkRPM(t *testing.T, root string, r release) {
 			}
 		}
 		list := runTool(t, root, nil, "rpm", "-qp", "--list", rpm)
-		for _, want := range packagedFiles {
+		for _, want := range append(packagedFiles, rpmFiles...) {
 			if !slices.Contains(strings.Split(list, "\n"), want) {
 				t.Errorf("%s does not hold %s:\n%s", name, want, list)
 			}
+		}
+		checkModes(t, name, runTool(t, root, nil, "rpm", "-qp", "--list", "-v", rpm), "/usr/bin/fluksio-worker")
+		// Documents are marked so (rpm --excludedocs leaves them out), and
+		// the licence as one.
+		docs := strings.Fields(runTool(t, root, nil, "rpm", "-qp", "--docfiles", rpm))
+		for _, f := range append(packagedFiles, rpmFiles...) {
+			isDoc := strings.HasPrefix(f, "/usr/share/doc/") || strings.HasPrefix(f, "/usr/share/man/")
+			if isDoc != slices.Contains(docs, f) {
+				t.Errorf("%s: %s marked as documentation: %v, want %v (docs: %v)", name, f, !isDoc, isDoc, docs)
+			}
+		}
+		if licences := strings.TrimSpace(runTool(t, root, nil, "rpm", "-qp", "--licensefiles", rpm)); licences != "/usr/share/licenses/fluksio-worker/LICENSE" {
+			t.Errorf("%s: licence files %q, want the LICENSE", name, licences)
 		}
 		scripts := runTool(t, root, nil, "rpm", "-qp", "--scripts", rpm)
 		for _, phase := range []string{"preinstall", "postinstall", "preuninstall", "postuninstall"} {
@@ -440,6 +471,26 @@ func checkRPM(t *testing.T, root string, r release) {
 			if !strings.Contains(scripts, want) {
 				t.Errorf("%s: scriptlets lack %q", name, want)
 			}
+		}
+	}
+}
+
+// checkModes reads a long listing (dpkg-deb --contents, rpm -qplv): the
+// binary is 0755 and every other file 0644, whatever the umask of the
+// checkout the package was built from.
+func checkModes(t *testing.T, pkg, listing, binary string) {
+	t.Helper()
+	for _, line := range strings.Split(listing, "\n") {
+		fields := strings.Fields(line)
+		if len(fields) == 0 || !strings.HasPrefix(fields[0], "-") {
+			continue // directories, blank lines
+		}
+		path, want := fields[len(fields)-1], "-rw-r--r--"
+		if path == binary {
+			want = "-rwxr-xr-x"
+		}
+		if fields[0] != want {
+			t.Errorf("%s: %s is %s, want %s", pkg, path, fields[0], want)
 		}
 	}
 }

@@ -41,7 +41,7 @@ reloads=
 if grep -q '^ExecReload=' "$unit"; then
 	reloads=yes
 fi
-if ! /usr/bin/fluksio-worker install --refresh-unit; then
+if ! fluksio-worker install --refresh-unit; then
 	# Keep the package installed and the old unit working; say so loudly.
 	echo "fluksio-worker: could not refresh $unit from the new version; the old unit stays. Run: sudo fluksio-worker install --refresh-unit" >&2
 fi

@@ -12,7 +12,7 @@ remove | 0) ;;
 esac
 
 [ -e "$unit" ] || exit 0
-if ! /usr/bin/fluksio-worker uninstall; then
+if ! fluksio-worker uninstall; then
 	# Never block a removal: the binary is about to go, so a unit left
 	# behind would point at nothing. Take it down by hand.
 	echo "fluksio-worker: uninstall failed; removing the unit directly" >&2

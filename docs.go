@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/agent"
+	"github.com/fluksio/fluksio-worker/clidoc"
+	"github.com/fluksio/fluksio-worker/installer"
+)
+
+// cli describes the command line for the manual and the completions: the
+// command list, each command's own --help, and run's options table.
+func cli(ctx context.Context) (clidoc.CLI, error) {
+	c := clidoc.CLI{
+		Program:      "fluksio-worker",
+		Version:      version,
+		Date:         manualDate(),
+		Tagline:      "run Fluksio pipeline nodes on this machine for a remote engine",
+		About:        about,
+		Examples:     quickStart,
+		TableCommand: "run",
+		Options:      agent.Options,
+	}
+	for _, s := range synopsis {
+		c.Synopsis = append(c.Synopsis, s[0])
+	}
+	for _, cmd := range commands() {
+		var help, errs bytes.Buffer
+		if code := cmd.run(ctx, []string{"--help"}, &help, &errs); code != agent.ExitOK || help.Len() == 0 {
+			return c, fmt.Errorf("'%s --help' exited %d, printing no help: %s", cmd.name, code, errs.String())
+		}
+		c.Commands = append(c.Commands, clidoc.Command{
+			Name:       cmd.name,
+			Summary:    cmd.summary,
+			Help:       help.String(),
+			TakesTable: takesRunOptions[cmd.name],
+		})
+	}
+	return c, nil
+}
+
+// manualDate is the date on the manual: SOURCE_DATE_EPOCH's (the release
+// build sets the commit's, so the same commit gives the same page), else
+// today.
+func manualDate() time.Time {
+	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
+		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+			return time.Unix(n, 0).UTC()
+		}
+	}
+	return time.Now().UTC()
+}
+
+// completionCommand is `fluksio-worker completion SHELL`.
+func completionCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+		writeCompletionUsage(stdout)
+		return agent.ExitOK
+	}
+	if len(args) != 1 {
+		fmt.Fprintln(stderr, "fluksio-worker completion: name one shell: bash, zsh or fish (see 'fluksio-worker completion --help')")
+		return agent.ExitUsage
+	}
+	c, err := cli(ctx)
+	if err == nil {
+		err = clidoc.WriteCompletion(stdout, c, args[0])
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "fluksio-worker completion: %v\n", err)
+		return agent.ExitUsage
+	}
+	return agent.ExitOK
+}
+
+func writeCompletionUsage(w io.Writer) {
+	fmt.Fprint(w, `Usage: fluksio-worker completion bash|zsh|fish
+
+Prints the completion script for a shell: commands, their flags, and the
+values of flags that take one of a few (--log-format, --runtime). The deb and
+rpm install them where each shell looks; otherwise, for yourself:
+
+  bash: fluksio-worker completion bash > ~/.local/share/bash-completion/completions/fluksio-worker
+  zsh:  fluksio-worker completion zsh > "${fpath[1]}/_fluksio-worker"
+  fish: fluksio-worker completion fish > ~/.config/fish/completions/fluksio-worker.fish
+
+Exit status: 0 printed, 2 no such shell.
+`)
+}
+
+// manCommand is the hidden `fluksio-worker man`: the manual page, in roff,
+// on stdout.
+func manCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		fmt.Fprintln(stderr, "usage: fluksio-worker man > fluksio-worker.1")
+		return agent.ExitUsage
+	}
+	c, err := cli(ctx)
+	if err == nil {
+		err = clidoc.WriteMan(stdout, c, manualFiles())
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "fluksio-worker man: %v\n", err)
+		return agent.ExitRefused
+	}
+	return agent.ExitOK
+}
+
+// manualFiles are the files the manual explains, where Linux keeps them.
+func manualFiles() []clidoc.File {
+	system, user := installer.LinuxLayouts()
+	return []clidoc.File{
+		{Path: system.ConfigPath, What: "The system service's settings, written by install and read by run --config. It holds the token, so only root and the service account can read it."},
+		{Path: system.UnitPath, What: "The systemd unit install writes; a package upgrade rewrites it (install --refresh-unit)."},
+		{Path: system.StateDir, What: "The system service's state: the status file that status reads, and the runner cache."},
+		{Path: user.ConfigPath, What: "A user service's settings (install --user-service)."},
+		{Path: user.UnitPath, What: "A user service's systemd unit."},
+		{Path: user.StateDir, What: "A user service's state."},
+		{Path: "/usr/share/doc/fluksio-worker/config.example.toml", What: "Every setting, commented, as the packages ship it."},
+	}
+}
