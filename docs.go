@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent"
-	"github.com/fluksio/fluksio-worker/clidoc"
+	"github.com/fluksio/fluksio-worker/agent/clidoc"
 	"github.com/fluksio/fluksio-worker/installer"
 )
 
