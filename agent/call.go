@@ -288,6 +288,7 @@ func (c *call) beatIfDue(now time.Time) {
 	}
 	c.lastBeat = now
 	c.conn.sendJSON(heartbeat{CallID: c.id, Event: "heartbeat"})
+	c.agent.metrics.HeartbeatSent()
 }
 
 // sendAnswer sends the call's answer frame; nothing of the call follows.
