@@ -37,6 +37,7 @@ func commands() []command {
 		{"restart", "restart the installed service", installer.RestartCommand},
 		{"status", "show the service's state and what the worker is doing", installer.StatusCommand},
 		{"check", "check Python, the runtime, the inventory and the engine, for a human", installer.CheckCommand},
+		{"copy", "copy this binary into a directory (for a Kubernetes init container)", copyCommand},
 	}
 }
 
