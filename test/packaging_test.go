@@ -54,6 +54,7 @@ func TestPackages(t *testing.T) {
 	t.Run("checksums", func(t *testing.T) { checkChecksums(t, v1) })
 	t.Run("deb", func(t *testing.T) { checkDeb(t, root, v1) })
 	t.Run("rpm", func(t *testing.T) { checkRPM(t, root, v1) })
+	t.Run("image", func(t *testing.T) { checkImage(t, v1.dist, v1.version) })
 	t.Run("systemd", func(t *testing.T) {
 		start := time.Now()
 		v2 := snapshot(t, goreleaser, root, "1.0.1")
