@@ -72,6 +72,7 @@ func TestHelmChartRefuses(t *testing.T) {
 		{[]string{"-f", minimal, "--set", "token.value=x"}, "not both"},
 		{[]string{"-f", minimal, "--set", "mode=daemonset"}, "mode must be deployment, job or scaledJob"},
 		{[]string{"-f", minimal, "--set", "mode=scaledJob"}, "keda.triggers is required"},
+		{[]string{"-f", minimal, "--set", "drain.enabled=true", "--set", "drain.method=sigquit"}, "drain.method must be preStop or stopSignal"},
 		{[]string{"-f", minimal, "--set", "drain.enabled=true", "--set", "terminationGracePeriodSeconds=60"}, "shorter than the drain"},
 	} {
 		cmd := exec.Command(helm, append([]string{"template", "rel", "."}, c.args...)...)
@@ -97,6 +98,7 @@ type chartValues struct {
 	Gpus  int
 	Drain struct {
 		Enabled        bool
+		Method         string
 		TimeoutSeconds int `json:"timeoutSeconds"`
 	}
 	CancelGraceSeconds int `json:"cancelGraceSeconds"`
@@ -400,12 +402,24 @@ func checkChart(t *testing.T, name string, v chartValues, text string, r rendere
 	var drain time.Duration
 	if v.Drain.Enabled {
 		drain = time.Duration(v.Drain.TimeoutSeconds) * time.Second
-		pre := main.Lifecycle
-		if pre == nil || pre.PreStop == nil || pre.PreStop.Exec == nil || !strings.Contains(strings.Join(pre.PreStop.Exec.Command, " "), "kill -QUIT 1") {
-			t.Errorf("drain.enabled: want a preStop hook sending SIGQUIT to the worker, have %+v", pre)
+		lc := main.Lifecycle
+		switch v.Drain.Method {
+		case "preStop":
+			if lc == nil || lc.PreStop == nil || lc.PreStop.Exec == nil || !strings.Contains(strings.Join(lc.PreStop.Exec.Command, " "), "kill -QUIT 1") {
+				t.Errorf("drain.enabled: want a preStop hook sending SIGQUIT to the worker, have %+v", lc)
+			}
+		case "stopSignal":
+			if lc == nil || lc.StopSignal == nil || *lc.StopSignal != corev1.SIGQUIT || lc.PreStop != nil {
+				t.Errorf("drain.method stopSignal: want lifecycle.stopSignal SIGQUIT alone, have %+v", lc)
+			}
+			if spec.OS == nil || spec.OS.Name != corev1.Linux {
+				t.Errorf("a stop signal needs spec.os.name, have %+v", spec.OS)
+			}
+		default:
+			t.Errorf("drain.method %q", v.Drain.Method)
 		}
-	} else if main.Lifecycle != nil && main.Lifecycle.PreStop != nil {
-		t.Errorf("no drain asked for, but a preStop hook: %+v", main.Lifecycle.PreStop)
+	} else if main.Lifecycle != nil {
+		t.Errorf("no drain asked for, but %+v", main.Lifecycle)
 	}
 	grace := spec.TerminationGracePeriodSeconds
 	if grace == nil || time.Duration(*grace)*time.Second < drain+cancelGrace {

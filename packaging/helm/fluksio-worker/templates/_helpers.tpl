@@ -140,6 +140,11 @@ spec:
   {{- if include "fluksio-worker.oneShot" . }}
   restartPolicy: Never
   {{- end }}
+  {{- if and .Values.drain.enabled (eq .Values.drain.method "stopSignal") }}
+  # A stop signal needs the pod's OS named.
+  os:
+    name: linux
+  {{- end }}
   terminationGracePeriodSeconds: {{ include "fluksio-worker.terminationGrace" . }}
   automountServiceAccountToken: false
   enableServiceLinks: false
@@ -197,11 +202,18 @@ spec:
         failureThreshold: {{ .Values.livenessProbe.failureThreshold | int }}
       {{- if .Values.drain.enabled }}
       lifecycle:
+        {{- if eq .Values.drain.method "stopSignal" }}
+        # SIGQUIT drains: no new calls, running ones finish, exit 0.
+        stopSignal: SIGQUIT
+        {{- else if eq .Values.drain.method "preStop" }}
         preStop:
           exec:
             # SIGQUIT drains: no new calls, running ones finish, exit 0. The
             # hook waits for that, so Kubernetes' SIGTERM comes only after.
             command: ["/bin/sh", "-c", "kill -QUIT 1; while kill -0 1 2>/dev/null; do sleep 1; done"]
+        {{- else }}
+        {{- fail (printf "drain.method must be preStop or stopSignal, not %q" .Values.drain.method) }}
+        {{- end }}
       {{- end }}
       {{- $limits := deepCopy (default dict .Values.resources.limits) }}
       {{- if gt (int .Values.gpus) 0 }}
