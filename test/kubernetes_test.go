@@ -608,6 +608,9 @@ func TestHelmChartPodRuns(t *testing.T) {
 			}
 			mapper := func(c corev1.Container) func(string) string {
 				return func(p string) string {
+					if p == fakeRunner {
+						return p // the image's Python: here, on the host
+					}
 					for _, m := range c.VolumeMounts {
 						if p == m.MountPath || strings.HasPrefix(p, m.MountPath+"/") {
 							return dirs[m.Name] + strings.TrimPrefix(p, m.MountPath)
