@@ -4,7 +4,10 @@ import (
 	"archive/tar"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,8 +16,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
 )
@@ -200,5 +206,80 @@ func extractOnly(t *testing.T, plat string, layer v1.Layer, name, dst string) {
 	}
 	if !found {
 		t.Fatalf("%s: the layer has no %s", plat, name)
+	}
+}
+
+// TestImageBuildAndPush runs packaging/ociimage as the release does, without
+// GoReleaser: `add` for both platforms at once (the build hooks run in
+// parallel; a lock serializes them), then `push` to a registry (an
+// in-process one) with two tags; what the registry serves is the layout's
+// index, byte for byte.
+func TestImageBuildAndPush(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiles packaging/ociimage; skipped with -short")
+	}
+	root := moduleRoot(t)
+	tool := filepath.Join(t.TempDir(), "ociimage")
+	runTool(t, root, []string{"CGO_ENABLED=0"}, "go", "build", "-o", tool, "./packaging/ociimage")
+	dist := t.TempDir()
+	dir := filepath.Join(dist, imageLayout)
+	errs := make(chan error, 3)
+	for _, arch := range []string{"amd64", "arm64", "none"} {
+		goos := "linux"
+		if arch == "none" {
+			goos, arch = "darwin", "arm64" // not in the image: ignored
+		}
+		go func() {
+			out, err := exec.Command(tool, "add", "--layout", dir, "--binary", workerBin, "--os", goos, "--arch", arch,
+				"--version", "9.9.9", "--created", "1700000000").CombinedOutput()
+			if err != nil {
+				err = fmt.Errorf("add %s/%s: %v\n%s", goos, arch, err, out)
+			}
+			errs <- err
+		}()
+	}
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := layout.FromPath(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	top, _ := p.ImageIndex()
+	tm, err := top.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := top.ImageIndex(tm.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := idx.IndexManifest()
+	if err != nil || len(m.Manifests) != 2 {
+		t.Fatalf("two concurrent adds left %d platforms (%v)", len(m.Manifests), err)
+	}
+
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	repo := strings.TrimPrefix(srv.URL, "http://") + "/fluksio/fluksio-worker"
+	runTool(t, root, nil, tool, "push", "--layout", dir, "--repository", repo, "--tag", "9.9.9", "--tag", "latest")
+	want, _ := idx.Digest()
+	for _, tag := range []string{"9.9.9", "latest"} {
+		ref, err := name.NewTag(repo + ":" + tag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := remote.Index(ref)
+		if err != nil {
+			t.Fatalf("pull %s: %v", ref, err)
+		}
+		if d, _ := got.Digest(); d != want {
+			t.Errorf("%s is %s, the layout's index is %s", ref, d, want)
+		}
+		if err := validate.Index(got); err != nil {
+			t.Errorf("%s does not validate: %v", ref, err)
+		}
 	}
 }
