@@ -15,24 +15,26 @@ import (
 // `/fluksio-worker copy /fluksio/bin` to put the worker into an emptyDir the
 // main container (the user's own image) then runs it from.
 func copyCommand(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("copy", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: fluksio-worker copy DIR
+	const usage = `Usage: fluksio-worker copy DIR
 
 Copies this binary to DIR/fluksio-worker (mode 0755), replacing any file
 there. For an init container that puts the worker into another image through
 a shared volume; the worker image has no shell to run cp with.
-`)
-	}
+`
+	fs := flag.NewFlagSet("copy", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			// Asked for: on stdout, exit 0 (the manual and completions read it).
+			fmt.Fprint(stdout, usage)
 			return 0
 		}
+		fmt.Fprintf(stderr, "fluksio-worker copy: %v\n\n%s", err, usage)
 		return 2
 	}
 	if fs.NArg() != 1 {
-		fs.Usage()
+		fmt.Fprint(stderr, usage)
 		return 2
 	}
 	dst, err := copySelf(fs.Arg(0))

@@ -2,6 +2,7 @@ package test
 
 import (
 	"archive/tar"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -281,5 +283,37 @@ func TestImageBuildAndPush(t *testing.T) {
 		if err := validate.Index(got); err != nil {
 			t.Errorf("%s does not validate: %v", ref, err)
 		}
+	}
+}
+
+// TestCopyCommand: what the chart's init container runs. The binary copies
+// itself, byte for byte and executable, into a directory (made if missing,
+// a previous copy replaced); `copy --help` is help on stdout, exit 0.
+func TestCopyCommand(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "shared", "bin")
+	for range 2 {
+		w := startBinary(t, nil, "copy", dir)
+		if code := w.wait(10 * time.Second); code != 0 {
+			t.Fatalf("copy: exit %d: %s", code, w.logs.String())
+		}
+	}
+	want, _ := os.ReadFile(workerBin)
+	got, err := os.ReadFile(filepath.Join(dir, "fluksio-worker"))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("the copy differs from the binary (%v)", err)
+	}
+	if st, _ := os.Stat(filepath.Join(dir, "fluksio-worker")); st.Mode().Perm() != 0o755 {
+		t.Errorf("the copy's mode is %v, want 0755", st.Mode())
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("the directory holds %d entries, want only the binary", len(entries))
+	}
+	out, err := exec.Command(workerBin, "copy", "--help").Output()
+	if err != nil || !strings.HasPrefix(string(out), "Usage: fluksio-worker copy DIR") {
+		t.Errorf("copy --help: %v, %q", err, out)
+	}
+	if w := startBinary(t, nil, "copy"); w.wait(10*time.Second) != 2 {
+		t.Error("copy without a directory should exit 2")
 	}
 }
