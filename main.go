@@ -39,6 +39,7 @@ func commands() []command {
 		{"status", "show the service's state and what the worker is doing", installer.StatusCommand},
 		{"check", "check Python, the runtime, the inventory and the engine, for a human", installer.CheckCommand},
 		{"completion", "print the completion script for bash, zsh or fish", completionCommand},
+		{"copy", "copy this binary into a directory (for a Kubernetes init container)", copyCommand},
 	}
 }
 

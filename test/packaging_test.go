@@ -56,6 +56,7 @@ func TestPackages(t *testing.T) {
 	t.Run("rpm", func(t *testing.T) { checkRPM(t, root, v1) })
 	t.Run("lintian", func(t *testing.T) { lintDeb(t, root, v1) })
 	t.Run("rpmlint", func(t *testing.T) { lintRPM(t, root, v1) })
+	t.Run("image", func(t *testing.T) { checkImage(t, v1.dist, v1.version) })
 	t.Run("systemd", func(t *testing.T) {
 		start := time.Now()
 		v2 := snapshot(t, goreleaser, root, "1.0.1")

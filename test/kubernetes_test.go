@@ -1,0 +1,707 @@
+package test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/test/engine"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// helmModule is the Helm the chart is tested with; CI installs exactly this.
+const helmModule = "helm.sh/helm/v4/cmd/helm@v4.3.2"
+
+// chartDir is the chart, relative to the module root.
+const chartDir = "packaging/helm/fluksio-worker"
+
+// TestHelmChart lints and renders the chart with each values file in its
+// ci/ directory (the minimum a user sets; every optional part on; a Job; a
+// KEDA ScaledJob), decodes every manifest strictly into the Kubernetes API
+// types (an unknown or misplaced field fails), and checks what matters: the
+// token is only ever a file from a Secret, the init container puts the
+// binary where the main container runs it, the probe asks the port the
+// worker listens on, and the pod may take as long to stop as the worker's
+// stop ladder needs.
+func TestHelmChart(t *testing.T) {
+	helm := installHelm(t)
+	chart := filepath.Join(moduleRoot(t), chartDir)
+	files, err := filepath.Glob(filepath.Join(chart, "ci", "*-values.yaml"))
+	if err != nil || len(files) < 4 {
+		t.Fatalf("want the ci/*-values.yaml files (minimal, everything, job, scaledjob), have %v %v", files, err)
+	}
+	for _, values := range files {
+		name := strings.TrimSuffix(filepath.Base(values), "-values.yaml")
+		t.Run(name, func(t *testing.T) {
+			runTool(t, chart, nil, helm, "lint", "--strict", ".", "-f", values)
+			rendered := runTool(t, chart, nil, helm, "template", "rel", ".", "-f", values)
+			vals := readValues(t, chart, values)
+			objs := decodeStrict(t, rendered)
+			checkChart(t, name, vals, rendered, objs)
+		})
+	}
+}
+
+// TestHelmChartRefuses: the chart fails, with a message naming the value,
+// rather than render a pod that cannot start.
+func TestHelmChartRefuses(t *testing.T) {
+	helm := installHelm(t)
+	chart := filepath.Join(moduleRoot(t), chartDir)
+	minimal := filepath.Join(chart, "ci", "minimal-values.yaml")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "image.repository is required"},
+		{[]string{"-f", minimal, "--set", "image.repository="}, "image.repository is required"},
+		{[]string{"-f", minimal, "--set", "engine.url="}, "engine.url is required"},
+		{[]string{"-f", minimal, "--set", "token.existingSecret="}, "a worker token is required"},
+		{[]string{"-f", minimal, "--set", "token.value=x"}, "not both"},
+		{[]string{"-f", minimal, "--set", "mode=daemonset"}, "mode must be deployment, job or scaledJob"},
+		{[]string{"-f", minimal, "--set", "mode=scaledJob"}, "keda.triggers is required"},
+		{[]string{"-f", minimal, "--set", "drain.enabled=true", "--set", "drain.method=sigquit"}, "drain.method must be preStop or stopSignal"},
+		{[]string{"-f", minimal, "--set", "drain.enabled=true", "--set", "terminationGracePeriodSeconds=60"}, "shorter than the drain"},
+	} {
+		cmd := exec.Command(helm, append([]string{"template", "rel", "."}, c.args...)...)
+		cmd.Dir = chart
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), c.want) {
+			t.Errorf("helm template %v: %v, want an error saying %q; got\n%s", c.args, err, c.want, out)
+		}
+	}
+}
+
+// chartValues is what the checks read from a values file, over the
+// chart's defaults.
+type chartValues struct {
+	Image       struct{ Repository, Tag string }
+	WorkerImage struct{ Repository, Tag string } `json:"workerImage"`
+	Mode        string
+	Token       struct {
+		ExistingSecret string `json:"existingSecret"`
+		Key            string
+		Value          string
+	}
+	Gpus  int
+	Drain struct {
+		Enabled        bool
+		Method         string
+		TimeoutSeconds int `json:"timeoutSeconds"`
+	}
+	CancelGraceSeconds int `json:"cancelGraceSeconds"`
+	Metrics            struct {
+		Port           int
+		ServiceMonitor struct{ Enabled bool } `json:"serviceMonitor"`
+	}
+}
+
+func readValues(t *testing.T, chart, file string) chartValues {
+	t.Helper()
+	var v chartValues
+	for _, f := range []string{filepath.Join(chart, "values.yaml"), file} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal(b, &v); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+	}
+	return v
+}
+
+// rendered holds the decoded manifests by kind.
+type rendered struct {
+	deployments    []appsv1.Deployment
+	jobs           []batchv1.Job
+	secrets        []corev1.Secret
+	services       []corev1.Service
+	serviceMonitor []serviceMonitor
+	scaledJobs     []scaledJob
+}
+
+// serviceMonitor is the part of prometheus-operator's ServiceMonitor the
+// chart writes; anything else in it fails the strict decode.
+type serviceMonitor struct {
+	metav1.TypeMeta `json:",inline"`
+	Metadata        metav1.ObjectMeta `json:"metadata"`
+	Spec            struct {
+		Selector  metav1.LabelSelector `json:"selector"`
+		Endpoints []struct {
+			Port     string `json:"port"`
+			Path     string `json:"path"`
+			Interval string `json:"interval"`
+		} `json:"endpoints"`
+	} `json:"spec"`
+}
+
+// scaledJob is the part of KEDA's ScaledJob (keda.sh/v1alpha1) the chart
+// writes; its jobTargetRef is a batch/v1 JobSpec.
+type scaledJob struct {
+	metav1.TypeMeta `json:",inline"`
+	Metadata        metav1.ObjectMeta `json:"metadata"`
+	Spec            struct {
+		PollingInterval            *int32          `json:"pollingInterval"`
+		MaxReplicaCount            *int32          `json:"maxReplicaCount"`
+		SuccessfulJobsHistoryLimit *int32          `json:"successfulJobsHistoryLimit"`
+		FailedJobsHistoryLimit     *int32          `json:"failedJobsHistoryLimit"`
+		JobTargetRef               batchv1.JobSpec `json:"jobTargetRef"`
+		Triggers                   []struct {
+			Type     string            `json:"type"`
+			Name     string            `json:"name,omitempty"`
+			Metadata map[string]string `json:"metadata"`
+		} `json:"triggers"`
+	} `json:"spec"`
+}
+
+// decodeStrict splits helm's output into documents and decodes each into its
+// API type, refusing unknown fields.
+func decodeStrict(t *testing.T, text string) rendered {
+	t.Helper()
+	var r rendered
+	for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(text, -1) {
+		if strings.TrimSpace(regexp.MustCompile(`(?m)^#.*$`).ReplaceAllString(doc, "")) == "" {
+			continue
+		}
+		js, err := yaml.YAMLToJSON([]byte(doc))
+		if err != nil {
+			t.Fatalf("not YAML: %v\n%s", err, doc)
+		}
+		var tm metav1.TypeMeta
+		if err := json.Unmarshal(js, &tm); err != nil {
+			t.Fatal(err)
+		}
+		var into any
+		switch tm.APIVersion + " " + tm.Kind {
+		case "apps/v1 Deployment":
+			r.deployments = append(r.deployments, appsv1.Deployment{})
+			into = &r.deployments[len(r.deployments)-1]
+		case "batch/v1 Job":
+			r.jobs = append(r.jobs, batchv1.Job{})
+			into = &r.jobs[len(r.jobs)-1]
+		case "v1 Secret":
+			r.secrets = append(r.secrets, corev1.Secret{})
+			into = &r.secrets[len(r.secrets)-1]
+		case "v1 Service":
+			r.services = append(r.services, corev1.Service{})
+			into = &r.services[len(r.services)-1]
+		case "monitoring.coreos.com/v1 ServiceMonitor":
+			r.serviceMonitor = append(r.serviceMonitor, serviceMonitor{})
+			into = &r.serviceMonitor[len(r.serviceMonitor)-1]
+		case "keda.sh/v1alpha1 ScaledJob":
+			r.scaledJobs = append(r.scaledJobs, scaledJob{})
+			into = &r.scaledJobs[len(r.scaledJobs)-1]
+		default:
+			t.Fatalf("the chart renders a %s %s the test does not know\n%s", tm.APIVersion, tm.Kind, doc)
+		}
+		dec := json.NewDecoder(bytes.NewReader(js))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(into); err != nil {
+			t.Fatalf("%s does not decode strictly: %v\n%s", tm.Kind, err, doc)
+		}
+	}
+	return r
+}
+
+func checkChart(t *testing.T, name string, v chartValues, text string, r rendered) {
+	// The one pod template of the mode.
+	var pod corev1.PodTemplateSpec
+	var podLabels map[string]string
+	switch v.Mode {
+	case "deployment":
+		if len(r.deployments) != 1 || len(r.jobs)+len(r.scaledJobs) != 0 {
+			t.Fatalf("mode deployment rendered %d Deployments, %d Jobs, %d ScaledJobs", len(r.deployments), len(r.jobs), len(r.scaledJobs))
+		}
+		d := r.deployments[0]
+		pod = d.Spec.Template
+		if d.Spec.Selector == nil || !selects(d.Spec.Selector.MatchLabels, pod.Labels) {
+			t.Errorf("the Deployment's selector %v does not select its pods %v", d.Spec.Selector, pod.Labels)
+		}
+	case "job":
+		if len(r.jobs) != 1 || len(r.deployments)+len(r.scaledJobs) != 0 {
+			t.Fatalf("mode job rendered %d Jobs, %d Deployments, %d ScaledJobs", len(r.jobs), len(r.deployments), len(r.scaledJobs))
+		}
+		pod = r.jobs[0].Spec.Template
+	case "scaledJob":
+		if len(r.scaledJobs) != 1 || len(r.deployments)+len(r.jobs) != 0 {
+			t.Fatalf("mode scaledJob rendered %d ScaledJobs, %d Deployments, %d Jobs", len(r.scaledJobs), len(r.deployments), len(r.jobs))
+		}
+		pod = r.scaledJobs[0].Spec.JobTargetRef.Template
+		if len(r.scaledJobs[0].Spec.Triggers) == 0 {
+			t.Error("the ScaledJob has no triggers")
+		}
+	default:
+		t.Fatalf("values mode %q", v.Mode)
+	}
+	podLabels = pod.Labels
+	spec := pod.Spec
+	if len(spec.Containers) != 1 || len(spec.InitContainers) != 1 {
+		t.Fatalf("want one init container and one container, have %d and %d", len(spec.InitContainers), len(spec.Containers))
+	}
+	initC, main := spec.InitContainers[0], spec.Containers[0]
+	volumes := map[string]corev1.Volume{}
+	for _, vol := range spec.Volumes {
+		volumes[vol.Name] = vol
+	}
+	args := append(slices.Clone(main.Command), main.Args...)
+	flag := func(name string) (string, bool) {
+		i := slices.Index(args, "--"+name)
+		if i < 0 || i+1 >= len(args) {
+			return "", false
+		}
+		return args[i+1], true
+	}
+
+	// Images: the user's runs, the worker's only copies.
+	if !strings.HasPrefix(main.Image, v.Image.Repository+":") {
+		t.Errorf("main container image %q, want %s", main.Image, v.Image.Repository)
+	}
+	if !strings.HasPrefix(initC.Image, v.WorkerImage.Repository+":") || strings.HasSuffix(initC.Image, ":") {
+		t.Errorf("init container image %q, want %s:TAG", initC.Image, v.WorkerImage.Repository)
+	}
+
+	// The binary: the init container copies it into an emptyDir the main
+	// container mounts, and the main container runs it from there with `run`.
+	if len(initC.Command) != 3 || initC.Command[0] != "/fluksio-worker" || initC.Command[1] != "copy" {
+		t.Fatalf("init container command %v, want [/fluksio-worker copy DIR]", initC.Command)
+	}
+	copyDir := initC.Command[2]
+	binVol := mountedAt(initC, copyDir)
+	if binVol == "" || volumes[binVol].EmptyDir == nil {
+		t.Fatalf("the init container copies to %s, which is not an emptyDir it mounts (%v)", copyDir, initC.VolumeMounts)
+	}
+	var mainBinDir string
+	for _, m := range main.VolumeMounts {
+		if m.Name == binVol {
+			mainBinDir = m.MountPath
+		}
+	}
+	if mainBinDir == "" {
+		t.Fatalf("the main container does not mount the binary's volume %s", binVol)
+	}
+	if len(main.Command) == 0 || main.Command[0] != path.Join(mainBinDir, "fluksio-worker") || len(main.Args) == 0 || main.Args[0] != "run" {
+		t.Errorf("main container runs %v %v, want %s run …", main.Command, main.Args, path.Join(mainBinDir, "fluksio-worker"))
+	}
+
+	// The token: a file from a Secret, nowhere else.
+	if _, ok := flag("token"); ok {
+		t.Error("the worker is given --token: the token would be in the process list")
+	}
+	tokenFile, ok := flag("token-file")
+	if !ok {
+		t.Fatalf("no --token-file in %v", args)
+	}
+	tokenVol := mountedAt(main, path.Dir(tokenFile))
+	sec := volumes[tokenVol].Secret
+	if tokenVol == "" || sec == nil {
+		t.Fatalf("--token-file %s is not in a Secret volume (mounts %v)", tokenFile, main.VolumeMounts)
+	}
+	wantSecret := v.Token.ExistingSecret
+	if wantSecret == "" {
+		wantSecret = "rel-fluksio-worker-token"
+	}
+	if sec.SecretName != wantSecret || len(sec.Items) != 1 || sec.Items[0].Key != v.Token.Key || sec.Items[0].Path != path.Base(tokenFile) {
+		t.Errorf("token volume %+v, want Secret %s key %s as %s", sec, wantSecret, v.Token.Key, path.Base(tokenFile))
+	}
+	if sec.DefaultMode == nil || *sec.DefaultMode&0o007 != 0 {
+		t.Errorf("the token file's mode %v is world-readable", sec.DefaultMode)
+	}
+	for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+				t.Errorf("%s: env %s comes from a Secret; the token is only a file", c.Name, e.Name)
+			}
+			if strings.Contains(strings.ToUpper(e.Name), "TOKEN") {
+				t.Errorf("%s: env %s looks like a token", c.Name, e.Name)
+			}
+		}
+		for _, ef := range c.EnvFrom {
+			if ef.SecretRef != nil {
+				t.Errorf("%s: envFrom a Secret", c.Name)
+			}
+		}
+		if c.Name != main.Name && mountedAt(c, path.Dir(tokenFile)) != "" {
+			t.Errorf("%s mounts the token too", c.Name)
+		}
+	}
+	if v.Token.Value != "" {
+		if strings.Count(text, v.Token.Value) != 0 {
+			t.Errorf("the token %q appears in the rendered manifests in clear", v.Token.Value)
+		}
+		if len(r.secrets) != 1 || r.secrets[0].Name != wantSecret || string(r.secrets[0].Data[v.Token.Key]) != v.Token.Value {
+			t.Errorf("token.value: want one Secret %s holding it under %s, have %+v", wantSecret, v.Token.Key, r.secrets)
+		}
+	} else if len(r.secrets) != 0 {
+		t.Errorf("token.existingSecret: the chart should create no Secret, creates %d", len(r.secrets))
+	}
+
+	// Health and metrics: the probe and the port are the worker's --listen.
+	listen, ok := flag("listen")
+	if !ok {
+		t.Fatalf("no --listen in %v", args)
+	}
+	host, portText, _ := strings.Cut(listen, ":")
+	port, _ := strconv.Atoi(portText)
+	if host != "0.0.0.0" || port != v.Metrics.Port {
+		t.Errorf("--listen %s, want 0.0.0.0:%d (reachable by the kubelet's probe and Prometheus)", listen, v.Metrics.Port)
+	}
+	probe := main.LivenessProbe
+	if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Path != "/healthz" {
+		t.Fatalf("liveness probe %+v, want an HTTP GET of /healthz", probe)
+	}
+	if got := containerPort(t, main, probe.HTTPGet.Port.String()); got != port {
+		t.Errorf("the liveness probe asks port %d, the worker listens on %d", got, port)
+	}
+	if pod.Annotations["prometheus.io/port"] != strconv.Itoa(port) || pod.Annotations["prometheus.io/scrape"] != "true" {
+		t.Errorf("pod annotations %v do not point Prometheus at %d", pod.Annotations, port)
+	}
+	if v.Metrics.ServiceMonitor.Enabled {
+		if len(r.serviceMonitor) != 1 || len(r.services) != 1 {
+			t.Fatalf("serviceMonitor: %d ServiceMonitors, %d Services", len(r.serviceMonitor), len(r.services))
+		}
+		svc, sm := r.services[0], r.serviceMonitor[0]
+		if !selects(svc.Spec.Selector, podLabels) {
+			t.Errorf("the metrics Service selects %v, the pods are %v", svc.Spec.Selector, podLabels)
+		}
+		if !selects(sm.Spec.Selector.MatchLabels, svc.Labels) {
+			t.Errorf("the ServiceMonitor selects %v, the Service is %v", sm.Spec.Selector.MatchLabels, svc.Labels)
+		}
+		if len(svc.Spec.Ports) != 1 || len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != svc.Spec.Ports[0].Name ||
+			containerPort(t, main, svc.Spec.Ports[0].TargetPort.String()) != port || sm.Spec.Endpoints[0].Path != "/metrics" {
+			t.Errorf("the ServiceMonitor/Service do not reach /metrics on %d: %+v %+v", port, svc.Spec.Ports, sm.Spec.Endpoints)
+		}
+	} else if len(r.serviceMonitor)+len(r.services) != 0 {
+		t.Errorf("no serviceMonitor asked for, %d rendered", len(r.serviceMonitor))
+	}
+
+	// Stopping: the grace period covers the drain, then the cancel grace.
+	cg, ok := flag("cancel-grace")
+	if !ok {
+		cg = "3s"
+	}
+	cancelGrace, err := time.ParseDuration(cg)
+	if err != nil {
+		t.Fatalf("--cancel-grace %q: %v", cg, err)
+	}
+	if cancelGrace != time.Duration(v.CancelGraceSeconds)*time.Second {
+		t.Errorf("--cancel-grace %s, values say %ds", cg, v.CancelGraceSeconds)
+	}
+	var drain time.Duration
+	if v.Drain.Enabled {
+		drain = time.Duration(v.Drain.TimeoutSeconds) * time.Second
+		lc := main.Lifecycle
+		switch v.Drain.Method {
+		case "preStop":
+			if lc == nil || lc.PreStop == nil || lc.PreStop.Exec == nil || !strings.Contains(strings.Join(lc.PreStop.Exec.Command, " "), "kill -QUIT 1") {
+				t.Errorf("drain.enabled: want a preStop hook sending SIGQUIT to the worker, have %+v", lc)
+			}
+		case "stopSignal":
+			if lc == nil || lc.StopSignal == nil || *lc.StopSignal != corev1.SIGQUIT || lc.PreStop != nil {
+				t.Errorf("drain.method stopSignal: want lifecycle.stopSignal SIGQUIT alone, have %+v", lc)
+			}
+			if spec.OS == nil || spec.OS.Name != corev1.Linux {
+				t.Errorf("a stop signal needs spec.os.name, have %+v", spec.OS)
+			}
+		default:
+			t.Errorf("drain.method %q", v.Drain.Method)
+		}
+	} else if main.Lifecycle != nil {
+		t.Errorf("no drain asked for, but %+v", main.Lifecycle)
+	}
+	grace := spec.TerminationGracePeriodSeconds
+	if grace == nil || time.Duration(*grace)*time.Second < drain+cancelGrace {
+		t.Errorf("terminationGracePeriodSeconds %v < drain %v + cancel grace %v", grace, drain, cancelGrace)
+	}
+
+	// GPUs: the limit and what the worker advertises agree.
+	if got, _ := flag("gpus"); got != strconv.Itoa(v.Gpus) {
+		t.Errorf("--gpus %q, want %d", got, v.Gpus)
+	}
+	q, has := main.Resources.Limits["nvidia.com/gpu"]
+	if v.Gpus > 0 && (!has || !q.Equal(*resource.NewQuantity(int64(v.Gpus), resource.DecimalSI))) {
+		t.Errorf("nvidia.com/gpu limit %v, want %d", main.Resources.Limits, v.Gpus)
+	}
+	if v.Gpus == 0 && has {
+		t.Errorf("gpus 0 but a GPU limit %v", q)
+	}
+
+	// State on an emptyDir; non-root; a read-only root.
+	stateDir, _ := flag("state-dir")
+	if vol := mountedAt(main, stateDir); stateDir == "" || vol == "" || volumes[vol].EmptyDir == nil {
+		t.Errorf("--state-dir %q is not on an emptyDir", stateDir)
+	}
+	if vol := mountedAt(main, "/tmp"); vol == "" || volumes[vol].EmptyDir == nil {
+		t.Error("/tmp is not a writable emptyDir (the root filesystem is read-only)")
+	}
+	psc := spec.SecurityContext
+	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser == 0 {
+		t.Errorf("the pod does not run as non-root: %+v", psc)
+	}
+	for _, c := range []corev1.Container{initC, main} {
+		sc := c.SecurityContext
+		if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+			sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			t.Errorf("%s: securityContext %+v, want a read-only root and no privilege escalation", c.Name, sc)
+		}
+	}
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Error("the pod mounts a service account token; the worker needs no API access")
+	}
+
+	// One-shot workers are bounded and not restarted in place.
+	if v.Mode != "deployment" {
+		if _, ok := flag("max-calls"); !ok {
+			if _, ok := flag("max-idle"); !ok {
+				t.Errorf("mode %s: neither --max-calls nor --max-idle in %v", v.Mode, args)
+			}
+		}
+		if spec.RestartPolicy != corev1.RestartPolicyNever {
+			t.Errorf("mode %s: restartPolicy %q, want Never", v.Mode, spec.RestartPolicy)
+		}
+	} else if _, ok := flag("max-calls"); ok {
+		t.Error("a Deployment's workers must not exit after --max-calls (they would be restarted)")
+	}
+	t.Logf("%s: %s, grace %ds, --listen %s, token %s", name, v.Mode, *grace, listen, tokenFile)
+}
+
+// mountedAt is the volume c mounts at dir, or "".
+func mountedAt(c corev1.Container, dir string) string {
+	for _, m := range c.VolumeMounts {
+		if path.Clean(m.MountPath) == path.Clean(dir) {
+			return m.Name
+		}
+	}
+	return ""
+}
+
+// containerPort resolves a port name or number against c's ports.
+func containerPort(t *testing.T, c corev1.Container, port string) int {
+	t.Helper()
+	for _, p := range c.Ports {
+		if p.Name == port || strconv.Itoa(int(p.ContainerPort)) == port {
+			return int(p.ContainerPort)
+		}
+	}
+	t.Errorf("%s declares no port %q (%v)", c.Name, port, c.Ports)
+	return -1
+}
+
+func selects(selector, labels map[string]string) bool {
+	if len(selector) == 0 {
+		return false
+	}
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// installHelm finds the pinned Helm: on PATH if that one is the right
+// version (CI installs it), else installed into a cache directory once.
+func installHelm(t *testing.T) string {
+	t.Helper()
+	version := helmModule[strings.LastIndex(helmModule, "@")+1:]
+	// A `go install`ed helm reports only "v4.3" itself; its build info
+	// has the module's version.
+	if exe, err := exec.LookPath("helm"); err == nil {
+		out, _ := exec.Command("go", "version", "-m", exe).Output()
+		if regexp.MustCompile(`(?m)^\s+mod\s+helm\.sh/helm/v4\s+` + regexp.QuoteMeta(version) + `\s`).Match(out) {
+			return exe
+		}
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	bin := filepath.Join(cache, "fluksio-worker-test", "helm-"+version)
+	exe := filepath.Join(bin, "helm")
+	if _, err := os.Stat(exe); err == nil {
+		return exe
+	}
+	if testing.Short() && os.Getenv("CI") == "" {
+		t.Skipf("helm %s is not installed (go install %s); skipped with -short", version, helmModule)
+	}
+	start := time.Now()
+	cmd := exec.Command("go", "install", helmModule)
+	cmd.Env = append(os.Environ(), "GOBIN="+bin, "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("go install %s: %v\n%s", helmModule, err, out)
+		}
+		t.Skipf("cannot install %s (offline?): %v\n%s", helmModule, err, out)
+	}
+	t.Logf("installed helm %s in %v", version, time.Since(start).Round(time.Second))
+	return exe
+}
+
+// TestHelmChartPodRuns runs the rendered pod spec without a kubelet: each
+// volume is a directory (the Secret's a file holding the token, with the
+// Secret volume's mode), the init container's command copies the worker
+// binary into the binary's emptyDir, and the main container's command and
+// arguments, paths mapped onto those directories, attach to a test engine
+// and run a call; the liveness probe's URL answers 200. The Deployment is
+// then stopped the way the kubelet does with the drain on (its preStop hook,
+// pointed at the worker's pid instead of 1) while a call runs: the call
+// finishes and the worker exits 0 within the grace period. The Job's worker
+// (--max-calls 1) exits 0 after its one call. What is not run: images,
+// namespaces, users, the read-only root (no kubelet or container runtime
+// here; kind and k3s need Docker).
+func TestHelmChartPodRuns(t *testing.T) {
+	helm := installHelm(t)
+	help, _ := exec.Command(workerBin, "run", "--help").CombinedOutput()
+	for _, f := range []string{"--listen", "--max-calls"} {
+		if !strings.Contains(string(help), f+" ") {
+			t.Skipf("this worker has no %s yet (the monitoring issue adds it); the chart's pod needs it", f)
+		}
+	}
+	chart := filepath.Join(moduleRoot(t), chartDir)
+	minimal := filepath.Join(chart, "ci", "minimal-values.yaml")
+	for _, mode := range []string{"deployment", "job"} {
+		t.Run(mode, func(t *testing.T) {
+			eng := startEngine(t, engine.Options{})
+			port := freePort(t)
+			out := runTool(t, chart, nil, helm, "template", "rel", ".", "-f", minimal,
+				"--set", "mode="+mode, "--set", "engine.url="+eng.AttachURL(),
+				"--set", "python="+fakeRunner, "--set", "metrics.port="+strconv.Itoa(port),
+				"--set", "drain.enabled=true", "--set", "drain.timeoutSeconds=60",
+				"--set", "oneShot.maxCalls=1", "--set-json", `extraArgs=["--runtime","embedded"]`)
+			r := decodeStrict(t, out)
+			var spec corev1.PodSpec
+			if mode == "job" {
+				spec = r.jobs[0].Spec.Template.Spec
+			} else {
+				spec = r.deployments[0].Spec.Template.Spec
+			}
+			dirs := map[string]string{}
+			for _, vol := range spec.Volumes {
+				dir := filepath.Join(t.TempDir(), vol.Name)
+				if err := os.MkdirAll(dir, 0o777); err != nil {
+					t.Fatal(err)
+				}
+				if s := vol.Secret; s != nil {
+					for _, it := range s.Items {
+						if err := os.WriteFile(filepath.Join(dir, it.Path), []byte(testToken+"\n"), os.FileMode(*s.DefaultMode)); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				dirs[vol.Name] = dir
+			}
+			mapper := func(c corev1.Container) func(string) string {
+				return func(p string) string {
+					if p == fakeRunner {
+						return p // the image's Python: here, on the host
+					}
+					for _, m := range c.VolumeMounts {
+						if p == m.MountPath || strings.HasPrefix(p, m.MountPath+"/") {
+							return dirs[m.Name] + strings.TrimPrefix(p, m.MountPath)
+						}
+					}
+					return p
+				}
+			}
+
+			// The init container; the image's /fluksio-worker is the binary
+			// under test.
+			initC := spec.InitContainers[0]
+			initArgs := mapAll(initC.Command[1:], mapper(initC))
+			if out, err := exec.Command(workerBin, initArgs...).CombinedOutput(); err != nil {
+				t.Fatalf("init container %v: %v\n%s", initC.Command, err, out)
+			}
+
+			main := spec.Containers[0]
+			m := mapper(main)
+			cmd := mapAll(append(slices.Clone(main.Command), main.Args...), m)
+			var env []string
+			for _, e := range main.Env {
+				env = append(env, e.Name+"="+e.Value)
+			}
+			w := startProgram(t, cmd[0], env, cmd[1:]...)
+			wk := attach(t, eng)
+
+			probe := main.LivenessProbe.HTTPGet
+			url := fmt.Sprintf("http://127.0.0.1:%d%s", containerPort(t, main, probe.Port.String()), probe.Path)
+			eventually(t, 10*time.Second, "the liveness probe answers 200", func() bool {
+				resp, err := http.Get(url)
+				if err != nil {
+					return false
+				}
+				resp.Body.Close()
+				return resp.StatusCode == http.StatusOK
+			})
+
+			grace := time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second
+			if mode == "job" {
+				answer, _ := wait(t, run(t, wk, "j1", step{"sleep_ms": 200}))
+				if !answer.OK {
+					t.Fatal(string(answer.Raw))
+				}
+				if code := w.wait(30 * time.Second); code != 0 {
+					t.Fatalf("the one-shot worker exited %d after its call, want 0", code)
+				}
+				return
+			}
+			// A call is running when the pod is deleted: the preStop hook
+			// drains, the call finishes, the worker exits 0.
+			call := run(t, wk, "d1", step{"sleep_ms": 3000})
+			time.Sleep(500 * time.Millisecond)
+			hook := strings.Join(main.Lifecycle.PreStop.Exec.Command, "\x00")
+			pid := strconv.Itoa(w.cmd.Process.Pid)
+			hook = strings.NewReplacer("kill -QUIT 1", "kill -QUIT "+pid, "kill -0 1", "kill -0 "+pid).Replace(hook)
+			argv := strings.Split(hook, "\x00")
+			preStop := exec.Command(argv[0], argv[1:]...)
+			start := time.Now()
+			if err := preStop.Start(); err != nil {
+				t.Fatal(err)
+			}
+			answer, _ := wait(t, call)
+			if !answer.OK {
+				t.Errorf("the call running at the drain: %s", answer.Raw)
+			}
+			if code := w.wait(grace); code != 0 {
+				t.Errorf("drained worker exited %d, want 0", code)
+			}
+			if err := preStop.Wait(); err != nil {
+				t.Errorf("the preStop hook: %v", err)
+			}
+			t.Logf("drained in %v (grace %v)", time.Since(start).Round(time.Millisecond), grace)
+		})
+	}
+}
+
+func mapAll(args []string, m func(string) string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = m(a)
+	}
+	return out
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
