@@ -50,6 +50,7 @@ type Engine struct {
 	conns     map[*Worker]struct{}
 	artifacts map[string][]byte
 	hellos    []Hello
+	attempts  *attempts // every attach request; see record.go
 }
 
 // Start listens and serves until Close.
@@ -160,6 +161,7 @@ func bearer(r *http.Request) string {
 var upgrader = websocket.Upgrader{ReadBufferSize: 64 << 10, WriteBufferSize: 64 << 10}
 
 func (e *Engine) attach(w http.ResponseWriter, r *http.Request) {
+	e.record().add(r)
 	if !e.tokenOK(r.URL.Query().Get("token")) {
 		http.Error(w, "invalid worker token", http.StatusUnauthorized)
 		return

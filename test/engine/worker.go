@@ -89,6 +89,8 @@ type Worker struct {
 	mu    sync.Mutex
 	calls map[string]*Call
 	other chan Message // frames for no known call, and frames that are not JSON
+
+	control *control // pings and the close frame received; see record.go
 }
 
 func newWorker(ws *websocket.Conn, hello Hello) *Worker {
@@ -107,6 +109,7 @@ func newWorker(ws *websocket.Conn, hello Hello) *Worker {
 		defer w.writeMu.Unlock()
 		return ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(10*time.Second))
 	})
+	w.watchControl()
 	go w.readLoop()
 	return w
 }
