@@ -152,7 +152,8 @@ func TestHeartbeatsWhileACallRuns(t *testing.T) {
 	startWorker(t, eng, nil)
 	wk := attach(t, eng)
 	start := time.Now()
-	c := run(t, wk, "slow", step{"sleep_ms": 10500})
+	// 13 s: one heartbeat (at 10 s), with seconds of margin either side.
+	c := run(t, wk, "slow", step{"sleep_ms": 13000})
 	answer, events := wait(t, c)
 	if !answer.OK {
 		t.Fatalf("answer = %s", answer.Raw)
