@@ -204,7 +204,10 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 	c := run(t, wk, "s1", step{"ignore_term": true}, step{"announce": true}, step{"sleep_ms": 60000})
 	runner := runnerPID(t, c)
 	w.signal(syscall.SIGINT)
-	time.Sleep(300 * time.Millisecond)
+	// The second signal must come after the first was taken as a stop.
+	eventually(t, 10*time.Second, "the worker to say it is stopping", func() bool {
+		return strings.Contains(w.logs.String(), "stopping")
+	})
 	start := time.Now()
 	w.signal(syscall.SIGINT)
 	if code := w.wait(10 * time.Second); code != 0 {
@@ -240,7 +243,10 @@ func TestSIGQUITDrains(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.signal(syscall.SIGQUIT)
-	time.Sleep(300 * time.Millisecond)
+	// The late call must come after the drain began.
+	eventually(t, 10*time.Second, "the worker to say it is draining", func() bool {
+		return strings.Contains(w.logs.String(), "draining: running calls finish")
+	})
 	late := run(t, wk, "d2")
 	answer, _ := wait(t, late)
 	if answer.Error == nil || answer.Error.Type != "NodeCancelled" || answer.Error.Message != "the worker is draining" {
@@ -319,6 +325,11 @@ func TestDeadPeerIsNoticed(t *testing.T) {
 	took := time.Since(start)
 	if took < 20*time.Second {
 		t.Errorf("reattached after %s: the peer was dropped before it missed a pong", took)
+	}
+	// The promise is 40 s (a ping at 20 s, 20 s for its pong); the
+	// margin covers the reconnection's backoff and a loaded machine.
+	if took > 50*time.Second {
+		t.Errorf("reattached after %s: a dead peer must be noticed within 40 s", took)
 	}
 	if !strings.Contains(w.logs.String(), "connection lost") {
 		t.Errorf("the log does not say the connection was lost")

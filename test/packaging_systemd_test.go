@@ -42,6 +42,7 @@ func debUnderSystemd(t *testing.T, v1, v2 release) {
 	eng := startEngine(t, engine.Options{Tokens: []string{token}})
 
 	sh := machineShell(ctx, t, m)
+	addGPUGroups(ctx, t, m)
 	debIn := func(r release) string {
 		t.Helper()
 		deb := r.pkg(t, "deb", runtime.GOARCH)
@@ -62,12 +63,7 @@ func debUnderSystemd(t *testing.T, v1, v2 release) {
 	if f := strings.Split(passwd, ":"); len(f) != 7 || f[5] != "/var/lib/fluksio-worker" || !strings.HasSuffix(f[6], "nologin") {
 		t.Errorf("system user: %q; want home /var/lib/fluksio-worker and no login shell", passwd)
 	}
-	groups := strings.Fields(sh("id -nG fluksio-worker"))
-	for _, g := range []string{"video", "render"} {
-		if _, err := m.Exec(ctx, "getent group "+g); err == nil && !slices.Contains(groups, g) {
-			t.Errorf("the system user is not in %s (it has %v); GPUs would be out of reach", g, groups)
-		}
-	}
+	checkGPUGroups(ctx, t, m, "fluksio-worker")
 	if _, err := os.Stat(m.Path("/var/lib/fluksio-worker/.bashrc")); err == nil {
 		t.Error("the system user got skeleton files")
 	}

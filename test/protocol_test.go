@@ -152,7 +152,8 @@ func TestHeartbeatsWhileACallRuns(t *testing.T) {
 	startWorker(t, eng, nil)
 	wk := attach(t, eng)
 	start := time.Now()
-	c := run(t, wk, "slow", step{"sleep_ms": 10500})
+	// 13 s: one heartbeat (at 10 s), with seconds of margin either side.
+	c := run(t, wk, "slow", step{"sleep_ms": 13000})
 	answer, events := wait(t, c)
 	if !answer.OK {
 		t.Fatalf("answer = %s", answer.Raw)
@@ -264,8 +265,8 @@ func TestDuplicateCallIDLeavesTheFirstAlone(t *testing.T) {
 	eng := startEngine(t, engine.Options{})
 	startWorker(t, eng, nil)
 	wk := attach(t, eng)
-	first := run(t, wk, "dup", step{"sleep_ms": 800}, step{"events": 1})
-	time.Sleep(200 * time.Millisecond)
+	first := run(t, wk, "dup", step{"announce": true}, step{"sleep_ms": 800}, step{"events": 1})
+	runnerPID(t, first) // the first call is running
 	if err := wk.Send(map[string]any{"op": "run", "call_id": "dup", "steps": []step{}}); err != nil {
 		t.Fatal(err)
 	}

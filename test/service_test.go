@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -86,6 +87,8 @@ func TestServiceUnderSystemd(t *testing.T) {
 	engineURL := "http://" + eng.Addr()
 	install := fmt.Sprintf("printf '%%s\\n' %s | fluksio-worker install --url %s --token - --labels e2e,gpu --name e2e-box", serviceToken, engineURL)
 
+	addGPUGroups(ctx, t, m)
+
 	// Without root it says what to do, and changes nothing.
 	out, code := sh(strings.Replace(install, "| fluksio-worker", "| runuser -u nobody -- fluksio-worker", 1))
 	if code != 1 || !strings.Contains(out, "run it with sudo") {
@@ -122,12 +125,7 @@ func TestServiceUnderSystemd(t *testing.T) {
 			t.Errorf("the config lacks %s:\n%s", want, config)
 		}
 	}
-	groups := must("id -nG fluksio-worker")
-	for _, g := range []string{"video", "render"} {
-		if _, err := m.Exec(ctx, "getent group "+g); err == nil && !strings.Contains(groups, g) {
-			t.Errorf("the service account is not in %s: %s", g, groups)
-		}
-	}
+	checkGPUGroups(ctx, t, m, "fluksio-worker")
 
 	// What systemd made of the unit: the GPUs stay reachable (no device
 	// ACL), a refusal is not restarted, stopping leaves calls to the agent.
@@ -141,8 +139,12 @@ func TestServiceUnderSystemd(t *testing.T) {
 		t.Errorf("the unit has a device ACL (%s): GPUs would be unreachable", acl)
 	}
 	security, _ := sh("systemd-analyze security --no-pager fluksio-worker")
-	if match := regexp.MustCompile(`Overall exposure level for fluksio-worker.service: (\S+ \S+)`).FindStringSubmatch(security); match != nil {
-		t.Logf("systemd-analyze security, in the container: %s", match[1])
+	if match := regexp.MustCompile(`Overall exposure level for fluksio-worker.service: ([0-9.]+) \S+`).FindStringSubmatch(security); match == nil {
+		t.Errorf("systemd-analyze security gave no rating:\n%s", security)
+	} else if exposure, _ := strconv.ParseFloat(match[1], 64); exposure > maxServiceExposure {
+		t.Errorf("systemd-analyze security rates the installed unit %s, worse than the README's %.1f", match[0], maxServiceExposure)
+	} else {
+		t.Logf("systemd-analyze security, in the container: %s", match[0])
 	}
 
 	// status: what the worker says about itself, live.
@@ -233,11 +235,9 @@ func TestServiceUnderSystemd(t *testing.T) {
 	if out := must("fluksio-worker install --no-start --parallel 2 --check=false"); !strings.Contains(out, "Not restarted") {
 		t.Errorf("install --no-start:\n%s", out)
 	}
-	select {
-	case <-w.Done():
-		t.Error("install --no-start restarted the worker")
-	case <-time.After(time.Second):
-	}
+	// The same connection still serves calls: install --no-start
+	// restarted nothing (a restart finishes before install returns).
+	runDouble(ctx, t, w, "c4", 8)
 	step("install again (update), --refresh-unit, --no-start")
 
 	// A token the engine refuses fails the install with the engine's
@@ -249,11 +249,7 @@ func TestServiceUnderSystemd(t *testing.T) {
 	if after := must("cat /etc/fluksio-worker/config.toml"); !strings.Contains(after, serviceToken) {
 		t.Errorf("a refused install changed the config:\n%s", after)
 	}
-	select {
-	case <-w.Done():
-		t.Error("a refused install disturbed the running worker")
-	case <-time.After(500 * time.Millisecond):
-	}
+	runDouble(ctx, t, w, "c5", 9) // the running worker is undisturbed
 	step("install with a refused token")
 
 	// The token is in the config and nowhere else: not in any process's
@@ -288,6 +284,35 @@ func TestServiceUnderSystemd(t *testing.T) {
 	}
 	step("stop, start")
 
+	// install --user alice: the service runs as a person's account, whose
+	// home stays writable (ProtectHome=read-only spares it): node code
+	// keeps its caches there.
+	must("useradd --create-home --shell /bin/sh alice")
+	must("fluksio-worker install --user alice --check=false </dev/null")
+	serviceGone(t, w)
+	w = liveWorker(ctx, t, eng)
+	if user := strings.TrimSpace(must("systemctl show -p User --value fluksio-worker")); user != "alice" {
+		t.Errorf("after install --user alice the service runs as %q", user)
+	}
+	cache, err := w.Run(map[string]any{
+		"op": "run", "call_id": "home",
+		"node":     map[string]any{"source": "import os\ndef f():\n    p = os.path.expanduser('~/.cache/node/weights')\n    os.makedirs(os.path.dirname(p), exist_ok=True)\n    with open(p, 'w') as fh:\n        fh.write('kept')\n    return {'path': p}\n", "filename": "f.py"},
+		"function": "f", "inputs": map[string]any{}, "settings": map[string]any{},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
+	answer, _, err = cache.Wait(wctx)
+	wcancel()
+	if err != nil || !answer.OK || !strings.Contains(string(answer.Raw), `"/home/alice/.cache/node/weights"`) {
+		t.Errorf("a node writing its cache in alice's home answered %s (%v)", answer.Raw, err)
+	}
+	if got := strings.TrimSpace(must("stat -c '%U' /home/alice/.cache/node/weights && cat /home/alice/.cache/node/weights")); got != "alice\nkept" {
+		t.Errorf("the node's file in alice's home: %q", got)
+	}
+	step("install --user alice, her home writable")
+
 	// uninstall --purge: stopped, disabled, and nothing left.
 	out = must("fluksio-worker uninstall --purge")
 	serviceGone(t, w)
@@ -309,6 +334,10 @@ func TestServiceUnderSystemd(t *testing.T) {
 	step("uninstall --purge")
 	t.Logf("the whole service test took %v", time.Since(started).Round(time.Second))
 }
+
+// maxServiceExposure is the rating the README gives the installed unit
+// (systemd-analyze security, systemd 252).
+const maxServiceExposure = 2.3
 
 // buildStaticWorker builds the binary the way releases are built (no cgo),
 // so it runs in the container whatever the host's libc.

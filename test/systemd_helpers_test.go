@@ -5,6 +5,7 @@ package test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +60,41 @@ func runDouble(ctx context.Context, t *testing.T, w *engine.Worker, id string, x
 	}
 	if err := answer.Decode(&got); err != nil || !got.OK || got.Outputs.Y == nil || *got.Outputs.Y != 2*x {
 		t.Errorf("call %s answered %s; want ok with outputs {\"y\": %d}", id, answer.Raw, 2*x)
+	}
+}
+
+// gpuGroups own the GPU device nodes (/dev/nvidia*, /dev/dri/*) on Debian,
+// Ubuntu and RHEL.
+var gpuGroups = []string{"video", "render"}
+
+// addGPUGroups creates the GPU groups the test image lacks (a minimal
+// Debian has video but not render, which the GPU drivers' udev rules
+// bring), so that what install does with them can be checked.
+func addGPUGroups(ctx context.Context, t *testing.T, m *nspawn.Machine) {
+	t.Helper()
+	for _, g := range gpuGroups {
+		if out, err := m.Exec(ctx, "getent group "+g+" || groupadd --system "+g); err != nil {
+			t.Fatalf("creating group %s: %v\n%s", g, err, out)
+		}
+	}
+}
+
+// checkGPUGroups checks that account is in the groups that own GPU device
+// nodes. The test machine must have them (addGPUGroups): a check of a
+// group that does not exist would prove nothing.
+func checkGPUGroups(ctx context.Context, t *testing.T, m *nspawn.Machine, account string) {
+	t.Helper()
+	out, err := m.Exec(ctx, "id -nG "+account)
+	if err != nil {
+		t.Fatalf("id -nG %s: %v\n%s", account, err, out)
+	}
+	groups := strings.Fields(out)
+	for _, g := range gpuGroups {
+		if out, err := m.Exec(ctx, "getent group "+g); err != nil {
+			t.Errorf("the test machine has no group %s (%v, %s): the check would prove nothing", g, err, out)
+		} else if !slices.Contains(groups, g) {
+			t.Errorf("%s is not in %s (it is in %v); GPUs would be out of reach", account, g, groups)
+		}
 	}
 }
 

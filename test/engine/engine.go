@@ -71,6 +71,7 @@ type Engine struct {
 	conns     map[*Worker]struct{}
 	artifacts map[string][]byte
 	hellos    []Hello
+	attempts  *attempts // every attach request; see record.go
 }
 
 // Start listens and serves until Close.
@@ -206,6 +207,7 @@ func bearer(r *http.Request) string {
 var upgrader = websocket.Upgrader{ReadBufferSize: 64 << 10, WriteBufferSize: 64 << 10}
 
 func (e *Engine) attach(w http.ResponseWriter, r *http.Request) {
+	e.record().add(r)
 	if e.opts.EchoStatus != 0 {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.WriteHeader(e.opts.EchoStatus)

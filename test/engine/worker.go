@@ -90,6 +90,8 @@ type Worker struct {
 	calls map[string]*Call
 	other chan Message // frames for no known call, and frames that are not JSON
 	tally *Tally       // when set, takes the frames of calls nobody registered
+
+	control *control // pings and the close frame received; see record.go
 }
 
 func newWorker(ws *websocket.Conn, hello Hello) *Worker {
@@ -108,6 +110,7 @@ func newWorker(ws *websocket.Conn, hello Hello) *Worker {
 		defer w.writeMu.Unlock()
 		return ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(10*time.Second))
 	})
+	w.watchControl()
 	go w.readLoop()
 	return w
 }

@@ -5,12 +5,15 @@
 // Started as `fakerunner -c …` it answers the agent's Python version check;
 // as `fakerunner -m pip freeze` it prints a fixed package list.
 //
-// Steps (each an object with one key):
+// Steps (each an object with one key; a step it does not know ends the
+// runner with status 3 and a message on stderr, so a test that misspells
+// one fails instead of passing for the wrong reason):
 //
 //	{"events": N}         N stream events {"call_id","event":"stream","values":{"i":k}}
 //	{"raw": "text"}       a raw stdout line (garbage, or hand-written JSON)
 //	{"raw_hex": "hex"}    a raw stdout line given as hex, for bytes JSON cannot carry
 //	{"stderr": "text"}    a line on stderr
+//	{"stderr_lines": N}   N numbered lines on stderr, as fast as the pipe takes them
 //	{"sleep_ms": N}       sleep
 //	{"grandchild": true}  start a child that holds stdout open and sleeps; its pid is in the answer
 //	{"exit": N}           exit with status N without answering
@@ -88,6 +91,12 @@ func main() {
 				out.Flush()
 			case "stderr":
 				fmt.Fprintln(os.Stderr, v)
+			case "stderr_lines":
+				errw := bufio.NewWriterSize(os.Stderr, 64<<10)
+				for i := 0; i < int(n); i++ {
+					fmt.Fprintf(errw, "node log line %d\n", i)
+				}
+				errw.Flush()
 			case "sleep_ms":
 				time.Sleep(time.Duration(n) * time.Millisecond)
 			case "grandchild":
@@ -133,6 +142,10 @@ func main() {
 			case "no_answer":
 				out.Flush()
 				os.Exit(0)
+			default:
+				out.Flush()
+				fmt.Fprintf(os.Stderr, "fakerunner: unknown step %q\n", key)
+				os.Exit(3)
 			}
 		}
 	}
