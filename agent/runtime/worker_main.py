@@ -497,9 +497,15 @@ class Cancel:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
         except (ValueError, OSError):
             pass
-        for fd in self.wakeup:
+        if self.wakeup:
+            read_fd, write_fd = self.wakeup
             try:
-                os.close(fd)
+                # Should the C handler still write there, it writes nowhere:
+                # the number stays taken, by /dev/null.
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, write_fd)
+                os.close(devnull)
+                os.close(read_fd)
             except OSError:
                 pass
         self.wakeup = ()
@@ -507,6 +513,16 @@ class Cancel:
         self.on_timeout = None
 
     def _handler(self, signum, frame) -> None:
+        if os.getpid() != RUNNER_PID[0]:
+            # A forked child got SIGTERM before forget_in_child could run
+            # (fork hooks block it, so this is for forks that skip them):
+            # what SIGTERM does to a child is end it.
+            try:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGTERM)
+            except (OSError, ValueError):
+                pass
+            os._exit(128 + signal.SIGTERM)
         self.requested = True
         if not self.shield:
             raise NodeCancelled("the call was cancelled")
@@ -531,6 +547,8 @@ class Cancel:
 
 
 CANCEL = Cancel()
+# The runner's pid, set by main(): forked children see another one.
+RUNNER_PID = [os.getpid()]
 
 
 class Shielded:
@@ -1726,6 +1744,35 @@ def reopened(stream):
     return fresh
 
 
+# The signal mask the forking thread had before block_sigterm_for_fork.
+FORK_MASK = threading.local()
+
+
+def block_sigterm_for_fork() -> None:
+    """Holds SIGTERM back across a fork, in the forking thread.
+
+    A pool's terminate() can signal a worker it has only just forked. Until
+    after_fork_in_child has run, that child still has the runner's handler
+    and wakeup pipe: the signal would be written to the pipe the runner
+    watches (a cancel nobody sent) and turned into an exception in the
+    child. Blocked, it stays pending until the child is ready for it.
+    """
+    try:
+        FORK_MASK.old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    except (AttributeError, OSError, ValueError):
+        FORK_MASK.old = None
+
+
+def restore_sigmask_after_fork() -> None:
+    old = getattr(FORK_MASK, "old", None)
+    FORK_MASK.old = None
+    if old is not None:
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        except (OSError, ValueError):
+            pass
+
+
 def after_fork_in_child(channel: Channel) -> None:
     """Runs in every child forked from the runner (a fork pool's workers).
 
@@ -1750,6 +1797,7 @@ def after_fork_in_child(channel: Channel) -> None:
         setattr(sys, name, fresh)
         setattr(sys, "__%s__" % name, fresh)
     STD_STREAMS[:] = [sys.stdout, sys.stderr]
+    restore_sigmask_after_fork()  # a SIGTERM held back now ends the child
 
 
 def main() -> None:
@@ -1788,7 +1836,12 @@ def main() -> None:
         sys.stdout = sys.__stdout__ = line_buffered(sys.stdout)
         sys.stderr = sys.__stderr__ = line_buffered(sys.stderr)
         STD_STREAMS[:] = [sys.stdout, sys.stderr]
-        os.register_at_fork(after_in_child=lambda: after_fork_in_child(channel))
+        RUNNER_PID[0] = os.getpid()
+        os.register_at_fork(
+            before=block_sigterm_for_fork,
+            after_in_parent=restore_sigmask_after_fork,
+            after_in_child=lambda: after_fork_in_child(channel),
+        )
         install_sdk()
         op = request.get("op", "run")
         if op == "run":
