@@ -102,7 +102,7 @@ var Options = []Option{
 		durationSetter(func(c *Config, d time.Duration) { c.MaxIdle = d })},
 	{"runtime", "auto|embedded|PATH", "the runner script: the engine's if it serves one (auto), the one built in (embedded), or a file",
 		func(c *Config, v string) error { c.Runtime = v; return nil }},
-	{"cancel-grace", "DURATION", "how long a cancelled call gets after SIGTERM before SIGKILL",
+	{"cancel-grace", "DURATION", "how long a cancelled call may clean up after SIGTERM (SIGKILL follows a second later)",
 		durationSetter(func(c *Config, d time.Duration) { c.CancelGrace = d })},
 	{"max-line", "BYTES", "the largest line (event or answer) a call may send, e.g. 256MiB",
 		func(c *Config, v string) error {
