@@ -326,8 +326,11 @@ def read(digest):
 
 		answer, _ := runNode(t, wk, nodeRun("read-1", code, "read", map[string]any{"digest": digest}))
 		out := outputsOf(t, answer)
-		if out["sha"] != digest || out["cache_mode"] != float64(0o700) {
+		if out["sha"] != digest {
 			t.Fatalf("first load: %v", out)
+		}
+		if out["cache_mode"] != float64(0o700) {
+			t.Errorf("the artifact cache has mode %o, want 0700", int(out["cache_mode"].(float64)))
 		}
 		answer, _ = runNode(t, wk, nodeRun("edit", code, "edit", map[string]any{"digest": digest}))
 		out = outputsOf(t, answer)
