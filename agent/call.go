@@ -123,8 +123,23 @@ func (c *call) run(ctx context.Context, rt Runtime) {
 		c.fail(fmt.Errorf("creating the runner's pipes: %w", err))
 		return
 	}
+	dir, err := newCallDir(c.agent.stateDir)
+	if err != nil {
+		stdoutR.Close()
+		stdoutW.Close()
+		stderrR.Close()
+		stderrW.Close()
+		c.fail(err)
+		return
+	}
+	defer func() {
+		if err := dir.remove(); err != nil {
+			c.log.Warn("could not remove the call's directory", "dir", dir.path, "error", err)
+		}
+	}()
 	cmd := exec.Command(c.agent.python, rt.Path)
-	cmd.Env = c.agent.runnerEnv(c.env)
+	cmd.Env = dir.env(c.agent.runnerEnv(c.env), c.agent.cfg.CancelGrace)
+	cmd.Dir = dir.cwd
 	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
 	stdin, err := cmd.StdinPipe()
 	if err == nil {
@@ -338,12 +353,13 @@ func (c *call) stop(reason string) {
 }
 
 // stopGroup sends SIGTERM to the process group, waits up to --cancel-grace
-// for it to be gone, then sends SIGKILL.
+// (and the moment the runner needs to answer after it) for it to be gone,
+// then sends SIGKILL.
 func (c *call) stopGroup() {
 	if c.pid == 0 || !platform.SignalGroup(c.pid, syscall.SIGTERM) {
 		return
 	}
-	deadline := time.Now().Add(c.agent.cfg.CancelGrace)
+	deadline := time.Now().Add(c.agent.cfg.CancelGrace + runnerAnswerMargin)
 	for time.Now().Before(deadline) {
 		time.Sleep(stopPoll)
 		if !platform.GroupAlive(c.pid) {

@@ -141,7 +141,7 @@ var Options = []Option{
 		durationUpTo(func(c *Config, d time.Duration) { c.MaxIdle = d }, maxMaxIdle, "a year; for never, leave --max-idle out")},
 	{"runtime", "auto|embedded|PATH", "the runner script: the engine's if it serves one (auto), the one built in (embedded), or a file",
 		func(c *Config, v string) error { c.Runtime = v; return nil }},
-	{"cancel-grace", "DURATION", "how long a cancelled call gets after SIGTERM before SIGKILL",
+	{"cancel-grace", "DURATION", "how long a cancelled call may clean up after SIGTERM (SIGKILL follows a second later)",
 		durationUpTo(func(c *Config, d time.Duration) { c.CancelGrace = d }, maxCancelGrace, "every stop of the service waits this long")},
 	{"reload-timeout", "DURATION", "how long a reload (SIGHUP, 'systemctl reload', a package upgrade) waits for running calls before stopping them; 0 or forever waits as long as they run (default: forever)",
 		func(c *Config, v string) error {

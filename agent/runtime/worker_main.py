@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import io
 import json
 import linecache
 import math
@@ -66,9 +67,21 @@ HTTP_BACKOFF_S = 0.5
 HTTP_TIMEOUT_S = 120.0
 
 # After SIGTERM the node gets this long to unwind through its finally blocks
-# before the runtime answers on its own (the agent kills the group ~3 s after
-# its SIGTERM, and an answer is better than a killed process).
-CANCEL_GRACE_S = 1.0
+# (a checkpoint saved in `finally:`) before the runtime answers on its own.
+# The worker hands its --cancel-grace over as FLUKSIO_CANCEL_GRACE (seconds)
+# and sends SIGKILL only a moment after it, so the answer still goes out.
+# Without the variable (an older agent, the unit tests) the runtime keeps a
+# short grace that any agent's SIGKILL leaves room for.
+CANCEL_GRACE_ENV = "FLUKSIO_CANCEL_GRACE"
+DEFAULT_CANCEL_GRACE_S = 1.0
+
+
+def cancel_grace() -> float:
+    try:
+        grace = float(os.environ.get(CANCEL_GRACE_ENV, ""))
+    except ValueError:
+        return DEFAULT_CANCEL_GRACE_S
+    return grace if math.isfinite(grace) and grace >= 0 else DEFAULT_CANCEL_GRACE_S
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 
@@ -103,8 +116,28 @@ class Channel:
         self.call_id = call_id
         self.lock = threading.Lock()
         self.answered = False
+        self.pid = os.getpid()  # only this process speaks the protocol
+
+    def close_in_child(self) -> None:
+        """In a forked child: the protocol is the runner's alone.
+
+        The child's copy of the descriptor is closed and every later write
+        is dropped, so a forked worker can neither answer nor send events
+        (the lock is new too: the thread holding the runner's may not exist
+        here).
+        """
+        self.lock = threading.Lock()
+        self.answered = True
+        if self.fd >= 0:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+            self.fd = -1
 
     def _write(self, obj: dict) -> None:
+        if self.pid != os.getpid() or self.fd < 0:
+            return
         # ASCII-only JSON: any string (lone surrogates from odd file names
         # included) travels as valid UTF-8.
         data = (json.dumps(obj, allow_nan=False) + "\n").encode("ascii")
@@ -424,14 +457,15 @@ class Cancel:
 
     The exception is held back while the runtime writes a protocol line (an
     exception in the middle of a write would leave half a line), and a
-    watcher thread answers on its own if the node does not unwind in
-    CANCEL_GRACE_S (code stuck in C, or code that swallowed the exception).
+    watcher thread answers on its own if the node does not unwind within
+    the cancel grace (code stuck in C, or code that swallowed the exception).
     """
 
     def __init__(self):
         self.requested = False
         self.shield = 0
         self.on_timeout = None  # set by the call: writes the answer and exits
+        self.wakeup = ()  # the wakeup pipe's (read, write) descriptors
 
     def install(self) -> None:
         signal.signal(signal.SIGTERM, self._handler)
@@ -441,11 +475,54 @@ class Cancel:
             # The C-level handler writes the signal number here at once, even
             # while the main thread is busy in C code and cannot run Python.
             signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+            self.wakeup = (read_fd, write_fd)
             threading.Thread(target=self._watch, args=(read_fd,), name="fluksio-cancel", daemon=True).start()
         except (ValueError, OSError):
             pass
 
+    def forget_in_child(self) -> None:
+        """In a forked child: SIGTERM is the child's business again.
+
+        A pool's terminate() sends its workers SIGTERM; with the runner's
+        handler and wakeup pipe inherited, a worker would raise
+        NodeCancelled and, worse, write to the pipe the runner watches, so
+        the runner would take it as its own cancel.
+        """
+        try:
+            signal.set_wakeup_fd(-1)
+        except (ValueError, OSError):
+            pass
+        try:
+            if signal.getsignal(signal.SIGTERM) == self._handler:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        except (ValueError, OSError):
+            pass
+        if self.wakeup:
+            read_fd, write_fd = self.wakeup
+            try:
+                # Should the C handler still write there, it writes nowhere:
+                # the number stays taken, by /dev/null.
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, write_fd)
+                os.close(devnull)
+                os.close(read_fd)
+            except OSError:
+                pass
+        self.wakeup = ()
+        self.requested = False
+        self.on_timeout = None
+
     def _handler(self, signum, frame) -> None:
+        if os.getpid() != RUNNER_PID[0]:
+            # A forked child got SIGTERM before forget_in_child could run
+            # (fork hooks block it, so this is for forks that skip them):
+            # what SIGTERM does to a child is end it.
+            try:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGTERM)
+            except (OSError, ValueError):
+                pass
+            os._exit(128 + signal.SIGTERM)
         self.requested = True
         if not self.shield:
             raise NodeCancelled("the call was cancelled")
@@ -463,13 +540,15 @@ class Cancel:
             if not data:
                 return
             if signal.SIGTERM in data:
-                time.sleep(CANCEL_GRACE_S)
+                time.sleep(cancel_grace())
                 if self.on_timeout is not None:
                     self.on_timeout()
                 return
 
 
 CANCEL = Cancel()
+# The runner's pid, set by main(): forked children see another one.
+RUNNER_PID = [os.getpid()]
 
 
 class Shielded:
@@ -772,11 +851,12 @@ def _hash_file(path: str):
 
 
 def save_artifact(data, name="", media_type="application/octet-stream"):
-    """Stores bytes or a file in the engine's artifact store; returns its reference.
+    """Stores bytes, a file or a directory in the engine's artifact store; returns its reference.
 
     A file is hashed in one pass and streamed in a second, so its size does
-    not matter. The reference is a JSON-able dict with digest, name, size and
-    media_type.
+    not matter. A directory is stored as a tar archive and loads back as a
+    directory. The reference is a JSON-able dict with digest, name, size and
+    media_type (and directory: true for a directory).
     """
     base, token = _store()
     if isinstance(data, (bytes, bytearray, memoryview)):
@@ -784,13 +864,15 @@ def save_artifact(data, name="", media_type="application/octet-stream"):
         hexdigest, size, path = hashlib.sha256(body).hexdigest(), len(body), None
     elif isinstance(data, (str, os.PathLike)):
         path = os.fspath(data)
+        if os.path.isdir(path):
+            return _save_directory(path, name, media_type)
         if not os.path.isfile(path):
-            raise FileNotFoundError("save_artifact: no such file: %s" % path)
+            raise FileNotFoundError("save_artifact: no such file or directory: %s" % path)
         hexdigest, size = _hash_file(path)
         name = name or os.path.basename(path)
         body = None
     else:
-        raise TypeError("save_artifact takes bytes or a file path, not %s" % type(data).__name__)
+        raise TypeError("save_artifact takes bytes or a file or directory path, not %s" % type(data).__name__)
     digest = "sha256:" + hexdigest
     what = "saving artifact %s (%s)" % (name or digest, digest)
 
@@ -826,6 +908,36 @@ def save_artifact(data, name="", media_type="application/octet-stream"):
     return ref
 
 
+def _save_directory(path: str, name: str, media_type: str) -> dict:
+    """Saves a directory as a tar archive (see pack_directory); loads give back a directory.
+
+    The archive is built in the artifact cache, where it then stays as this
+    digest's verified copy: loading it back on this worker fetches nothing.
+    """
+    cache = private_dir(os.path.join(private_dir(artifact_cache_dir()), "sha256"))
+    fd, tmp = tempfile.mkstemp(dir=cache, prefix=".pack-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            pack_directory(path, out)
+        if media_type == "application/octet-stream":
+            media_type = DIRECTORY_MEDIA_TYPE
+        ref = save_artifact(tmp, name=name or os.path.basename(os.path.normpath(path)), media_type=media_type)
+        ref["directory"] = True
+        final = os.path.join(cache, ref["digest"].split(":", 1)[1])
+        if not _verified_file(final, ref["digest"].split(":", 1)[1]):
+            os.chmod(tmp, 0o444)
+            os.replace(tmp, final)
+            tmp = None
+            _write_stamp(final, _stat_stamp(os.lstat(final)))
+        return ref
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
 def _header_safe(name: str) -> str:
     """The name as a header value: non-ASCII and control characters escaped."""
     import urllib.parse
@@ -855,52 +967,299 @@ def artifact_cache_dir() -> str:
     return os.path.join(xdg, "fluksio-worker", "artifacts")
 
 
+def private_dir(path: str) -> str:
+    """path as a directory only this user may write: created 0700, or checked.
+
+    The cache is trusted (what is in it, with its stamp, is handed out as
+    verified), so a directory someone else owns or may write to is refused
+    rather than used. One of ours that others may merely read is tightened.
+    """
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.stat(path)
+    except OSError as exc:
+        raise RuntimeError(
+            "cannot create the artifact cache %s: %s (set FLUKSIO_ARTIFACT_CACHE to a writable directory)" % (path, exc)
+        ) from None
+    if st.st_uid != os.getuid():
+        raise RuntimeError(
+            "the artifact cache %s belongs to uid %d, not to this worker (uid %d); refusing to trust it "
+            "(remove it or set FLUKSIO_ARTIFACT_CACHE to a directory of this user's)" % (path, st.st_uid, os.getuid())
+        )
+    if st.st_mode & 0o022:
+        raise RuntimeError(
+            "the artifact cache %s may be written by others (mode %03o); refusing to trust it "
+            "(chmod 700 it and remove what is in it, or set FLUKSIO_ARTIFACT_CACHE)" % (path, st.st_mode & 0o777)
+        )
+    if st.st_mode & 0o077:
+        os.chmod(path, 0o700)
+    return path
+
+
+# Cached artifacts are read-only files (directories: read-only trees), each
+# with a stamp written when its content was last verified against the
+# digest: inode, size, mtime and ctime. Any write, chmod or replacement
+# changes the ctime, which nobody can set back, so a file whose stamp still
+# matches holds the verified bytes and is handed out for the price of a
+# stat. A file whose stamp does not match is hashed again, and fetched again
+# if it no longer has its digest.
+STAMP_SUFFIX = ".ok"
+
+
+def _stat_stamp(st) -> str:
+    return "%d %d %d %d %o" % (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="ascii") as f:
+            return f.read()
+    except (OSError, ValueError):
+        return ""
+
+
+def _write_stamp(path: str, stamp: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".stamp-")
+    with os.fdopen(fd, "w") as f:
+        f.write(stamp)
+    os.replace(tmp, path + STAMP_SUFFIX)
+
+
+def _verified_file(path: str, hexdigest: str) -> bool:
+    """True if path holds the digest's bytes (re-hashing only when its stamp is off)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if (st.st_mode & 0o170000) != 0o100000:  # not a regular file
+        _discard(path)
+        return False
+    if _read_text(path + STAMP_SUFFIX) == _stat_stamp(st):
+        return True
+    # Changed since it was verified (or cached by an older runtime): hash it.
+    try:
+        good = _hash_file(path)[0] == hexdigest
+    except OSError:
+        good = False
+    if not good:
+        _discard(path)
+        return False
+    os.chmod(path, 0o444)
+    _write_stamp(path, _stat_stamp(os.lstat(path)))
+    return True
+
+
+def _discard(path: str) -> None:
+    """Removes a cached file or tree (read-only ones included) and its stamp."""
+    import shutil
+
+    for target in (path + STAMP_SUFFIX, path):
+        if os.path.isdir(target) and not os.path.islink(target):
+            for root, _, _ in os.walk(target):
+                try:
+                    os.chmod(root, 0o700)
+                except OSError:
+                    pass
+            shutil.rmtree(target, ignore_errors=True)
+        else:
+            try:
+                os.unlink(target)
+            except OSError:
+                pass
+
+
+def _cache_file(cache: str, final: str, write) -> None:
+    """Puts a verified file in place read-only, with its stamp; write(fileobj) fills it."""
+    fd, tmp = tempfile.mkstemp(dir=cache, prefix=".part-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            write(out)
+            os.fchmod(out.fileno(), 0o444)
+        _discard(final)
+        os.replace(tmp, final)
+        tmp = None
+        _write_stamp(final, _stat_stamp(os.lstat(final)))
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
 def load_artifact(ref):
-    """Returns a local path holding the artifact's bytes, fetched once and verified."""
+    """Returns a local path holding the artifact's content, fetched once and verified.
+
+    The path is read-only and shared by every call that loads the same
+    digest: copy it to modify it. An artifact saved from a directory is
+    returned as a (read-only) directory.
+    """
     digest = ref.get("digest") if isinstance(ref, dict) else ref
     if not isinstance(digest, str) or not DIGEST_RE.match(digest):
         raise ValueError("load_artifact takes a reference dict or a 'sha256:<64 hex>' digest, not %r" % (ref,))
     base, token = _store()
     hexdigest = digest.split(":", 1)[1]
-    cache = os.path.join(artifact_cache_dir(), "sha256")
+    cache = private_dir(os.path.join(private_dir(artifact_cache_dir()), "sha256"))
     final = os.path.join(cache, hexdigest)
-    if os.path.isfile(final):
-        return final  # only verified files are ever renamed into place
-    os.makedirs(cache, exist_ok=True)
+    if not _verified_file(final, hexdigest):
+        _fetch(base, token, digest, cache, final)
+    if is_directory_archive(final):
+        return unpacked_directory(cache, final)
+    return final
+
+
+def _fetch(base: str, token: str, digest: str, cache: str, final: str) -> None:
+    hexdigest = digest.split(":", 1)[1]
     what = "loading artifact %s" % digest
 
     def attempt():
         conn, path_prefix = _connection(base)
-        fd, tmp = tempfile.mkstemp(dir=cache, prefix=".part-")
         try:
             conn.request("GET", "%s/%s" % (path_prefix, digest), headers={"Authorization": "Bearer " + token})
             resp = conn.getresponse()
             _check_status(what, resp)
-            h = hashlib.sha256()
-            with os.fdopen(fd, "wb") as out:
-                fd = -1
+
+            def write(out):
+                h = hashlib.sha256()
                 while True:
                     chunk = resp.read(CHUNK)
                     if not chunk:
                         break
                     h.update(chunk)
                     out.write(chunk)
-            if h.hexdigest() != hexdigest:
-                raise _Retry("the store sent bytes whose digest is sha256:%s" % h.hexdigest())
-            os.replace(tmp, final)
-            tmp = None
+                if h.hexdigest() != hexdigest:
+                    raise _Retry("the store sent bytes whose digest is sha256:%s" % h.hexdigest())
+
+            _cache_file(cache, final, write)
         finally:
             conn.close()
-            if fd != -1:
-                os.close(fd)
-            if tmp is not None:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
-        return final
 
-    return _with_retries(what, attempt)
+    _with_retries(what, attempt)
+
+
+# ---------------------------------------------------------------------------
+# Directories as artifacts: a POSIX (pax) tar archive with a marker
+# ---------------------------------------------------------------------------
+
+# A directory travels as an uncompressed pax tar whose global header carries
+# this keyword; load_artifact recognises it and hands out the unpacked
+# directory. The archive holds regular files and directories only (symlinks
+# are followed when saving, so a Hugging Face snapshot of links to blobs
+# keeps its content), with owners, times and write bits normalised, so the
+# same content always has the same digest.
+DIRECTORY_MARK = "FLUKSIO.directory"
+DIRECTORY_MEDIA_TYPE = "application/x-tar"
+
+
+def pack_directory(src: str, out) -> None:
+    import tarfile
+
+    seen = set()
+
+    def info(path, arcname, is_dir):
+        st = os.stat(path)
+        ti = tarfile.TarInfo(arcname)
+        ti.uid = ti.gid = 0
+        ti.uname = ti.gname = ""
+        ti.mtime = 0
+        if is_dir:
+            ti.type, ti.mode = tarfile.DIRTYPE, 0o755
+        else:
+            ti.size, ti.mode = st.st_size, 0o755 if st.st_mode & 0o111 else 0o644
+        return ti
+
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT, pax_headers={DIRECTORY_MARK: "1"}) as tf:
+        for root, dirs, files in os.walk(src, followlinks=True):
+            st = os.stat(root)
+            if (st.st_dev, st.st_ino) in seen:  # a link back up the tree
+                dirs[:] = []
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            dirs.sort()
+            rel = os.path.relpath(root, src)
+            for name in dirs:
+                arc = name if rel == "." else rel + "/" + name
+                tf.addfile(info(os.path.join(root, name), arc, True))
+            for name in sorted(files):
+                path = os.path.join(root, name)
+                arc = name if rel == "." else rel + "/" + name
+                if not os.path.isfile(path):
+                    raise ValueError(
+                        "save_artifact: %s is neither a file nor a directory (a broken link, a socket or a pipe); "
+                        "remove it from %s or save the files you mean" % (path, src)
+                    )
+                with open(path, "rb") as f:
+                    tf.addfile(info(path, arc, False), f)
+
+
+def is_directory_archive(path: str) -> bool:
+    """True if the cached file is a directory saved by save_artifact."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(2048)
+    except OSError:
+        return False
+    # A pax global header first (type 'g'), with our keyword in its records.
+    return (
+        len(head) >= 1024
+        and head[257:262] == b"ustar"
+        and head[156:157] == b"g"
+        and (" %s=1\n" % DIRECTORY_MARK).encode() in head[512:]
+    )
+
+
+def _tree_stamp(top: str) -> str:
+    h = hashlib.sha256()
+    for root, dirs, files in os.walk(top):
+        dirs.sort()
+        for name in [""] + sorted(dirs + files):
+            path = os.path.join(root, name) if name else root
+            h.update(("%s\0%s\n" % (os.path.relpath(path, top), _stat_stamp(os.lstat(path)))).encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
+
+
+def unpacked_directory(cache: str, archive: str) -> str:
+    """The archive unpacked beside it as a read-only tree, re-unpacked if it was touched."""
+    import tarfile
+
+    target = archive + ".d"
+    if os.path.isdir(target) and _read_text(target + STAMP_SUFFIX) == _tree_stamp(target):
+        return target
+    _discard(target)
+    tmp = tempfile.mkdtemp(dir=cache, prefix=".unpack-")
+    try:
+        dirs = [tmp]
+        with tarfile.open(archive, "r:") as tf:
+            for member in tf:
+                parts = member.name.split("/")
+                if member.name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+                    raise RuntimeError("load_artifact: the archive has the unsafe entry %r" % member.name)
+                dest = os.path.join(tmp, *parts)
+                if member.isdir():
+                    os.makedirs(dest, exist_ok=True)
+                    dirs.append(dest)
+                elif member.isreg():
+                    os.makedirs(os.path.dirname(dest), exist_ok=True)
+                    src = tf.extractfile(member)
+                    with open(dest, "xb") as out:
+                        while True:
+                            chunk = src.read(CHUNK)
+                            if not chunk:
+                                break
+                            out.write(chunk)
+                    os.chmod(dest, 0o555 if member.mode & 0o111 else 0o444)
+                else:
+                    raise RuntimeError("load_artifact: the archive has %r, which is not a file or a directory" % member.name)
+        for path in reversed(dirs[1:]):
+            os.chmod(path, 0o555)
+        os.rename(tmp, target)
+        tmp = None
+        os.chmod(target, 0o555)
+        _write_stamp(target, _tree_stamp(target))
+    finally:
+        if tmp is not None:
+            _discard(tmp)
+    return target
 
 
 # ---------------------------------------------------------------------------
@@ -1065,6 +1424,41 @@ def module_name_for(filename: str) -> str:
     return "fluksio_node"
 
 
+# Directories this call created for itself, removed before it answers.
+CALL_DIRS = []
+
+
+def ship_source(name: str, source: str) -> str:
+    """Writes shipped source where child interpreters can import it by name.
+
+    spawn and forkserver workers import the module a pickled function
+    belongs to; shipped source exists nowhere on disk, so it is written as
+    <name>.py into a private directory of this call, which goes first on
+    sys.path (spawn and forkserver hand that to their children) and on
+    PYTHONPATH (any other Python the node starts). The directory is under
+    the agent's per-call directory (FLUKSIO_CALL_DIR) when there is one.
+    """
+    base = os.environ.get("FLUKSIO_CALL_DIR") or None
+    if base is not None and not os.path.isdir(base):
+        base = None
+    code_dir = tempfile.mkdtemp(prefix="fluksio-code-", dir=base)
+    CALL_DIRS.append(code_dir)
+    with open(os.path.join(code_dir, name + ".py"), "w", encoding="utf-8", errors="surrogatepass") as f:
+        f.write(source)
+    sys.path.insert(0, code_dir)
+    inherited = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = code_dir + (os.pathsep + inherited if inherited else "")
+    return code_dir
+
+
+def remove_call_dirs() -> None:
+    import shutil
+
+    for path in CALL_DIRS:
+        shutil.rmtree(path, ignore_errors=True)
+    del CALL_DIRS[:]
+
+
 def load_node_code(spec: dict):
     """Imports the request's node code; returns (module, source digest)."""
     if not isinstance(spec, dict):
@@ -1079,6 +1473,7 @@ def load_node_code(spec: dict):
         # (a file of the same name in the cwd must not be shown instead).
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         name = module_name_for(filename)
+        ship_source(name, source)
         module = types.ModuleType(name)
         module.__file__ = filename
         sys.modules[name] = module
@@ -1267,6 +1662,8 @@ def finish_then_answer(channel: Channel, answer: dict) -> None:
     # From here on a late SIGTERM must not interrupt the answer.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     flush_node_output()
+    if channel.pid == os.getpid():  # not in a forked child that returned here
+        remove_call_dirs()
     if PUMP is not None:
         PUMP.finish()
     try:
@@ -1310,6 +1707,99 @@ def read_request(channel: Channel) -> dict:
     return request
 
 
+# The stdout and stderr objects main() set up, so a forked child can tell
+# them from streams node code put in their place.
+STD_STREAMS = []
+# Stream objects replaced by new ones, kept referenced: freeing one would
+# close the file under its replacement, or, in a forked child, try to flush
+# through a lock that a thread lost in the fork holds.
+KEPT_STREAMS = []
+
+
+def line_buffered(stream):
+    """stream, or a replacement for it, that writes each whole line in one write.
+
+    Line buffering with the text layer's own buffer keeps a line together
+    until its newline, so threads printing at once never interleave inside
+    a line. PYTHONUNBUFFERED=1 (or -u) gives a stream that writes every
+    piece through at once (print's text and its newline are two writes):
+    that one is rebuilt over a buffered writer.
+    """
+    try:
+        if not isinstance(stream.buffer, io.BufferedIOBase):
+            stream.flush()
+            stream = reopened(stream)
+        stream.reconfigure(line_buffering=True, write_through=False)
+    except (AttributeError, ValueError, OSError):
+        pass  # not a standard stream: leave it as node code's environment made it
+    return stream
+
+
+def reopened(stream):
+    """A new line-buffered text stream on stream's descriptor; stream is kept, unused."""
+    raw = io.FileIO(stream.fileno(), "w", closefd=False)
+    raw.name = stream.name  # '<stdout>', as node code may expect
+    fresh = io.TextIOWrapper(io.BufferedWriter(raw), encoding=stream.encoding, errors=stream.errors, line_buffering=True)
+    KEPT_STREAMS.append(stream)
+    return fresh
+
+
+# The signal mask the forking thread had before block_sigterm_for_fork.
+FORK_MASK = threading.local()
+
+
+def block_sigterm_for_fork() -> None:
+    """Holds SIGTERM back across a fork, in the forking thread.
+
+    A pool's terminate() can signal a worker it has only just forked. Until
+    after_fork_in_child has run, that child still has the runner's handler
+    and wakeup pipe: the signal would be written to the pipe the runner
+    watches (a cancel nobody sent) and turned into an exception in the
+    child. Blocked, it stays pending until the child is ready for it.
+    """
+    try:
+        FORK_MASK.old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    except (AttributeError, OSError, ValueError):
+        FORK_MASK.old = None
+
+
+def restore_sigmask_after_fork() -> None:
+    old = getattr(FORK_MASK, "old", None)
+    FORK_MASK.old = None
+    if old is not None:
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        except (OSError, ValueError):
+            pass
+
+
+def after_fork_in_child(channel: Channel) -> None:
+    """Runs in every child forked from the runner (a fork pool's workers).
+
+    Only the runner answers and sends events, and SIGTERM to a child is
+    the child's business. The child also gets fresh stdout and stderr
+    objects: one of the runner's threads may have held the old ones' lock
+    at the moment of the fork, and that lock would never be released here
+    (the fork-with-threads hazard), so a child printing would hang.
+    """
+    global PUMP
+    CANCEL.forget_in_child()
+    channel.close_in_child()
+    PUMP = None
+    for name in ("stdout", "stderr"):
+        old = getattr(sys, name)
+        if old not in STD_STREAMS:
+            continue  # node code replaced it; it knows what it holds
+        try:
+            fresh = reopened(old)
+        except (OSError, ValueError, AttributeError):
+            continue
+        setattr(sys, name, fresh)
+        setattr(sys, "__%s__" % name, fresh)
+    STD_STREAMS[:] = [sys.stdout, sys.stderr]
+    restore_sigmask_after_fork()  # a SIGTERM held back now ends the child
+
+
 def main() -> None:
     global PUMP
     # The real stdout is the protocol channel and nothing else may reach it:
@@ -1325,6 +1815,7 @@ def main() -> None:
         pass
     CANCEL.install()
     CANCEL.on_timeout = lambda: (
+        remove_call_dirs(),
         channel.answer(error_answer_fields(NodeCancelled("the call was cancelled (the node did not stop in time)"), channel.call_id)),
         os._exit(1),
     )
@@ -1342,11 +1833,15 @@ def main() -> None:
         # costs a write per line (a million prints take seconds, not a
         # fraction); flushing a block-buffered stdout from another thread
         # instead would be faster but can deadlock a node that forks.
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.reconfigure(line_buffering=True)
-            except (AttributeError, ValueError):
-                pass
+        sys.stdout = sys.__stdout__ = line_buffered(sys.stdout)
+        sys.stderr = sys.__stderr__ = line_buffered(sys.stderr)
+        STD_STREAMS[:] = [sys.stdout, sys.stderr]
+        RUNNER_PID[0] = os.getpid()
+        os.register_at_fork(
+            before=block_sigterm_for_fork,
+            after_in_parent=restore_sigmask_after_fork,
+            after_in_child=lambda: after_fork_in_child(channel),
+        )
         install_sdk()
         op = request.get("op", "run")
         if op == "run":
@@ -1361,3 +1856,8 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+elif __name__ == "__mp_main__":
+    # A spawn or forkserver child of a node imports this file as its main
+    # module before it imports the node's module: node code that does
+    # `from fluksio import node` must import there too.
+    install_sdk()
