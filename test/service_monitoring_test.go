@@ -122,6 +122,7 @@ func TestServiceNotifyAndWatchdog(t *testing.T) {
 
 	// An engine that is down does not fail the start, nor trip the
 	// watchdog: the unit is active and says why it is not attached.
+	attachURL := eng.AttachURL() // the same while the engine restarts
 	restarted := make(chan error, 1)
 	go func() { restarted <- eng.Restart(12 * time.Second) }()
 	serviceGone(t, w)
@@ -131,7 +132,7 @@ func TestServiceNotifyAndWatchdog(t *testing.T) {
 	}
 	eventuallyIn(t, 10*time.Second, "StatusText to say why it is not attached", func() (bool, string) {
 		text := show("StatusText")["StatusText"]
-		return strings.HasPrefix(text, "not attached to "+eng.AttachURL()+", retrying: "), text
+		return strings.HasPrefix(text, "not attached to "+attachURL+", retrying: "), text
 	})
 	if err := <-restarted; err != nil {
 		t.Fatal(err)
