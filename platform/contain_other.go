@@ -1,0 +1,36 @@
+//go:build !linux
+
+package platform
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// On macOS a call's process group is what there is: no subreaper, and no
+// other process's environment to read. A process that leaves the group
+// (setsid, a double fork) outlives its call.
+
+// SetupContainment says that calls are contained by their process group.
+func SetupContainment() (string, error) { return ContainProcessGroup, nil }
+
+// StartContained starts cmd.
+func StartContained(cmd *exec.Cmd) error { return cmd.Start() }
+
+// Forget does nothing here.
+func Forget(pid int) {}
+
+// FindCookie finds nothing here: another process's environment cannot be read.
+func FindCookie(name, value string, skipGroup int) []int { return nil }
+
+// ProcessAlive reports whether pid exists (a zombie counts as alive here).
+func ProcessAlive(pid int) bool { return pid > 0 && syscall.Kill(pid, 0) == nil }
+
+// ReapOrphans does nothing here: nothing is adopted.
+func ReapOrphans() int { return 0 }
+
+// RaiseOOMScore does nothing here: macOS has no oom_score_adj.
+func RaiseOOMScore(pid, adj int) error { return nil }
+
+// MaxRSSBytes converts rusage's maxrss, which macOS gives in bytes.
+func MaxRSSBytes(maxrss int64) int64 { return maxrss }
