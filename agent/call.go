@@ -38,6 +38,7 @@ type call struct {
 	exited     chan struct{}          // closed when the runner process is reaped
 	stopReason atomic.Pointer[string] // set once the agent decides to stop it
 	stopOnce   sync.Once
+	box        callBox // cookie, escaped processes, usage (contain.go)
 }
 
 // Error answers the agent itself sends.
@@ -101,12 +102,12 @@ func (c *call) run(ctx context.Context, rt Runtime) {
 		return
 	}
 	cmd := exec.Command(c.agent.python, rt.Path)
-	cmd.Env = c.env
+	c.prepare(cmd)
 	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
 	stdin, err := cmd.StdinPipe()
 	if err == nil {
 		platform.NewProcessGroup(cmd)
-		err = cmd.Start()
+		err = c.startRunner(cmd)
 	}
 	stdoutW.Close()
 	stderrW.Close()
@@ -124,6 +125,7 @@ func (c *call) run(ctx context.Context, rt Runtime) {
 	}
 	go func() {
 		err := cmd.Wait()
+		c.reaped(cmd)
 		c.log.Debug("runner exited", "pid", c.pid, "status", exitStatus(err))
 		close(c.exited)
 	}()
@@ -155,12 +157,14 @@ func (c *call) run(ctx context.Context, rt Runtime) {
 		}
 	}
 	c.stopGroup()
+	c.sweep()
 	stdoutR.Close()
 	// A process that left the group (setsid) may still hold stderr.
 	stderrR.SetReadDeadline(time.Now().Add(pipeLinger))
 	<-stderrDone
 	stderrR.Close()
 	<-c.exited
+	c.logEnd()
 }
 
 // supervise waits for the call's output to end while sending heartbeats,
@@ -222,6 +226,8 @@ func (c *call) answer(ctx context.Context, end outcome) {
 			if *reason != "" {
 				msg = *reason
 			}
+		} else {
+			msg = c.deathMessage()
 		}
 		c.log.Warn("the runner's output ended without an answer", "type", typ, "message", msg)
 		c.conn.sendJSON(newErrorAnswer(c.id, typ, msg))
@@ -254,25 +260,25 @@ func (c *call) stop(reason string) {
 // stopGroup sends SIGTERM to the process group, waits up to --cancel-grace
 // for it to be gone, then sends SIGKILL.
 func (c *call) stopGroup() {
-	if c.pid == 0 || !platform.SignalGroup(c.pid, syscall.SIGTERM) {
+	if c.pid == 0 || !c.signalAll(syscall.SIGTERM) {
 		return
 	}
 	deadline := time.Now().Add(c.agent.cfg.CancelGrace)
 	for time.Now().Before(deadline) {
 		time.Sleep(stopPoll)
-		if !platform.GroupAlive(c.pid) {
+		if !c.anyAlive() {
 			return
 		}
 	}
 	c.log.Warn("the runner did not stop within --cancel-grace; killing it", "grace", c.agent.cfg.CancelGrace)
-	platform.SignalGroup(c.pid, syscall.SIGKILL)
+	c.signalAll(syscall.SIGKILL)
 }
 
 // kill stops the process group at once, for a worker told twice to stop.
 func (c *call) kill() {
 	select {
 	case <-c.started:
-		platform.SignalGroup(c.pid, syscall.SIGKILL)
+		c.signalAll(syscall.SIGKILL)
 	default:
 	}
 }

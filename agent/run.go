@@ -62,8 +62,9 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	// Resolved now: after an upgrade replaced the file, the path is what
 	// a reload executes.
 	exe, exeErr := Executable()
+	contain := SetupContainment(log)
 	log.Info("starting", "version", Version, "engine", RedactURL(cfg.URL), "python", python,
-		"python_version", pyVersion, "state_dir", stateDir, "parallel", cfg.Parallel)
+		"python_version", pyVersion, "state_dir", stateDir, "parallel", cfg.Parallel, "containment", contain)
 	a := New(cfg, log, python, stateDir)
 
 	signals := make(chan os.Signal, 4)

@@ -1,0 +1,206 @@
+package agent
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fluksio/fluksio-worker/platform"
+)
+
+// cookieEnv carries a call's cookie in its runner's environment, and so in
+// everything the node starts: at the end of the call every process of this
+// user carrying it is stopped, even one that left the process group.
+const cookieEnv = "FLUKSIO_CALL_COOKIE"
+
+// nodeOOMScoreAdj raises node processes' oom_score_adj (-1000..1000), so
+// that when memory runs out the kernel kills node code, not the worker
+// that would answer for it.
+const nodeOOMScoreAdj = 500
+
+// reapWait bounds how long the end of a call waits for processes it killed
+// to become zombies, so they can be reaped.
+const reapWait = time.Second
+
+// containment is what the worker found it can do to keep a call's
+// processes together, said in the log, status and inventory.
+var containment = platform.ContainProcessGroup
+
+// SetupContainment prepares this process to contain calls (Linux: it
+// becomes a child subreaper) and returns the mode in use.
+func SetupContainment(log *slog.Logger) string {
+	mode, err := platform.SetupContainment()
+	if err != nil {
+		log.Warn("could not become a child subreaper; a process that leaves its call's process group may outlive the call", "error", err)
+	}
+	containment = mode
+	return mode
+}
+
+// callBox holds what contains one call beyond its process group: its
+// cookie, the escaped processes found carrying it, and what the runner
+// cost.
+type callBox struct {
+	cookie  string
+	began   time.Time
+	mu      sync.Mutex
+	escaped map[int]struct{} // cookie carriers outside the group, signalled
+	state   *os.ProcessState // the runner's, once reaped
+}
+
+// prepare gives the call its cookie and the runner's environment.
+func (c *call) prepare(cmd *exec.Cmd) {
+	var b [16]byte
+	rand.Read(b[:])
+	c.box.cookie = hex.EncodeToString(b[:])
+	c.box.began = time.Now()
+	// c.env may share its array with the agent's base environment.
+	cmd.Env = append(slices.Clip(c.env), cookieEnv+"="+c.box.cookie)
+}
+
+// startRunner starts the runner, registered so that reaping orphans leaves
+// it to os/exec, and raises its oom_score_adj.
+func (c *call) startRunner(cmd *exec.Cmd) error {
+	if err := platform.StartContained(cmd); err != nil {
+		return err
+	}
+	if err := platform.RaiseOOMScore(cmd.Process.Pid, nodeOOMScoreAdj); err != nil {
+		c.log.Debug("could not raise the runner's oom_score_adj", "error", err)
+	}
+	return nil
+}
+
+// reaped records the runner's end; os/exec has waited for it.
+func (c *call) reaped(cmd *exec.Cmd) {
+	c.box.mu.Lock()
+	c.box.state = cmd.ProcessState
+	c.box.mu.Unlock()
+	platform.Forget(cmd.Process.Pid)
+}
+
+// signalAll sends sig to the call's process group and to every process
+// outside it carrying the call's cookie. It reports whether anything was
+// there to signal.
+func (c *call) signalAll(sig syscall.Signal) bool {
+	found := platform.SignalGroup(c.pid, sig)
+	if c.box.cookie == "" {
+		return found
+	}
+	for _, pid := range platform.FindCookie(cookieEnv, c.box.cookie, c.pid) {
+		c.box.mu.Lock()
+		if c.box.escaped == nil {
+			c.box.escaped = map[int]struct{}{}
+		}
+		c.box.escaped[pid] = struct{}{}
+		c.box.mu.Unlock()
+		if syscall.Kill(pid, sig) == nil {
+			found = true
+		}
+	}
+	return found
+}
+
+// anyAlive reports whether the group or an escaped process signalled so
+// far is still running. It reaps adopted orphans first: a zombie this
+// worker adopted still counts as a member of its process group.
+func (c *call) anyAlive() bool {
+	platform.ReapOrphans()
+	if platform.GroupAlive(c.pid) {
+		return true
+	}
+	c.box.mu.Lock()
+	defer c.box.mu.Unlock()
+	for pid := range c.box.escaped {
+		if platform.ProcessAlive(pid) {
+			return true
+		}
+	}
+	return false
+}
+
+// sweep runs once the group is stopped: it kills whatever still carries
+// the cookie (started while the group was stopping), waits for what it
+// killed to exit, and reaps the orphans this worker adopted.
+func (c *call) sweep() {
+	if c.box.cookie == "" {
+		return
+	}
+	settle := func() {
+		deadline := time.Now().Add(reapWait)
+		for c.anyAlive() && time.Now().Before(deadline) {
+			time.Sleep(stopPoll)
+		}
+	}
+	settle() // what stopGroup killed may take a moment to exit
+	if c.signalAll(syscall.SIGKILL) {
+		c.log.Warn("processes of the call were still running after it was stopped; killed them")
+		settle()
+	}
+}
+
+// deathMessage says why a runner ended without answering, when the worker
+// did not stop it: the signal that killed it, or its exit code.
+func (c *call) deathMessage() string {
+	select {
+	case <-c.exited:
+	case <-time.After(reapWait):
+		return msgNodeStopped
+	}
+	c.box.mu.Lock()
+	state := c.box.state
+	c.box.mu.Unlock()
+	if state == nil {
+		return msgNodeStopped
+	}
+	ws, ok := state.Sys().(syscall.WaitStatus)
+	switch {
+	case !ok:
+		return msgNodeStopped
+	case ws.Signaled() && ws.Signal() == syscall.SIGKILL:
+		return "the node process was killed by SIGKILL; the kernel's out-of-memory killer does this when memory runs out, so the node may need more memory than this machine had free"
+	case ws.Signaled():
+		return fmt.Sprintf("the node process was killed by %s", unix.SignalName(ws.Signal()))
+	case ws.Exited() && ws.ExitStatus() != 0:
+		return fmt.Sprintf("the node process exited with code %d without answering", ws.ExitStatus())
+	}
+	return msgNodeStopped
+}
+
+// callUsage is what a call cost: wall time from start to the end of its
+// last process, CPU time and peak memory of the runner (and the children
+// it waited for).
+type callUsage struct {
+	Wall        time.Duration
+	CPU         time.Duration
+	PeakRSSByte int64
+}
+
+func (c *call) usage() callUsage {
+	u := callUsage{Wall: time.Since(c.box.began)}
+	c.box.mu.Lock()
+	state := c.box.state
+	c.box.mu.Unlock()
+	if state != nil {
+		u.CPU = state.UserTime() + state.SystemTime()
+		if ru, ok := state.SysUsage().(*syscall.Rusage); ok {
+			u.PeakRSSByte = platform.MaxRSSBytes(int64(ru.Maxrss))
+		}
+	}
+	return u
+}
+
+// logEnd writes the call's end record, with what it cost.
+func (c *call) logEnd() {
+	u := c.usage()
+	c.log.Info("call ended", "wall_s", u.Wall.Seconds(), "cpu_s", u.CPU.Seconds(),
+		"peak_rss_mb", u.PeakRSSByte>>20, "containment", containment)
+}

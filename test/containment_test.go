@@ -1,0 +1,300 @@
+package test
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/test/engine"
+)
+
+// The four helpers the fake runner's "helpers" step starts (see
+// test/fakerunner): a plain child, a child that ignores SIGTERM, a
+// `setsid -f` daemon and a double-forked daemon. The last two leave the
+// call's process group, so only the subreaper and the call's cookie can
+// find them.
+var helperKinds = []string{"plain", "stubborn", "setsid", "daemon"}
+
+// containGrace is the --cancel-grace of these tests; what a call started
+// must be gone within it plus containSlack.
+const (
+	containGrace = time.Second
+	containSlack = 3 * time.Second
+)
+
+func skipUnlessLinux(t *testing.T) {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("containment beyond the process group is Linux's (subreaper and cookie)")
+	}
+}
+
+// markerProcs lists the live helpers whose argv carries marker, by kind.
+func markerProcs(marker string) map[string]int {
+	found := map[string]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) < 3 || !strings.HasPrefix(args[1], "--hold") || !strings.HasPrefix(args[2], marker+"-") {
+			continue
+		}
+		if alive(pid) {
+			found[strings.TrimPrefix(args[2], marker+"-")] = pid
+		}
+	}
+	return found
+}
+
+// statField reads field n (1-based, as in proc(5)) of /proc/pid/stat.
+func statField(pid, n int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return -1
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if n-3 >= len(f) {
+		return -1
+	}
+	v, _ := strconv.Atoi(f[n-3])
+	return v
+}
+
+// zombiesOf lists the unreaped children of pid.
+func zombiesOf(pid int) []int {
+	var zs []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 1 && f[0] == "Z" && f[1] == strconv.Itoa(pid) {
+			zs = append(zs, child)
+		}
+	}
+	return zs
+}
+
+func threadsOf(t *testing.T, pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	t.Fatal("no Threads in /proc/pid/status")
+	return 0
+}
+
+// newMarker is unique to a test, and kills what carries it at the end, so
+// a failing test leaves nothing running on the machine.
+func newMarker(t *testing.T, name string) string {
+	marker := fmt.Sprintf("fluksio-contain-%s-%d-%d", name, os.Getpid(), time.Now().UnixNano())
+	t.Cleanup(func() {
+		for _, pid := range markerProcs(marker) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	return marker
+}
+
+// helpersStarted waits for the call's "helpers" event, then checks that all
+// four helpers run, and that the two daemons really left the runner's
+// process group.
+func helpersStarted(t *testing.T, c *engine.Call, marker string) {
+	t.Helper()
+	runner := 0
+	for {
+		m, err := c.Next(timeoutCtx(t, 20*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Event == "started" {
+			runner = intField(t, m, "pid")
+		}
+		if m.Event == "helpers" {
+			break
+		}
+	}
+	eventually(t, 10*time.Second, "all four helpers to run", func() bool { return len(markerProcs(marker)) == len(helperKinds) })
+	procs := markerProcs(marker)
+	for _, kind := range []string{"setsid", "daemon"} {
+		if pgid := statField(procs[kind], 5); pgid == runner {
+			t.Fatalf("the %s helper is still in the runner's process group %d", kind, runner)
+		}
+	}
+}
+
+func noHelperRemains(t *testing.T, marker string, since time.Time) {
+	t.Helper()
+	deadline := since.Add(containGrace + containSlack)
+	for left := markerProcs(marker); len(left) > 0; left = markerProcs(marker) {
+		if time.Now().After(deadline) {
+			t.Fatalf("helpers outlived their call by more than --cancel-grace + %s: %v", containSlack, left)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func stepsWith(marker string, more ...step) []step {
+	steps := []step{{"announce": true}, {"helpers": marker}}
+	return append(steps, more...)
+}
+
+func TestNothingACallStartsOutlivesIt(t *testing.T) {
+	skipUnlessLinux(t)
+	grace := []string{"--cancel-grace", containGrace.String()}
+	t.Run("answered", func(t *testing.T) {
+		t.Parallel()
+		marker := newMarker(t, "answered")
+		eng := startEngine(t, engine.Options{})
+		w := startWorker(t, eng, nil, grace...)
+		wk := attach(t, eng)
+		c := run(t, wk, "a1", stepsWith(marker, step{"sleep_ms": 1500})...)
+		helpersStarted(t, c, marker)
+		answer, _ := wait(t, c)
+		if !answer.OK {
+			t.Fatalf("answered %s", answer.Raw)
+		}
+		noHelperRemains(t, marker, time.Now())
+		eventually(t, 5*time.Second, "no zombie children of the worker", func() bool { return len(zombiesOf(w.cmd.Process.Pid)) == 0 })
+		if !strings.Contains(w.logs.String(), "containment=subreaper+cookie") {
+			t.Errorf("the startup log does not say the containment in use")
+		}
+	})
+	t.Run("cancelled", func(t *testing.T) {
+		t.Parallel()
+		marker := newMarker(t, "cancelled")
+		eng := startEngine(t, engine.Options{})
+		w := startWorker(t, eng, nil, grace...)
+		wk := attach(t, eng)
+		c := run(t, wk, "c1", stepsWith(marker, step{"sleep_ms": 60000})...)
+		helpersStarted(t, c, marker)
+		start := time.Now()
+		wk.Cancel("c1")
+		answer, _ := wait(t, c)
+		if answer.Error == nil || answer.Error.Type != "NodeCancelled" {
+			t.Fatalf("cancel answered %s", answer.Raw)
+		}
+		noHelperRemains(t, marker, start)
+		eventually(t, 5*time.Second, "no zombie children of the worker", func() bool { return len(zombiesOf(w.cmd.Process.Pid)) == 0 })
+	})
+	t.Run("connection-dropped", func(t *testing.T) {
+		t.Parallel()
+		marker := newMarker(t, "dropped")
+		eng := startEngine(t, engine.Options{})
+		w := startWorker(t, eng, nil, grace...)
+		wk := attach(t, eng)
+		c := run(t, wk, "d1", stepsWith(marker, step{"sleep_ms": 60000})...)
+		helpersStarted(t, c, marker)
+		start := time.Now()
+		wk.Drop()
+		noHelperRemains(t, marker, start)
+		eventually(t, 5*time.Second, "no zombie children of the worker", func() bool { return len(zombiesOf(w.cmd.Process.Pid)) == 0 })
+	})
+	t.Run("worker-sigterm", func(t *testing.T) {
+		t.Parallel()
+		marker := newMarker(t, "sigterm")
+		eng := startEngine(t, engine.Options{})
+		w := startWorker(t, eng, nil, grace...)
+		wk := attach(t, eng)
+		c := run(t, wk, "s1", stepsWith(marker, step{"sleep_ms": 60000})...)
+		helpersStarted(t, c, marker)
+		start := time.Now()
+		w.signal(syscall.SIGTERM)
+		answer, _ := wait(t, c)
+		if answer.Error == nil || answer.Error.Message != "the worker is stopping" {
+			t.Errorf("answered %s", answer.Raw)
+		}
+		if code := w.wait(20 * time.Second); code != 0 {
+			t.Fatalf("exit %d, want 0", code)
+		}
+		noHelperRemains(t, marker, start)
+	})
+}
+
+func TestTenContainedCallsLeaveTheWorkerAsBefore(t *testing.T) {
+	skipUnlessLinux(t)
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	w := startWorker(t, eng, nil, "--cancel-grace", "300ms")
+	wk := attach(t, eng)
+	pid := w.cmd.Process.Pid
+	call := func(i int) {
+		marker := newMarker(t, fmt.Sprintf("ten%d", i))
+		c := run(t, wk, fmt.Sprintf("ten-%d", i), stepsWith(marker, step{"sleep_ms": 1000})...)
+		helpersStarted(t, c, marker)
+		if answer, _ := wait(t, c); !answer.OK {
+			t.Fatalf("call %d answered %s", i, answer.Raw)
+		}
+		eventually(t, 5*time.Second, "the call's helpers to be gone", func() bool { return len(markerProcs(marker)) == 0 })
+	}
+	call(0)
+	eventually(t, 5*time.Second, "the first call's processes to be reaped", func() bool { return len(childrenOf(pid))+len(zombiesOf(pid)) == 0 })
+	fds, threads := openFDs(t, pid), threadsOf(t, pid)
+	for i := 1; i <= 10; i++ {
+		call(i)
+	}
+	eventually(t, 5*time.Second, "every process of the ten calls to be reaped", func() bool { return len(childrenOf(pid))+len(zombiesOf(pid)) == 0 })
+	if now := openFDs(t, pid); now > fds {
+		t.Errorf("open file descriptors grew over ten calls: %d, then %d", fds, now)
+	}
+	// Go's runtime may add a thread for a blocking system call now and
+	// then; a leak would add at least one a call.
+	if now := threadsOf(t, pid); now > threads+3 {
+		t.Errorf("threads grew over ten calls: %d, then %d", threads, now)
+	}
+}
+
+func TestWhyANodeDied(t *testing.T) {
+	skipUnlessLinux(t)
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	startWorker(t, eng, nil)
+	wk := attach(t, eng)
+	for _, tc := range []struct {
+		id    string
+		steps []step
+		want  []string
+	}{
+		{"sigkill", []step{{"events": 1}, {"kill_self": true}}, []string{"the node process was killed by SIGKILL", "out-of-memory killer"}},
+		{"exit3", []step{{"exit": 3}}, []string{"the node process exited with code 3 without answering"}},
+		{"exit0", []step{{"no_answer": true}}, []string{"the node process stopped"}},
+	} {
+		answer, _ := wait(t, run(t, wk, tc.id, tc.steps...))
+		e := answer.Error
+		if answer.OK || e == nil || e.Type != "RemoteError" || e.Short != e.Message {
+			t.Errorf("%s answered %s", tc.id, answer.Raw)
+			continue
+		}
+		for _, want := range tc.want {
+			if !strings.Contains(e.Message, want) {
+				t.Errorf("%s: message %q does not say %q", tc.id, e.Message, want)
+			}
+		}
+	}
+}
