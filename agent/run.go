@@ -66,6 +66,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	log.Info("starting", "version", Version, "engine", RedactURL(cfg.URL), "python", python,
 		"python_version", pyVersion, "state_dir", stateDir, "parallel", cfg.Parallel, "containment", contain)
 	a := New(cfg, log, python, stateDir)
+	a.status.Update(func(s *Status) { s.Containment = contain })
 
 	signals := make(chan os.Signal, 4)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGHUP)
@@ -202,9 +203,15 @@ func InventoryCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	if a.python == "" {
 		hello.VenvDigest = ""
 	}
+	// The containment is this machine's, not the engine's business: it is
+	// shown here but not sent in hello.
+	mode, _ := platform.SetupContainment()
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
-	enc.Encode(hello)
+	enc.Encode(struct {
+		Hello
+		Containment string `json:"containment"`
+	}{hello, mode})
 	return ExitOK
 }
 

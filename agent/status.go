@@ -22,7 +22,8 @@ type Status struct {
 	CallsRunning int           `json:"calls_running"`
 	CallsDone    int64         `json:"calls_done"`
 	LastError    string        `json:"last_error,omitempty"`
-	Reload       *ReloadStatus `json:"reload,omitempty"` // a reload waiting for calls
+	Reload       *ReloadStatus `json:"reload,omitempty"`      // a reload waiting for calls
+	Containment  string        `json:"containment,omitempty"` // how calls' processes are kept together (contain.go)
 	Updated      time.Time     `json:"updated"`
 }
 

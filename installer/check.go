@@ -113,6 +113,11 @@ func check(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 		ram = fmt.Sprintf("%d MiB memory", *inv.RAMMB)
 	}
 	c.ok("inventory", "%d CPUs, %d GPUs, %s", inv.CPUs, inv.GPUs, ram)
+	if mode, err := platform.SetupContainment(); err != nil {
+		c.skip("contain", fmt.Sprintf("%s only: %v; a process that leaves its call's process group may outlive the call", mode, err))
+	} else {
+		c.ok("contain", "%s: what a node starts is stopped with its call", mode)
+	}
 
 	pctx, cancel := context.WithTimeout(ctx, engineCheckTimeout)
 	err = agent.Probe(pctx, cfg)

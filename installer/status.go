@@ -118,6 +118,9 @@ func writeWorker(row func(label, format string, args ...any), state State, st ag
 		row("worker", "%s%s", prefix, st.State)
 	}
 	row("calls", "%d running, %d done", st.CallsRunning, st.CallsDone)
+	if st.Containment != "" {
+		row("contain", "%s", st.Containment)
+	}
 	if st.LastError != "" {
 		row("error", "%s", strings.TrimSpace(st.LastError))
 	}

@@ -125,9 +125,8 @@ func newMarker(t *testing.T, name string) string {
 // helpersStarted waits for the call's "helpers" event, then checks that all
 // four helpers run, and that the two daemons really left the runner's
 // process group.
-func helpersStarted(t *testing.T, c *engine.Call, marker string) {
+func helpersStarted(t *testing.T, c *engine.Call, marker string) (runner int) {
 	t.Helper()
-	runner := 0
 	for {
 		m, err := c.Next(timeoutCtx(t, 20*time.Second))
 		if err != nil {
@@ -147,6 +146,7 @@ func helpersStarted(t *testing.T, c *engine.Call, marker string) {
 			t.Fatalf("the %s helper is still in the runner's process group %d", kind, runner)
 		}
 	}
+	return runner
 }
 
 func noHelperRemains(t *testing.T, marker string, since time.Time) {
@@ -175,7 +175,13 @@ func TestNothingACallStartsOutlivesIt(t *testing.T) {
 		w := startWorker(t, eng, nil, grace...)
 		wk := attach(t, eng)
 		c := run(t, wk, "a1", stepsWith(marker, step{"sleep_ms": 1500})...)
-		helpersStarted(t, c, marker)
+		runner := helpersStarted(t, c, marker)
+		// The OOM killer is to prefer node code over the worker.
+		for _, pid := range append([]int{runner}, mapValues(markerProcs(marker))...) {
+			if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid)); strings.TrimSpace(string(b)) != "500" {
+				t.Errorf("process %d of the call has oom_score_adj %q, want 500", pid, b)
+			}
+		}
 		answer, _ := wait(t, c)
 		if !answer.OK {
 			t.Fatalf("answered %s", answer.Raw)
@@ -184,6 +190,12 @@ func TestNothingACallStartsOutlivesIt(t *testing.T) {
 		eventually(t, 5*time.Second, "no zombie children of the worker", func() bool { return len(zombiesOf(w.cmd.Process.Pid)) == 0 })
 		if !strings.Contains(w.logs.String(), "containment=subreaper+cookie") {
 			t.Errorf("the startup log does not say the containment in use")
+		}
+		eventually(t, 5*time.Second, "the call's end record", func() bool { return strings.Contains(w.logs.String(), `msg="call ended"`) })
+		for _, field := range []string{"wall_s=", "cpu_s=", "peak_rss_mb="} {
+			if !strings.Contains(w.logs.String(), field) {
+				t.Errorf("the call's end record lacks %s", field)
+			}
 		}
 	})
 	t.Run("cancelled", func(t *testing.T) {
@@ -297,4 +309,12 @@ func TestWhyANodeDied(t *testing.T) {
 			}
 		}
 	}
+}
+
+func mapValues(m map[string]int) []int {
+	var vs []int
+	for _, v := range m {
+		vs = append(vs, v)
+	}
+	return vs
 }
