@@ -42,6 +42,10 @@ func stopTimeout(grace time.Duration) int {
 //     and reports its calls itself; whatever is left when TimeoutStopSec
 //     runs out gets SIGKILL. (kardianos' default unit, KillMode=control-group
 //     with no stop timeout, would kill the calls under the agent.)
+//   - OOMScoreAdjust=-500: when memory runs out the kernel's OOM killer is
+//     to pick node code (the worker raises each runner to +500), not the
+//     worker that would report what happened. Only a system unit may lower
+//     it; a user manager would refuse to start the service.
 //   - Hardening that keeps the GPUs and the user's Python reachable: no
 //     PrivateDevices, DeviceAllow or ProtectClock (each closes /dev, and the
 //     GPUs are /dev/nvidia* and /dev/dri/*); ProtectHome=read-only, not yes
@@ -72,6 +76,8 @@ RestartPreventExitStatus=1
 # SIGTERM goes to the worker alone; it stops its calls and reports them.
 KillMode=mixed
 TimeoutStopSec=@STOP_TIMEOUT@
+# The out-of-memory killer picks node code (raised to +500), not the worker.
+OOMScoreAdjust=-500
 StateDirectory=fluksio-worker
 StateDirectoryMode=0750
 # Data loaders in node code open many files at once.
