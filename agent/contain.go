@@ -54,6 +54,7 @@ type callBox struct {
 	began   time.Time
 	mu      sync.Mutex
 	escaped map[int]struct{} // cookie carriers outside the group, signalled
+	found   bool             // anything of the call was ever signalled
 	state   *os.ProcessState // the runner's, once reaped
 }
 
@@ -106,6 +107,11 @@ func (c *call) signalAll(sig syscall.Signal) bool {
 			found = true
 		}
 	}
+	if found {
+		c.box.mu.Lock()
+		c.box.found = true
+		c.box.mu.Unlock()
+	}
 	return found
 }
 
@@ -131,7 +137,13 @@ func (c *call) anyAlive() bool {
 // the cookie (started while the group was stopping), waits for what it
 // killed to exit, and reaps the orphans this worker adopted.
 func (c *call) sweep() {
-	if c.box.cookie == "" {
+	c.box.mu.Lock()
+	found := c.box.found
+	c.box.mu.Unlock()
+	if c.box.cookie == "" || !found {
+		// Nothing was left to stop: nothing could have started since.
+		// Orphans that exited by themselves may still wait to be reaped.
+		platform.ReapOrphans()
 		return
 	}
 	settle := func() {

@@ -104,6 +104,12 @@ func ProcessAlive(pid int) bool {
 // process's own group (where os/exec's other commands, like the Python
 // version check, run). It returns how many it reaped.
 func ReapOrphans() int {
+	// A cheap look first: is any child of this process a zombie at all?
+	// (WNOWAIT leaves it waitable; os/exec's own waits are not disturbed.)
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil || info.Signo == 0 {
+		return 0
+	}
 	starting.Lock()
 	defer starting.Unlock()
 	self, ownGroup := os.Getpid(), syscall.Getpgrp()
