@@ -32,17 +32,45 @@ const nodeOOMScoreAdj = 500
 const reapWait = time.Second
 
 // containment is what the worker found it can do to keep a call's
-// processes together, said in the log, status and inventory.
-var containment = platform.ContainProcessGroup
+// processes together, said in the log, status and inventory; cgroups is
+// where calls' cgroups are made, in cgroup mode. Both are the process's:
+// a subreaper and a cgroup are properties of the whole worker.
+var (
+	containment = platform.ContainProcessGroup
+	cgroups     *platform.CallCgroups
+)
 
-// SetupContainment prepares this process to contain calls (Linux: it
-// becomes a child subreaper) and returns the mode in use.
-func SetupContainment(log *slog.Logger) string {
+// SetupContainment prepares this process to contain calls as --containment
+// asks (auto: a cgroup per call where it may, else the subreaper and the
+// cookie) and returns the mode in use. On Linux it always becomes a child
+// subreaper, which reaps what a call leaves in either mode.
+func SetupContainment(log *slog.Logger, want string) string {
 	mode, err := platform.SetupContainment()
 	if err != nil {
 		log.Warn("could not become a child subreaper; a process that leaves its call's process group may outlive the call", "error", err)
 	}
+	if want != "subreaper" {
+		cc, err := platform.SetupCgroups()
+		switch {
+		case err == nil:
+			cgroups, mode = cc, platform.ContainCgroup
+		case want == "cgroup":
+			log.Warn("--containment cgroup: this worker cannot make cgroups; using "+mode, "error", err)
+		default:
+			log.Debug("no cgroup per call", "error", err)
+		}
+	}
 	containment = mode
+	return mode
+}
+
+// ProbeContainment says which mode `run` would use here, for inventory
+// and check.
+func ProbeContainment(want string) string {
+	mode, _ := platform.SetupContainment()
+	if want != "subreaper" && mode != platform.ContainProcessGroup && platform.ProbeCgroups() == nil {
+		return platform.ContainCgroup
+	}
 	return mode
 }
 
@@ -53,9 +81,13 @@ type callBox struct {
 	cookie  string
 	began   time.Time
 	mu      sync.Mutex
-	escaped map[int]struct{} // cookie carriers outside the group, signalled
-	found   bool             // anything of the call was ever signalled
-	state   *os.ProcessState // the runner's, once reaped
+	cg      *platform.CallCgroup // the call's cgroup, in cgroup mode
+	escaped map[int]struct{}     // cookie carriers outside the group, signalled
+	found   bool                 // anything of the call was ever signalled
+	state   *os.ProcessState     // the runner's, once reaped
+	// What the call's cgroup said it cost, read before it is removed.
+	cgCPU  time.Duration
+	cgPeak int64
 }
 
 // prepare gives the call its cookie and the runner's environment.
@@ -66,13 +98,29 @@ func (c *call) prepare(cmd *exec.Cmd) {
 	c.box.began = time.Now()
 	// c.env may share its array with the agent's base environment.
 	cmd.Env = append(slices.Clip(c.env), cookieEnv+"="+c.box.cookie)
+	if cgroups != nil {
+		g, err := cgroups.New(c.box.cookie[:16])
+		if err != nil {
+			c.log.Warn("could not make the call's cgroup; it is contained by its process group and cookie", "error", err)
+			return
+		}
+		c.box.cg = g
+		g.Prepare(cmd)
+	}
 }
 
 // startRunner starts the runner, registered so that reaping orphans leaves
 // it to os/exec, and raises its oom_score_adj.
 func (c *call) startRunner(cmd *exec.Cmd) error {
 	if err := platform.StartContained(cmd); err != nil {
+		if c.box.cg != nil {
+			c.box.cg.Remove(0)
+			c.box.cg = nil
+		}
 		return err
+	}
+	if c.box.cg != nil {
+		c.box.cg.Started()
 	}
 	if err := platform.RaiseOOMScore(cmd.Process.Pid, nodeOOMScoreAdj); err != nil {
 		c.log.Debug("could not raise the runner's oom_score_adj", "error", err)
@@ -93,6 +141,18 @@ func (c *call) reaped(cmd *exec.Cmd) {
 // there to signal.
 func (c *call) signalAll(sig syscall.Signal) bool {
 	found := platform.SignalGroup(c.pid, sig)
+	if c.box.cg != nil {
+		// Nothing leaves a cgroup it cannot write: no cookie to look for.
+		if c.box.cg.Signal(sig, c.pid) {
+			found = true
+		}
+		if found {
+			c.box.mu.Lock()
+			c.box.found = true
+			c.box.mu.Unlock()
+		}
+		return found
+	}
 	if c.box.cookie == "" {
 		return found
 	}
@@ -123,6 +183,9 @@ func (c *call) anyAlive() bool {
 	if platform.GroupAlive(c.pid) {
 		return true
 	}
+	if c.box.cg != nil {
+		return c.box.cg.Populated()
+	}
 	c.box.mu.Lock()
 	defer c.box.mu.Unlock()
 	for pid := range c.box.escaped {
@@ -137,6 +200,18 @@ func (c *call) anyAlive() bool {
 // the cookie (started while the group was stopping), waits for what it
 // killed to exit, and reaps the orphans this worker adopted.
 func (c *call) sweep() {
+	if g := c.box.cg; g != nil {
+		if g.Populated() {
+			c.log.Warn("processes of the call were still running after it was stopped; killing its cgroup")
+			g.Kill()
+		}
+		c.box.cgCPU, c.box.cgPeak = g.CPU(), g.PeakMemory()
+		if err := g.Remove(reapWait); err != nil {
+			c.log.Warn("could not remove the call's cgroup", "cgroup", g.Dir(), "error", err)
+		}
+		platform.ReapOrphans()
+		return
+	}
 	c.box.mu.Lock()
 	found := c.box.found
 	c.box.mu.Unlock()
@@ -177,6 +252,8 @@ func (c *call) deathMessage() string {
 	switch {
 	case !ok:
 		return msgNodeStopped
+	case ws.Signaled() && ws.Signal() == syscall.SIGKILL && c.box.cg != nil && c.box.cg.OOMKills() > 0:
+		return "the node process was killed by SIGKILL: the kernel's out-of-memory killer stopped it (its cgroup's memory.events counts an OOM kill), so the node needs more memory than it may use here"
 	case ws.Signaled() && ws.Signal() == syscall.SIGKILL:
 		return "the node process was killed by SIGKILL; the kernel's out-of-memory killer does this when memory runs out, so the node may need more memory than this machine had free"
 	case ws.Signaled():
@@ -188,8 +265,8 @@ func (c *call) deathMessage() string {
 }
 
 // callUsage is what a call cost: wall time from start to the end of its
-// last process, CPU time and peak memory of the runner (and the children
-// it waited for).
+// last process, CPU time and peak memory: of every process of the call
+// from its cgroup, else of the runner (and the children it waited for).
 type callUsage struct {
 	Wall        time.Duration
 	CPU         time.Duration
@@ -206,6 +283,12 @@ func (c *call) usage() callUsage {
 		if ru, ok := state.SysUsage().(*syscall.Rusage); ok {
 			u.PeakRSSByte = platform.MaxRSSBytes(int64(ru.Maxrss))
 		}
+	}
+	if c.box.cgCPU > 0 {
+		u.CPU = c.box.cgCPU
+	}
+	if c.box.cgPeak > 0 {
+		u.PeakRSSByte = c.box.cgPeak
 	}
 	return u
 }

@@ -62,7 +62,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	// Resolved now: after an upgrade replaced the file, the path is what
 	// a reload executes.
 	exe, exeErr := Executable()
-	contain := SetupContainment(log)
+	contain := SetupContainment(log, cfg.Containment)
 	log.Info("starting", "version", Version, "engine", RedactURL(cfg.URL), "python", python,
 		"python_version", pyVersion, "state_dir", stateDir, "parallel", cfg.Parallel, "containment", contain)
 	a := New(cfg, log, python, stateDir)
@@ -205,7 +205,7 @@ func InventoryCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	// The containment is this machine's, not the engine's business: it is
 	// shown here but not sent in hello.
-	mode, _ := platform.SetupContainment()
+	mode := ProbeContainment(cfg.Containment)
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	enc.Encode(struct {

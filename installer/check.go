@@ -113,8 +113,8 @@ func check(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 		ram = fmt.Sprintf("%d MiB memory", *inv.RAMMB)
 	}
 	c.ok("inventory", "%d CPUs, %d GPUs, %s", inv.CPUs, inv.GPUs, ram)
-	if mode, err := platform.SetupContainment(); err != nil {
-		c.skip("contain", fmt.Sprintf("%s only: %v; a process that leaves its call's process group may outlive the call", mode, err))
+	if mode := agent.ProbeContainment(cfg.Containment); mode == platform.ContainProcessGroup {
+		c.skip("contain", mode+" only: a process that leaves its call's process group may outlive the call")
 	} else {
 		c.ok("contain", "%s: what a node starts is stopped with its call", mode)
 	}

@@ -9,4 +9,7 @@ const (
 	// ContainSubreaper: the process group, plus a per-call cookie in the
 	// environment and the worker as child subreaper (Linux).
 	ContainSubreaper = "subreaper+cookie"
+	// ContainCgroup: each call in a cgroup v2 of its own (Linux, where the
+	// worker may write its cgroup).
+	ContainCgroup = "cgroup"
 )

@@ -3,8 +3,10 @@
 package platform
 
 import (
+	"errors"
 	"os/exec"
 	"syscall"
+	"time"
 )
 
 // On macOS a call's process group is what there is: no subreaper, and no
@@ -34,3 +36,30 @@ func RaiseOOMScore(pid, adj int) error { return nil }
 
 // MaxRSSBytes converts rusage's maxrss, which macOS gives in bytes.
 func MaxRSSBytes(maxrss int64) int64 { return maxrss }
+
+// CallCgroups and CallCgroup are Linux's; SetupCgroups always fails here,
+// so none of their methods is ever called.
+type (
+	CallCgroups struct{}
+	CallCgroup  struct{}
+)
+
+// ProbeCgroups fails: there are no cgroups here.
+func ProbeCgroups() error { return errors.New("cgroups are Linux's") }
+
+// SetupCgroups fails: there are no cgroups here.
+func SetupCgroups() (*CallCgroups, error) { return nil, errors.New("cgroups are Linux's") }
+
+func (cc *CallCgroups) New(name string) (*CallCgroup, error) {
+	return nil, errors.New("cgroups are Linux's")
+}
+func (g *CallCgroup) Dir() string                              { return "" }
+func (g *CallCgroup) Prepare(cmd *exec.Cmd)                    {}
+func (g *CallCgroup) Started()                                 {}
+func (g *CallCgroup) Signal(sig syscall.Signal, skip int) bool { return false }
+func (g *CallCgroup) Populated() bool                          { return false }
+func (g *CallCgroup) Kill()                                    {}
+func (g *CallCgroup) Remove(wait time.Duration) error          { return nil }
+func (g *CallCgroup) OOMKills() int64                          { return 0 }
+func (g *CallCgroup) PeakMemory() int64                        { return 0 }
+func (g *CallCgroup) CPU() time.Duration                       { return 0 }

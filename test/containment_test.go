@@ -3,6 +3,7 @@ package test
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -165,17 +166,84 @@ func stepsWith(marker string, more ...step) []step {
 	return append(steps, more...)
 }
 
+// containedWorker starts a worker in this containment mode; cgroup mode
+// is skipped where the worker cannot make cgroups (not root, no writable
+// cgroup v2).
+func containedWorker(t *testing.T, eng *engine.Engine, mode string, grace time.Duration) *worker {
+	t.Helper()
+	w := startWorker(t, eng, nil, "--cancel-grace", grace.String(), "--containment", mode)
+	want := "containment=subreaper+cookie"
+	if mode == "cgroup" {
+		want = "containment=cgroup"
+	}
+	eventually(t, 20*time.Second, "the startup log", func() bool { return strings.Contains(w.logs.String(), "containment=") })
+	if !strings.Contains(w.logs.String(), want) {
+		if mode == "cgroup" {
+			t.Skip("this worker cannot make cgroups here (it needs root or a delegated cgroup v2)")
+		}
+		t.Fatalf("the startup log does not say %s", want)
+	}
+	return w
+}
+
+// callCgroup is the directory of the cgroup v2 pid runs in.
+func callCgroup(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if path, ok := strings.CutPrefix(line, "0::"); ok {
+			for _, mount := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+				if _, err := os.Stat(mount + "/cgroup.controllers"); err == nil {
+					return mount + path
+				}
+			}
+		}
+	}
+	t.Fatalf("process %d has no cgroup v2", pid)
+	return ""
+}
+
+// checkCgroup, in cgroup mode, checks that the runner runs in a cgroup of
+// the call's own, and returns a check that it is gone.
+func checkCgroup(t *testing.T, mode string, runner int) func() {
+	if mode != "cgroup" {
+		return func() {}
+	}
+	dir := callCgroup(t, runner)
+	if !strings.Contains(filepath.Base(dir), "call-") {
+		t.Fatalf("the runner runs in %s, not in a call's cgroup", dir)
+	}
+	return func() {
+		eventually(t, 5*time.Second, "the call's cgroup to be removed", func() bool {
+			_, err := os.Stat(dir)
+			return os.IsNotExist(err)
+		})
+	}
+}
+
 func TestNothingACallStartsOutlivesIt(t *testing.T) {
 	skipUnlessLinux(t)
-	grace := []string{"--cancel-grace", containGrace.String()}
+	for _, mode := range []string{"subreaper", "cgroup"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			testContainment(t, mode)
+		})
+	}
+}
+
+func testContainment(t *testing.T, mode string) {
 	t.Run("answered", func(t *testing.T) {
 		t.Parallel()
 		marker := newMarker(t, "answered")
 		eng := startEngine(t, engine.Options{})
-		w := startWorker(t, eng, nil, grace...)
+		w := containedWorker(t, eng, mode, containGrace)
 		wk := attach(t, eng)
 		c := run(t, wk, "a1", stepsWith(marker, step{"sleep_ms": 1500})...)
 		runner := helpersStarted(t, c, marker)
+		gone := checkCgroup(t, mode, runner)
 		// The OOM killer is to prefer node code over the worker.
 		for _, pid := range append([]int{runner}, mapValues(markerProcs(marker))...) {
 			if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid)); strings.TrimSpace(string(b)) != "500" {
@@ -187,10 +255,8 @@ func TestNothingACallStartsOutlivesIt(t *testing.T) {
 			t.Fatalf("answered %s", answer.Raw)
 		}
 		noHelperRemains(t, marker, time.Now())
+		gone()
 		eventually(t, 5*time.Second, "no zombie children of the worker", func() bool { return len(zombiesOf(w.cmd.Process.Pid)) == 0 })
-		if !strings.Contains(w.logs.String(), "containment=subreaper+cookie") {
-			t.Errorf("the startup log does not say the containment in use")
-		}
 		eventually(t, 5*time.Second, "the call's end record", func() bool { return strings.Contains(w.logs.String(), `msg="call ended"`) })
 		for _, field := range []string{"wall_s=", "cpu_s=", "peak_rss_mb="} {
 			if !strings.Contains(w.logs.String(), field) {
@@ -202,10 +268,10 @@ func TestNothingACallStartsOutlivesIt(t *testing.T) {
 		t.Parallel()
 		marker := newMarker(t, "cancelled")
 		eng := startEngine(t, engine.Options{})
-		w := startWorker(t, eng, nil, grace...)
+		w := containedWorker(t, eng, mode, containGrace)
 		wk := attach(t, eng)
 		c := run(t, wk, "c1", stepsWith(marker, step{"sleep_ms": 60000})...)
-		helpersStarted(t, c, marker)
+		gone := checkCgroup(t, mode, helpersStarted(t, c, marker))
 		start := time.Now()
 		wk.Cancel("c1")
 		answer, _ := wait(t, c)
@@ -213,29 +279,32 @@ func TestNothingACallStartsOutlivesIt(t *testing.T) {
 			t.Fatalf("cancel answered %s", answer.Raw)
 		}
 		noHelperRemains(t, marker, start)
+		gone()
 		eventually(t, 5*time.Second, "no zombie children of the worker", func() bool { return len(zombiesOf(w.cmd.Process.Pid)) == 0 })
 	})
 	t.Run("connection-dropped", func(t *testing.T) {
 		t.Parallel()
 		marker := newMarker(t, "dropped")
 		eng := startEngine(t, engine.Options{})
-		w := startWorker(t, eng, nil, grace...)
+		w := containedWorker(t, eng, mode, containGrace)
 		wk := attach(t, eng)
 		c := run(t, wk, "d1", stepsWith(marker, step{"sleep_ms": 60000})...)
-		helpersStarted(t, c, marker)
+		gone := checkCgroup(t, mode, helpersStarted(t, c, marker))
 		start := time.Now()
 		wk.Drop()
 		noHelperRemains(t, marker, start)
+		gone()
 		eventually(t, 5*time.Second, "no zombie children of the worker", func() bool { return len(zombiesOf(w.cmd.Process.Pid)) == 0 })
 	})
 	t.Run("worker-sigterm", func(t *testing.T) {
 		t.Parallel()
 		marker := newMarker(t, "sigterm")
 		eng := startEngine(t, engine.Options{})
-		w := startWorker(t, eng, nil, grace...)
+		w := containedWorker(t, eng, mode, containGrace)
 		wk := attach(t, eng)
 		c := run(t, wk, "s1", stepsWith(marker, step{"sleep_ms": 60000})...)
-		helpersStarted(t, c, marker)
+		runner := helpersStarted(t, c, marker)
+		gone := checkCgroup(t, mode, runner)
 		start := time.Now()
 		w.signal(syscall.SIGTERM)
 		answer, _ := wait(t, c)
@@ -246,6 +315,7 @@ func TestNothingACallStartsOutlivesIt(t *testing.T) {
 			t.Fatalf("exit %d, want 0", code)
 		}
 		noHelperRemains(t, marker, start)
+		gone()
 	})
 }
 
@@ -253,7 +323,7 @@ func TestTenContainedCallsLeaveTheWorkerAsBefore(t *testing.T) {
 	skipUnlessLinux(t)
 	t.Parallel()
 	eng := startEngine(t, engine.Options{})
-	w := startWorker(t, eng, nil, "--cancel-grace", "300ms")
+	w := containedWorker(t, eng, "subreaper", 300*time.Millisecond)
 	wk := attach(t, eng)
 	pid := w.cmd.Process.Pid
 	call := func(i int) {
@@ -286,7 +356,7 @@ func TestWhyANodeDied(t *testing.T) {
 	skipUnlessLinux(t)
 	t.Parallel()
 	eng := startEngine(t, engine.Options{})
-	startWorker(t, eng, nil)
+	containedWorker(t, eng, "subreaper", 3*time.Second)
 	wk := attach(t, eng)
 	for _, tc := range []struct {
 		id    string
