@@ -388,3 +388,65 @@ func mapValues(m map[string]int) []int {
 	}
 	return vs
 }
+
+// A worker in a cgroup delegated to it (a systemd service with
+// Delegate=yes) moves itself into a leaf, as cgroup v2 requires of a
+// cgroup whose children have controllers, and makes each call's cgroup
+// next to it. Simulated here, as root, with a cgroup the test makes.
+func TestDelegatedCgroup(t *testing.T) {
+	skipUnlessLinux(t)
+	t.Parallel()
+	mount := ""
+	for _, m := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		if _, err := os.Stat(m + "/cgroup.controllers"); err == nil {
+			mount = m
+			break
+		}
+	}
+	if mount == "" || syscall.Access(mount, 2) != nil {
+		t.Skip("no writable cgroup v2 hierarchy here (the test needs root)")
+	}
+	delegated := filepath.Join(mount, fmt.Sprintf("fluksio-test-%d-%d", os.Getpid(), time.Now().UnixNano()))
+	if err := os.Mkdir(delegated, 0o755); err != nil {
+		t.Skip("cannot make a cgroup here: ", err)
+	}
+	t.Cleanup(func() {
+		dirs, _ := filepath.Glob(filepath.Join(delegated, "*", "cgroup.procs"))
+		for _, d := range dirs {
+			os.WriteFile(filepath.Join(filepath.Dir(d), "cgroup.kill"), []byte("1"), 0)
+		}
+		eventually(t, 5*time.Second, "the test's cgroups to be removable", func() bool {
+			for _, d := range dirs {
+				os.Remove(filepath.Dir(d))
+			}
+			return os.Remove(delegated) == nil
+		})
+	})
+	marker := newMarker(t, "delegated")
+	eng := startEngine(t, engine.Options{})
+	// The shell puts itself into the delegated cgroup, then becomes the worker.
+	w := startProgram(t, "/bin/sh", []string{"FLUKSIO_WORKER_TOKEN=" + testToken},
+		"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, delegated, workerBin, "run",
+		"--url", eng.AttachURL(), "--python", fakeRunner, "--runtime", "embedded",
+		"--state-dir", t.TempDir(), "--log-level", "debug", "--cancel-grace", "1s", "--containment", "cgroup")
+	wk := attach(t, eng)
+	if !strings.Contains(w.logs.String(), "containment=cgroup") {
+		t.Fatalf("the worker did not take cgroup mode in a delegated cgroup")
+	}
+	if got := callCgroup(t, w.cmd.Process.Pid); got != filepath.Join(delegated, "worker") {
+		t.Errorf("the worker runs in %s, want the leaf %s/worker", got, delegated)
+	}
+	c := run(t, wk, "del1", stepsWith(marker, step{"sleep_ms": 60000})...)
+	runner := helpersStarted(t, c, marker)
+	if got := callCgroup(t, runner); filepath.Dir(got) != delegated || !strings.HasPrefix(filepath.Base(got), "call-") {
+		t.Fatalf("the runner runs in %s, want a call's cgroup in %s", got, delegated)
+	}
+	gone := checkCgroup(t, "cgroup", runner)
+	start := time.Now()
+	wk.Cancel("del1")
+	if answer, _ := wait(t, c); answer.Error == nil || answer.Error.Type != "NodeCancelled" {
+		t.Fatalf("cancel answered %s", answer.Raw)
+	}
+	noHelperRemains(t, marker, start)
+	gone()
+}
