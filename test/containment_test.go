@@ -450,3 +450,27 @@ func TestDelegatedCgroup(t *testing.T) {
 	noHelperRemains(t, marker, start)
 	gone()
 }
+
+// BenchmarkContainedCall measures a call's round trip (start, answer, stop
+// and sweep) in each containment mode, one call at a time.
+func BenchmarkContainedCall(b *testing.B) {
+	for _, mode := range []string{"subreaper", "cgroup"} {
+		b.Run(mode, func(b *testing.B) {
+			eng := startEngine(b, engine.Options{})
+			w := startWorker(b, eng, nil, "--containment", mode, "--log-level", "info")
+			wk := attach(b, eng)
+			want := map[string]string{"subreaper": "subreaper+cookie", "cgroup": "cgroup"}[mode]
+			if !strings.Contains(w.logs.String(), "containment="+want) {
+				b.Skip("containment " + mode + " is not available here")
+			}
+			wait(b, run(b, wk, "warm"))
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if answer, _ := wait(b, run(b, wk, "b"+strconv.Itoa(i))); !answer.OK {
+					b.Fatal(string(answer.Raw))
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/call")
+		})
+	}
+}
