@@ -54,6 +54,9 @@ func SetupContainment(log *slog.Logger, want string) string {
 		switch {
 		case err == nil:
 			cgroups, mode = cc, platform.ContainCgroup
+			if !cc.CloneInto() {
+				log.Info("this system does not let a process start straight into a cgroup (clone3 is denied); each runner is moved into its call's cgroup as it starts")
+			}
 		case want == "cgroup":
 			log.Warn("--containment cgroup: this worker cannot make cgroups; using "+mode, "error", err)
 		default:
@@ -120,7 +123,9 @@ func (c *call) startRunner(cmd *exec.Cmd) error {
 		return err
 	}
 	if c.box.cg != nil {
-		c.box.cg.Started()
+		if err := c.box.cg.Started(cmd.Process.Pid); err != nil {
+			c.log.Warn("could not move the runner into the call's cgroup", "cgroup", c.box.cg.Dir(), "error", err)
+		}
 	}
 	if err := platform.RaiseOOMScore(cmd.Process.Pid, nodeOOMScoreAdj); err != nil {
 		c.log.Debug("could not raise the runner's oom_score_adj", "error", err)

@@ -26,6 +26,11 @@ import (
 type CallCgroups struct {
 	base   string
 	prefix string // of a call's cgroup name
+	// cloneInto: processes can be started straight into a cgroup. A
+	// seccomp filter may deny clone3 (systemd-nspawn's and Docker's answer
+	// ENOSYS); then the runner is moved in right after it starts, before
+	// Python has started anything.
+	cloneInto bool
 }
 
 // workerLeaf is the cgroup the worker moves itself into: cgroup v2 lets a
@@ -67,6 +72,7 @@ func SetupCgroups() (*CallCgroups, error) {
 			return nil, fmt.Errorf("the root cgroup %s is not writable: %w", mount, err)
 		}
 		cc.clearRootLeftovers()
+		cc.cloneInto = cc.probeCloneInto()
 		return cc, nil
 	}
 	// A worker re-executed by a reload is already in its leaf.
@@ -91,7 +97,28 @@ func SetupCgroups() (*CallCgroups, error) {
 		}
 	}
 	cc.clearLeftovers()
+	cc.cloneInto = cc.probeCloneInto()
 	return cc, nil
+}
+
+// CloneInto reports whether runners are started straight into their cgroup.
+func (cc *CallCgroups) CloneInto() bool { return cc.cloneInto }
+
+// probeCloneInto starts this executable (--version) straight into a
+// cgroup, to learn whether clone3 into a cgroup is allowed here.
+func (cc *CallCgroups) probeCloneInto() bool {
+	exe, err := os.Executable()
+	if err != nil {
+		return false
+	}
+	g, err := cc.New("probe-" + strconv.Itoa(os.Getpid()))
+	if err != nil {
+		return false
+	}
+	defer g.Remove(time.Second)
+	cmd := exec.Command(exe, "--version")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: g.fd}
+	return cmd.Run() == nil
 }
 
 // clearRootLeftovers removes calls' cgroups in the root cgroup whose
@@ -136,8 +163,9 @@ func ownCgroup() (string, error) {
 
 // CallCgroup is one call's cgroup.
 type CallCgroup struct {
-	dir string
-	fd  int
+	dir       string
+	fd        int
+	cloneInto bool
 }
 
 // New makes a call's cgroup.
@@ -151,7 +179,7 @@ func (cc *CallCgroups) New(name string) (*CallCgroup, error) {
 		os.Remove(dir)
 		return nil, err
 	}
-	return &CallCgroup{dir: dir, fd: fd}, nil
+	return &CallCgroup{dir: dir, fd: fd, cloneInto: cc.cloneInto}, nil
 }
 
 // Dir is the cgroup's directory.
@@ -159,6 +187,9 @@ func (g *CallCgroup) Dir() string { return g.dir }
 
 // Prepare makes cmd start inside the cgroup.
 func (g *CallCgroup) Prepare(cmd *exec.Cmd) {
+	if !g.cloneInto {
+		return
+	}
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
@@ -166,8 +197,17 @@ func (g *CallCgroup) Prepare(cmd *exec.Cmd) {
 	cmd.SysProcAttr.CgroupFD = g.fd
 }
 
-// Started closes the descriptor the runner was started with.
-func (g *CallCgroup) Started() {
+// Started puts the runner into the cgroup where it could not be started
+// there. It reports whether the runner is in.
+func (g *CallCgroup) Started(pid int) error {
+	g.closeFD()
+	if g.cloneInto {
+		return nil
+	}
+	return os.WriteFile(filepath.Join(g.dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
+}
+
+func (g *CallCgroup) closeFD() {
 	if g.fd >= 0 {
 		unix.Close(g.fd)
 		g.fd = -1
@@ -217,7 +257,7 @@ func (g *CallCgroup) Kill() {
 
 // Remove waits up to wait for the cgroup to be empty, then removes it.
 func (g *CallCgroup) Remove(wait time.Duration) error {
-	g.Started()
+	g.closeFD()
 	deadline := time.Now().Add(wait)
 	for {
 		err := os.Remove(g.dir)

@@ -44,6 +44,9 @@ type (
 	CallCgroup  struct{}
 )
 
+// CloneInto is never asked here.
+func (cc *CallCgroups) CloneInto() bool { return false }
+
 // ProbeCgroups fails: there are no cgroups here.
 func ProbeCgroups() error { return errors.New("cgroups are Linux's") }
 
@@ -55,7 +58,7 @@ func (cc *CallCgroups) New(name string) (*CallCgroup, error) {
 }
 func (g *CallCgroup) Dir() string                              { return "" }
 func (g *CallCgroup) Prepare(cmd *exec.Cmd)                    {}
-func (g *CallCgroup) Started()                                 {}
+func (g *CallCgroup) Started(pid int) error                    { return nil }
 func (g *CallCgroup) Signal(sig syscall.Signal, skip int) bool { return false }
 func (g *CallCgroup) Populated() bool                          { return false }
 func (g *CallCgroup) Kill()                                    {}
