@@ -52,6 +52,9 @@ func checkServiceContainment(ctx context.Context, t *testing.T, w *engine.Worker
 	if out := must("fluksio-worker status"); !strings.Contains(out, "cgroup") {
 		t.Errorf("status does not say the service contains calls by cgroup:\n%s", out)
 	}
+	if out := must("fluksio-worker check"); !strings.Contains(out, "contain    cgroup") {
+		t.Errorf("check does not say the service contains calls by cgroup:\n%s", out)
+	}
 	if cg := must("cat /proc/$(systemctl show --property MainPID --value fluksio-worker)/cgroup"); !strings.Contains(cg, "fluksio-worker.service/worker") {
 		t.Errorf("the worker is not in the leaf of its delegated cgroup:\n%s", cg)
 	}

@@ -321,27 +321,52 @@ func testContainment(t *testing.T, mode string) {
 
 func TestTenContainedCallsLeaveTheWorkerAsBefore(t *testing.T) {
 	skipUnlessLinux(t)
-	t.Parallel()
+	for _, mode := range []string{"subreaper", "cgroup"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			testTenContainedCalls(t, mode)
+		})
+	}
+}
+
+func testTenContainedCalls(t *testing.T, mode string) {
 	eng := startEngine(t, engine.Options{})
-	w := containedWorker(t, eng, "subreaper", 300*time.Millisecond)
+	w := containedWorker(t, eng, mode, 300*time.Millisecond)
 	wk := attach(t, eng)
 	pid := w.cmd.Process.Pid
+	var cgroups []string // in cgroup mode, each call's
 	call := func(i int) {
 		marker := newMarker(t, fmt.Sprintf("ten%d", i))
 		c := run(t, wk, fmt.Sprintf("ten-%d", i), stepsWith(marker, step{"sleep_ms": 1000})...)
-		helpersStarted(t, c, marker)
+		runner := helpersStarted(t, c, marker)
+		if mode == "cgroup" {
+			cgroups = append(cgroups, callCgroup(t, runner))
+		}
 		if answer, _ := wait(t, c); !answer.OK {
 			t.Fatalf("call %d answered %s", i, answer.Raw)
 		}
 		eventually(t, 5*time.Second, "the call's helpers to be gone", func() bool { return len(markerProcs(marker)) == 0 })
 	}
+	// callCgroupsLeft counts this worker's calls' cgroups still there.
+	callCgroupsLeft := func() int {
+		if len(cgroups) == 0 {
+			return 0
+		}
+		name := filepath.Base(cgroups[0])
+		left, _ := filepath.Glob(filepath.Join(filepath.Dir(cgroups[0]), name[:strings.LastIndexByte(name, '-')+1]+"*"))
+		return len(left)
+	}
 	call(0)
 	eventually(t, 5*time.Second, "the first call's processes to be reaped", func() bool { return len(childrenOf(pid))+len(zombiesOf(pid)) == 0 })
+	eventually(t, 5*time.Second, "the first call's cgroup to be removed", func() bool { return callCgroupsLeft() == 0 })
 	fds, threads := openFDs(t, pid), threadsOf(t, pid)
 	for i := 1; i <= 10; i++ {
 		call(i)
 	}
 	eventually(t, 5*time.Second, "every process of the ten calls to be reaped", func() bool { return len(childrenOf(pid))+len(zombiesOf(pid)) == 0 })
+	if n := callCgroupsLeft(); n != 0 {
+		t.Errorf("%d calls' cgroups are left after ten calls", n)
+	}
 	if now := openFDs(t, pid); now > fds {
 		t.Errorf("open file descriptors grew over ten calls: %d, then %d", fds, now)
 	}
