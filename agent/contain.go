@@ -64,7 +64,23 @@ func SetupContainment(log *slog.Logger, want string) string {
 		}
 	}
 	containment = mode
+	if mode != platform.ContainProcessGroup {
+		go reapAdopted()
+	}
 	return mode
+}
+
+// reapInterval is how often the worker, as subreaper, reaps orphans it
+// adopted outside the end of a call: one that exits after its call's
+// sweep gave up waiting (a loaded machine), or after the last call.
+const reapInterval = time.Second
+
+// reapAdopted runs for the life of the process, which is what owns the
+// subreaper role. A look with nothing to reap is one waitid system call.
+func reapAdopted() {
+	for range time.Tick(reapInterval) {
+		platform.ReapOrphans()
+	}
 }
 
 // ProbeContainment says which mode `run` would use here, for inventory

@@ -16,7 +16,7 @@ import (
 
 // The four helpers the fake runner's "helpers" step starts (see
 // test/fakerunner): a plain child, a child that ignores SIGTERM, a
-// `setsid -f` daemon and a double-forked daemon. The last two leave the
+// `setsid -f` daemon and a double-forked daemon that ignores SIGTERM too. The last two leave the
 // call's process group, so only the subreaper and the call's cookie can
 // find them.
 var helperKinds = []string{"plain", "stubborn", "setsid", "daemon"}
@@ -319,6 +319,56 @@ func testContainment(t *testing.T, mode string) {
 	})
 }
 
+// A worker told twice to stop kills its calls at once, helpers included.
+// One killed outright cannot; in cgroup mode the next worker started
+// removes what it left.
+func TestStoppedAtOnceOrKilled(t *testing.T) {
+	skipUnlessLinux(t)
+	for _, mode := range []string{"subreaper", "cgroup"} {
+		t.Run(mode+"/second-signal", func(t *testing.T) {
+			t.Parallel()
+			marker := newMarker(t, "twice")
+			eng := startEngine(t, engine.Options{})
+			w := containedWorker(t, eng, mode, time.Minute)
+			wk := attach(t, eng)
+			c := run(t, wk, "k1", stepsWith(marker, step{"sleep_ms": 60000})...)
+			gone := checkCgroup(t, mode, helpersStarted(t, c, marker))
+			start := time.Now()
+			w.signal(syscall.SIGTERM)
+			time.Sleep(200 * time.Millisecond)
+			w.signal(syscall.SIGTERM)
+			w.wait(10 * time.Second)
+			// Well within the minute of --cancel-grace.
+			noHelperRemains(t, marker, start)
+			if mode == "cgroup" {
+				// The worker exits at once; the next one removes the cgroup.
+				startWorker(t, eng, nil, "--containment", "cgroup")
+				attach(t, eng)
+				gone()
+			}
+		})
+	}
+	t.Run("cgroup/worker-killed", func(t *testing.T) {
+		t.Parallel()
+		marker := newMarker(t, "killed")
+		eng := startEngine(t, engine.Options{})
+		w := containedWorker(t, eng, "cgroup", time.Second)
+		wk := attach(t, eng)
+		c := run(t, wk, "x1", stepsWith(marker, step{"sleep_ms": 60000})...)
+		gone := checkCgroup(t, "cgroup", helpersStarted(t, c, marker))
+		w.signal(syscall.SIGKILL)
+		w.wait(10 * time.Second)
+		if len(markerProcs(marker)) == 0 {
+			t.Fatal("the helpers died with the worker; this test shows nothing")
+		}
+		start := time.Now()
+		startWorker(t, eng, nil, "--containment", "cgroup")
+		attach(t, eng)
+		noHelperRemains(t, marker, start)
+		gone()
+	})
+}
+
 func TestTenContainedCallsLeaveTheWorkerAsBefore(t *testing.T) {
 	skipUnlessLinux(t)
 	for _, mode := range []string{"subreaper", "cgroup"} {
@@ -363,7 +413,13 @@ func testTenContainedCalls(t *testing.T, mode string) {
 	for i := 1; i <= 10; i++ {
 		call(i)
 	}
-	eventually(t, 5*time.Second, "every process of the ten calls to be reaped", func() bool { return len(childrenOf(pid))+len(zombiesOf(pid)) == 0 })
+	eventually(t, 5*time.Second, "every process of the ten calls to be reaped", func() bool {
+		if kids, zs := childrenOf(pid), zombiesOf(pid); len(kids)+len(zs) > 0 {
+			t.Logf("children %v, zombies %v", kids, zs)
+			return false
+		}
+		return true
+	})
 	if n := callCgroupsLeft(); n != 0 {
 		t.Errorf("%d calls' cgroups are left after ten calls", n)
 	}

@@ -23,7 +23,8 @@
 //	{"pipe_size": N}      grow the stdout pipe to N bytes (Linux), so more output can wait in it
 //	{"helpers": "M"}      start four processes that sleep, with M-plain, M-stubborn, M-setsid and
 //	                      M-daemon in their argv: a plain child, a child that ignores SIGTERM, a
-//	                      `setsid -f` daemon and a double-forked daemon in a session of its own;
+//	                      `setsid -f` daemon and a double-forked daemon in a session of its own
+//	                      that ignores SIGTERM too;
 //	                      then an event {"event":"helpers"}
 //	{"kill_self": true}   kill itself with SIGKILL, as the OOM killer would
 package main
@@ -146,7 +147,7 @@ func main() {
 					exec.Command(self, "--hold", m+"-plain"),
 					exec.Command(self, "--hold-ignore-term", m+"-stubborn"),
 					exec.Command("setsid", "-f", self, "--hold", m+"-setsid"),
-					exec.Command("sh", "-c", `(setsid "$0" --hold "$1" &)`, self, m+"-daemon"),
+					exec.Command("sh", "-c", `(setsid "$0" --hold-ignore-term "$1" &)`, self, m+"-daemon"),
 				} {
 					cmd.Stderr = os.Stderr
 					if err := cmd.Start(); err != nil {
