@@ -58,7 +58,7 @@ func SetupContainment(log *slog.Logger, want string) string {
 				log.Info("this system does not let a process start straight into a cgroup (clone3 is denied); each runner is moved into its call's cgroup as it starts")
 			}
 		case want == "cgroup":
-			log.Warn("--containment cgroup: this worker cannot make cgroups; using "+mode, "error", err)
+			log.Warn("--containment cgroup: this worker cannot make cgroups (it needs root, or a unit with Delegate=yes)", "using", mode, "error", err)
 		default:
 			log.Debug("no cgroup per call", "error", err)
 		}
@@ -140,7 +140,10 @@ func (c *call) startRunner(cmd *exec.Cmd) error {
 	}
 	if c.box.cg != nil {
 		if err := c.box.cg.Started(cmd.Process.Pid); err != nil {
-			c.log.Warn("could not move the runner into the call's cgroup", "cgroup", c.box.cg.Dir(), "error", err)
+			// The cookie finds what the cgroup would have held.
+			c.log.Warn("could not move the runner into the call's cgroup; it is contained by its process group and cookie", "cgroup", c.box.cg.Dir(), "error", err)
+			c.box.cg.Remove(0)
+			c.box.cg = nil
 		}
 	}
 	if err := platform.RaiseOOMScore(cmd.Process.Pid, nodeOOMScoreAdj); err != nil {
@@ -158,8 +161,8 @@ func (c *call) reaped(cmd *exec.Cmd) {
 }
 
 // signalAll sends sig to the call's process group and to every process
-// outside it carrying the call's cookie. It reports whether anything was
-// there to signal.
+// outside it in the call's cgroup or, without one, carrying the call's
+// cookie. It reports whether anything was there to signal.
 func (c *call) signalAll(sig syscall.Signal) bool {
 	found := platform.SignalGroup(c.pid, sig)
 	if c.box.cg != nil {
