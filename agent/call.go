@@ -56,6 +56,7 @@ type call struct {
 	// Set by the call's own goroutine, read by callEnded on it.
 	begun   time.Time // when run began
 	outcome string    // metrics.OutcomeOK, OutcomeError or OutcomeCancelled
+	box     callBox   // cookie, escaped processes, usage (contain.go)
 }
 
 // Error answers the agent itself sends.
@@ -138,13 +139,13 @@ func (c *call) run(ctx context.Context, rt Runtime) {
 		}
 	}()
 	cmd := exec.Command(c.agent.python, rt.Path)
-	cmd.Env = dir.env(c.agent.runnerEnv(c.env), c.agent.cfg.CancelGrace)
+	c.prepare(cmd, dir.env(c.agent.runnerEnv(c.env), c.agent.cfg.CancelGrace))
 	cmd.Dir = dir.cwd
 	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
 	stdin, err := cmd.StdinPipe()
 	if err == nil {
 		platform.NewProcessGroup(cmd)
-		err = cmd.Start()
+		err = c.startRunner(cmd)
 	}
 	stdoutW.Close()
 	stderrW.Close()
@@ -163,6 +164,7 @@ func (c *call) run(ctx context.Context, rt Runtime) {
 	}
 	go func() {
 		err := cmd.Wait()
+		c.reaped(cmd)
 		c.log.Debug("runner exited", "pid", c.pid, "status", exitStatus(err))
 		close(c.exited)
 	}()
@@ -200,12 +202,14 @@ func (c *call) run(ctx context.Context, rt Runtime) {
 		}
 	}
 	c.stopGroup()
+	c.sweep()
 	stdoutR.Close()
 	// A process that left the group (setsid) may still hold stderr.
 	stderrR.SetReadDeadline(time.Now().Add(pipeLinger))
 	<-stderrDone
 	stderrR.Close()
 	<-c.exited
+	c.logEnd()
 	if c.size >= outsizedMessage || len(end.answer) >= outsizedMessage {
 		freeMemory()
 	}
@@ -280,6 +284,8 @@ func (c *call) answer(ctx context.Context, end outcome) {
 			if *reason != "" {
 				msg = *reason
 			}
+		} else {
+			msg = c.deathMessage()
 		}
 		c.log.Warn("the runner's output ended without an answer", "type", typ, "message", msg)
 		c.sendAnswerJSON(newErrorAnswer(c.id, typ, msg))
@@ -356,25 +362,25 @@ func (c *call) stop(reason string) {
 // (and the moment the runner needs to answer after it) for it to be gone,
 // then sends SIGKILL.
 func (c *call) stopGroup() {
-	if c.pid == 0 || !platform.SignalGroup(c.pid, syscall.SIGTERM) {
+	if c.pid == 0 || !c.signalAll(syscall.SIGTERM) {
 		return
 	}
 	deadline := time.Now().Add(c.agent.cfg.CancelGrace + runnerAnswerMargin)
 	for time.Now().Before(deadline) {
 		time.Sleep(stopPoll)
-		if !platform.GroupAlive(c.pid) {
+		if !c.anyAlive() {
 			return
 		}
 	}
 	c.log.Warn("the runner did not stop within --cancel-grace; killing it", "grace", c.agent.cfg.CancelGrace)
-	platform.SignalGroup(c.pid, syscall.SIGKILL)
+	c.signalAll(syscall.SIGKILL)
 }
 
 // kill stops the process group at once, for a worker told twice to stop.
 func (c *call) kill() {
 	select {
 	case <-c.started:
-		platform.SignalGroup(c.pid, syscall.SIGKILL)
+		c.signalAll(syscall.SIGKILL)
 	default:
 	}
 }

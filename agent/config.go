@@ -35,6 +35,7 @@ type Config struct {
 	MaxIdle     time.Duration
 	Runtime     string // auto, embedded or a path
 	CancelGrace time.Duration
+	Containment string // auto ("" too), cgroup or subreaper (contain.go)
 	// ReloadTimeout bounds how long a reload waits for running calls; 0
 	// waits as long as they run.
 	ReloadTimeout time.Duration
@@ -143,6 +144,8 @@ var Options = []Option{
 		func(c *Config, v string) error { c.Runtime = v; return nil }},
 	{"cancel-grace", "DURATION", "how long a cancelled call may clean up after SIGTERM (SIGKILL follows a second later)",
 		durationUpTo(func(c *Config, d time.Duration) { c.CancelGrace = d }, maxCancelGrace, "every stop of the service waits this long")},
+	{"containment", "auto|cgroup|subreaper", "how a call's processes are kept together so that all are stopped with it: a cgroup per call where the worker may write its cgroup (root, or systemd's Delegate=yes), else the subreaper and an environment cookie (auto)",
+		oneOf(func(c *Config, v string) { c.Containment = v }, "auto", "cgroup", "subreaper")},
 	{"reload-timeout", "DURATION", "how long a reload (SIGHUP, 'systemctl reload', a package upgrade) waits for running calls before stopping them; 0 or forever waits as long as they run (default: forever)",
 		func(c *Config, v string) error {
 			if strings.EqualFold(strings.TrimSpace(v), "forever") {

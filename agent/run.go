@@ -66,9 +66,11 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	// Resolved now: after an upgrade replaced the file, the path is what
 	// a reload executes.
 	exe, exeErr := Executable()
+	contain := SetupContainment(log, cfg.Containment)
 	log.Info("starting", "version", Version, "engine", RedactURL(cfg.URL), "python", python,
-		"python_version", pyVersion, "state_dir", stateDir, "parallel", cfg.Parallel)
+		"python_version", pyVersion, "state_dir", stateDir, "parallel", cfg.Parallel, "containment", contain)
 	a := New(cfg, log, python, stateDir)
+	a.status.Update(func(s *Status) { s.Containment = contain })
 	if cfg.Listen != "" {
 		srv, err := a.ListenMonitoring()
 		if err != nil {
@@ -241,9 +243,15 @@ func InventoryCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	if a.python == "" {
 		hello.VenvDigest = ""
 	}
+	// The containment is this machine's, not the engine's business: it is
+	// shown here but not sent in hello.
+	mode := ProbeContainment(cfg.Containment)
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
-	enc.Encode(hello)
+	enc.Encode(struct {
+		Hello
+		Containment string `json:"containment"`
+	}{hello, mode})
 	return ExitOK
 }
 

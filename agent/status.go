@@ -23,8 +23,9 @@ type Status struct {
 	CallsQueued  int           `json:"calls_queued"` // waiting for one of the --parallel slots
 	CallsDone    int64         `json:"calls_done"`
 	LastError    string        `json:"last_error,omitempty"`
-	Reload       *ReloadStatus `json:"reload,omitempty"` // a reload waiting for calls
-	Listen       string        `json:"listen,omitempty"` // where /metrics and /healthz are served
+	Reload       *ReloadStatus `json:"reload,omitempty"`      // a reload waiting for calls
+	Listen       string        `json:"listen,omitempty"`      // where /metrics and /healthz are served
+	Containment  string        `json:"containment,omitempty"` // how calls' processes are kept together (contain.go)
 	Updated      time.Time     `json:"updated"`
 }
 

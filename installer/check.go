@@ -116,6 +116,11 @@ func check(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 		ram = fmt.Sprintf("%d MiB memory", *inv.RAMMB)
 	}
 	c.ok("inventory", "%d CPUs, %d GPUs, %s", inv.CPUs, inv.GPUs, ram)
+	if mode := agent.ProbeContainment(cfg.Containment); mode == platform.ContainProcessGroup {
+		c.skip("contain", mode+" only: a process that leaves its call's process group may outlive the call")
+	} else {
+		c.ok("contain", "%s: what a node starts is stopped with its call", mode)
+	}
 
 	pctx, cancel := context.WithTimeout(ctx, engineCheckTimeout)
 	err = agent.Probe(pctx, cfg)

@@ -134,6 +134,9 @@ func writeWorker(row func(label, format string, args ...any), state State, st ag
 	if st.Listen != "" {
 		row("monitor", "http://%s/metrics and /healthz", st.Listen)
 	}
+	if st.Containment != "" {
+		row("contain", "%s", st.Containment)
+	}
 	if st.LastError != "" {
 		// A status file written by an older worker may hold an engine's
 		// page that echoed the request URL; its token= is not shown.

@@ -42,6 +42,14 @@ func stopTimeout(grace time.Duration) int {
 //     and reports its calls itself; whatever is left when TimeoutStopSec
 //     runs out gets SIGKILL. (kardianos' default unit, KillMode=control-group
 //     with no stop timeout, would kill the calls under the agent.)
+//   - OOMScoreAdjust=-500: when memory runs out the kernel's OOM killer is
+//     to pick node code (the worker raises each runner to +500), not the
+//     worker that would report what happened. Only a system unit may lower
+//     it; a user manager would refuse to start the service.
+//   - Delegate=yes: the worker may make a cgroup per call under its own and
+//     kill it whole when the call ends (--containment); for that its
+//     cgroup must be writable, so no ProtectControlGroups (it would mount
+//     /sys/fs/cgroup read-only).
 //   - Hardening that keeps the GPUs and the user's Python reachable: no
 //     PrivateDevices, DeviceAllow or ProtectClock (each closes /dev, and the
 //     GPUs are /dev/nvidia* and /dev/dri/*); ProtectHome=read-only, not yes
@@ -86,6 +94,10 @@ RestartPreventExitStatus=1
 # SIGTERM goes to the worker alone; it stops its calls and reports them.
 KillMode=mixed
 TimeoutStopSec=@STOP_TIMEOUT@
+# The out-of-memory killer picks node code (raised to +500), not the worker.
+OOMScoreAdjust=-500
+# Each call runs in a cgroup of its own under the worker's, killed whole at its end.
+Delegate=yes
 StateDirectory=fluksio-worker
 StateDirectoryMode=0750
 # Data loaders in node code open many files at once.
@@ -100,7 +112,6 @@ PrivateTmp=yes
 ProtectKernelTunables=yes
 ProtectKernelModules=yes
 ProtectKernelLogs=yes
-ProtectControlGroups=yes
 ProtectHostname=yes
 ProtectProc=invisible
 RestrictNamespaces=yes

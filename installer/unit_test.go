@@ -55,7 +55,8 @@ func TestSystemUnitGolden(t *testing.T) {
 		"KillMode=mixed", "TimeoutStopSec=33", "StateDirectory=fluksio-worker",
 		"After=network-online.target", "Wants=network-online.target",
 		"NoNewPrivileges=yes", "ProtectSystem=full", "PrivateTmp=yes", "ProtectHome=read-only",
-		"ProtectKernelTunables=yes", "ProtectControlGroups=yes", "WantedBy=multi-user.target",
+		"ProtectKernelTunables=yes", "WantedBy=multi-user.target",
+		"OOMScoreAdjust=-500", "Delegate=yes",
 	} {
 		if !hasLine(unit, line) {
 			t.Errorf("the unit lacks %q", line)
@@ -184,8 +185,10 @@ func TestUnitSecurityExposure(t *testing.T) {
 
 // maxExposure is the unit's systemd-analyze security score (systemd 252)
 // when it was last reviewed. Most of what is left would close /dev (the
-// GPUs), the network, or system calls arbitrary node code may need.
-const maxExposure = 2.3
+// GPUs), the network, or system calls arbitrary node code may need; 0.2 of
+// it is Delegate=yes without ProtectControlGroups, which a cgroup per call
+// needs (a writable cgroup of the worker's own).
+const maxExposure = 2.5
 
 func hasLine(text, line string) bool {
 	for _, l := range strings.Split(text, "\n") {

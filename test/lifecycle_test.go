@@ -74,13 +74,14 @@ func TestRunnerDeathIsReported(t *testing.T) {
 	for _, tc := range []struct {
 		id    string
 		steps []step
+		msg   string
 	}{
-		{"crash", []step{{"events": 2}, {"exit": 3}}},
-		{"quiet-exit", []step{{"no_answer": true}}},
+		{"crash", []step{{"events": 2}, {"exit": 3}}, "the node process exited with code 3 without answering"},
+		{"quiet-exit", []step{{"no_answer": true}}, "the node process stopped"},
 	} {
 		answer, events := wait(t, run(t, wk, tc.id, tc.steps...))
 		e := answer.Error
-		if answer.OK || e == nil || e.Type != "RemoteError" || e.Message != "the node process stopped" || e.Short != e.Message || e.Traceback != "" {
+		if answer.OK || e == nil || e.Type != "RemoteError" || e.Message != tc.msg || e.Short != e.Message || e.Traceback != "" {
 			t.Errorf("%s answered %s", tc.id, answer.Raw)
 		}
 		if tc.id == "crash" && len(events) != 2 {

@@ -161,6 +161,8 @@ func TestServiceUnderSystemd(t *testing.T) {
 		t.Errorf("check:\n%s", out)
 	}
 	step("config, unit, status, check")
+	checkServiceContainment(ctx, t, w, must)
+	step("a node's helpers and its cgroup are gone after its call")
 
 	// restart: the old connection closes, a new one attaches and works.
 	pid := mainPID(t, must)

@@ -24,6 +24,12 @@
 //	{"no_answer": true}   end without answering (exit 0)
 //	{"announce": true}    an event {"event":"started","pid":N} with the runner's pid
 //	{"pipe_size": N}      grow the stdout pipe to N bytes (Linux), so more output can wait in it
+//	{"helpers": "M"}      start four processes that sleep, with M-plain, M-stubborn, M-setsid and
+//	                      M-daemon in their argv: a plain child, a child that ignores SIGTERM, a
+//	                      `setsid -f` daemon and a double-forked daemon in a session of its own
+//	                      that ignores SIGTERM too;
+//	                      then an event {"event":"helpers"}
+//	{"kill_self": true}   kill itself with SIGKILL, as the OOM killer would
 package main
 
 import (
@@ -50,6 +56,10 @@ func main() {
 			return
 		case "--hold":
 			// The grandchild: keep the inherited stdout open.
+			time.Sleep(time.Hour)
+			return
+		case "--hold-ignore-term":
+			signal.Ignore(syscall.SIGTERM)
 			time.Sleep(time.Hour)
 			return
 		}
@@ -139,6 +149,30 @@ func main() {
 			case "announce":
 				fmt.Fprintf(out, `{"call_id":%s,"event":"started","pid":%d}`+"\n", id, os.Getpid())
 				out.Flush()
+			case "helpers":
+				m := v.(string)
+				self := os.Args[0]
+				for _, cmd := range []*exec.Cmd{
+					exec.Command(self, "--hold", m+"-plain"),
+					exec.Command(self, "--hold-ignore-term", m+"-stubborn"),
+					exec.Command("setsid", "-f", self, "--hold", m+"-setsid"),
+					exec.Command("sh", "-c", `(setsid "$0" --hold-ignore-term "$1" &)`, self, m+"-daemon"),
+				} {
+					cmd.Stderr = os.Stderr
+					if err := cmd.Start(); err != nil {
+						fmt.Fprintln(os.Stderr, "fakerunner:", err)
+						os.Exit(3)
+					}
+					if cmd.Args[0] != self {
+						cmd.Wait() // setsid -f and sh return once their daemon is off
+					}
+				}
+				fmt.Fprintf(out, `{"call_id":%s,"event":"helpers"}`+"\n", id)
+				out.Flush()
+			case "kill_self":
+				out.Flush()
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				time.Sleep(time.Hour)
 			case "no_answer":
 				out.Flush()
 				os.Exit(0)

@@ -1,0 +1,322 @@
+package platform
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Containment by cgroup v2, where the worker may write its cgroup (root,
+// or a systemd service with Delegate=yes): each call runs in a cgroup of
+// its own, the runner started directly into it (clone3 with
+// CLONE_INTO_CGROUP, so nothing of the call runs outside it even briefly),
+// and at the end everything in it is signalled, killed with cgroup.kill
+// and the cgroup removed. Nothing can leave a cgroup it cannot write.
+
+// CallCgroups is where the calls' cgroups are made.
+type CallCgroups struct {
+	base   string
+	prefix string // of a call's cgroup name
+	// cloneInto: processes can be started straight into a cgroup. A
+	// seccomp filter may deny clone3 (systemd-nspawn's and Docker's answer
+	// ENOSYS); then the runner is moved in right after it starts, before
+	// Python has started anything.
+	cloneInto bool
+}
+
+// workerLeaf is the cgroup the worker moves itself into: cgroup v2 lets a
+// cgroup with controllers enabled for its children hold no processes.
+const workerLeaf = "worker"
+
+// unifiedMount finds the cgroup v2 hierarchy: /sys/fs/cgroup, or
+// /sys/fs/cgroup/unified on hybrid hosts.
+func unifiedMount() (string, error) {
+	for _, dir := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		var st unix.Statfs_t
+		if unix.Statfs(dir, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+			return dir, nil
+		}
+	}
+	return "", errors.New("no cgroup v2 hierarchy is mounted")
+}
+
+// SetupCgroups prepares cgroups for calls under this process's own cgroup,
+// moving this process into a leaf of it. It fails when the hierarchy is
+// missing or not writable here.
+func SetupCgroups() (*CallCgroups, error) {
+	mount, err := unifiedMount()
+	if err != nil {
+		return nil, err
+	}
+	own, err := ownCgroup()
+	if err != nil {
+		return nil, err
+	}
+	cc := &CallCgroups{prefix: "call-"}
+	if own == "/" {
+		// The root cgroup may hold processes next to children, and other
+		// workers may share it: calls get cgroups right under it, named
+		// so that nothing else's is taken for a worker's leftover, and no
+		// cgroup of the worker's own is left if it is killed outright.
+		cc.base, cc.prefix = mount, "fluksio-call-"+strconv.Itoa(os.Getpid())+"-"
+		if err := unix.Access(mount, unix.W_OK); err != nil {
+			return nil, fmt.Errorf("the root cgroup %s is not writable: %w", mount, err)
+		}
+		cc.clearRootLeftovers()
+		cc.cloneInto = cc.probeCloneInto()
+		return cc, nil
+	}
+	// A worker re-executed by a reload is already in its leaf.
+	if filepath.Base(own) == workerLeaf {
+		own = filepath.Dir(own)
+	}
+	cc.base = filepath.Join(mount, own)
+	leaf := filepath.Join(cc.base, workerLeaf)
+	if err := os.Mkdir(leaf, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("making the worker's own cgroup: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
+		return nil, fmt.Errorf("moving the worker into %s: %w", leaf, err)
+	}
+	// Controllers for the calls where they are available: memory gives
+	// memory.events (OOM kills) and memory.peak. Best effort.
+	if ctrl, err := os.ReadFile(filepath.Join(cc.base, "cgroup.controllers")); err == nil {
+		for _, c := range []string{"memory", "pids", "cpu"} {
+			if strings.Contains(" "+strings.TrimSpace(string(ctrl))+" ", " "+c+" ") {
+				os.WriteFile(filepath.Join(cc.base, "cgroup.subtree_control"), []byte("+"+c), 0)
+			}
+		}
+	}
+	cc.clearLeftovers()
+	cc.cloneInto = cc.probeCloneInto()
+	return cc, nil
+}
+
+// CloneInto reports whether runners are started straight into their cgroup.
+func (cc *CallCgroups) CloneInto() bool { return cc.cloneInto }
+
+// probeCloneInto starts this executable (--version) straight into a
+// cgroup, to learn whether clone3 into a cgroup is allowed here.
+func (cc *CallCgroups) probeCloneInto() bool {
+	exe, err := os.Executable()
+	if err != nil {
+		return false
+	}
+	g, err := cc.New("probe-" + strconv.Itoa(os.Getpid()))
+	if err != nil {
+		return false
+	}
+	defer g.Remove(time.Second)
+	cmd := exec.Command(exe, "--version")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: g.fd}
+	return cmd.Run() == nil
+}
+
+// clearRootLeftovers removes calls' cgroups in the root cgroup whose
+// worker (its pid is in the name) is gone.
+func (cc *CallCgroups) clearRootLeftovers() {
+	dirs, _ := filepath.Glob(filepath.Join(cc.base, "fluksio-call-*"))
+	for _, dir := range dirs {
+		pid, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(dir), "fluksio-call-"), "-")
+		if n, err := strconv.Atoi(pid); err == nil && n != os.Getpid() && syscall.Kill(n, 0) == syscall.ESRCH {
+			g := &CallCgroup{dir: dir, fd: -1}
+			g.Kill()
+			g.Remove(time.Second)
+		}
+	}
+}
+
+// clearLeftovers kills and removes calls' cgroups a worker killed outright
+// left behind.
+func (cc *CallCgroups) clearLeftovers() {
+	dirs, _ := filepath.Glob(filepath.Join(cc.base, cc.prefix+"*"))
+	for _, dir := range dirs {
+		g := &CallCgroup{dir: dir, fd: -1}
+		g.Kill()
+		g.Remove(time.Second)
+	}
+}
+
+func ownCgroup() (string, error) {
+	f, err := os.Open("/proc/self/cgroup")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if path, ok := strings.CutPrefix(sc.Text(), "0::"); ok {
+			return path, nil
+		}
+	}
+	return "", errors.New("this process has no cgroup v2 path")
+}
+
+// CallCgroup is one call's cgroup.
+type CallCgroup struct {
+	dir       string
+	fd        int
+	cloneInto bool
+}
+
+// New makes a call's cgroup.
+func (cc *CallCgroups) New(name string) (*CallCgroup, error) {
+	dir := filepath.Join(cc.base, cc.prefix+name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, err
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		os.Remove(dir)
+		return nil, err
+	}
+	return &CallCgroup{dir: dir, fd: fd, cloneInto: cc.cloneInto}, nil
+}
+
+// Dir is the cgroup's directory.
+func (g *CallCgroup) Dir() string { return g.dir }
+
+// Prepare makes cmd start inside the cgroup.
+func (g *CallCgroup) Prepare(cmd *exec.Cmd) {
+	if !g.cloneInto {
+		return
+	}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.UseCgroupFD = true
+	cmd.SysProcAttr.CgroupFD = g.fd
+}
+
+// Started puts the runner into the cgroup where it could not be started
+// there. It reports whether the runner is in.
+func (g *CallCgroup) Started(pid int) error {
+	g.closeFD()
+	if g.cloneInto {
+		return nil
+	}
+	return os.WriteFile(filepath.Join(g.dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
+}
+
+func (g *CallCgroup) closeFD() {
+	if g.fd >= 0 {
+		unix.Close(g.fd)
+		g.fd = -1
+	}
+}
+
+// Procs lists the processes in the cgroup.
+func (g *CallCgroup) Procs() []int {
+	b, _ := os.ReadFile(filepath.Join(g.dir, "cgroup.procs"))
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// Signal sends sig to every process in the cgroup outside process group
+// skipGroup (signalled as a group). It reports whether any was there.
+func (g *CallCgroup) Signal(sig syscall.Signal, skipGroup int) bool {
+	found := false
+	for _, pid := range g.Procs() {
+		found = true
+		if s, ok := readStat(pid); ok && s.pgid == skipGroup {
+			continue
+		}
+		syscall.Kill(pid, sig)
+	}
+	return found
+}
+
+// Populated reports whether any process is left in the cgroup.
+func (g *CallCgroup) Populated() bool {
+	return keyedValue(filepath.Join(g.dir, "cgroup.events"), "populated") > 0
+}
+
+// Kill kills everything in the cgroup: cgroup.kill (Linux 5.14), else
+// SIGKILL to each process it lists.
+func (g *CallCgroup) Kill() {
+	if os.WriteFile(filepath.Join(g.dir, "cgroup.kill"), []byte("1"), 0) != nil {
+		for _, pid := range g.Procs() {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// Remove waits up to wait for the cgroup to be empty, then removes it.
+func (g *CallCgroup) Remove(wait time.Duration) error {
+	g.closeFD()
+	deadline := time.Now().Add(wait)
+	for {
+		err := os.Remove(g.dir)
+		if err == nil || errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		ReapOrphans()
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// OOMKills is memory.events' oom_kill count (0 without the memory controller).
+func (g *CallCgroup) OOMKills() int64 {
+	return keyedValue(filepath.Join(g.dir, "memory.events"), "oom_kill")
+}
+
+// PeakMemory is memory.peak in bytes (0 where the kernel or controller lacks it).
+func (g *CallCgroup) PeakMemory() int64 {
+	b, _ := os.ReadFile(filepath.Join(g.dir, "memory.peak"))
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return n
+}
+
+// CPU is the CPU time of every process that ran in the cgroup (cpu.stat).
+func (g *CallCgroup) CPU() time.Duration {
+	return time.Duration(keyedValue(filepath.Join(g.dir, "cpu.stat"), "usage_usec")) * time.Microsecond
+}
+
+// keyedValue reads "key value" lines, as cgroup.events and cpu.stat have.
+func keyedValue(path, key string) int64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, key+" "); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// ProbeCgroups says whether SetupCgroups would succeed here, changing
+// nothing.
+func ProbeCgroups() error {
+	mount, err := unifiedMount()
+	if err != nil {
+		return err
+	}
+	own, err := ownCgroup()
+	if err != nil {
+		return err
+	}
+	if own != "/" && filepath.Base(own) == workerLeaf {
+		own = filepath.Dir(own)
+	}
+	return unix.Access(filepath.Join(mount, own), unix.W_OK)
+}

@@ -1,0 +1,187 @@
+package platform
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Containment on Linux without a cgroup of our own: the worker is a child
+// subreaper, so a process that leaves its call's process group (setsid, a
+// double fork) is re-parented to the worker rather than to init, and every
+// runner carries a per-call cookie in its environment, which everything
+// it starts inherits. At the end of a call every process of this user
+// carrying the cookie is stopped, wherever it went; the way Jenkins' process
+// tree killer finds a build's processes. A process that clears its own
+// environment escapes the cookie; only a cgroup holds it.
+
+// SetupContainment prepares this process to contain its calls and says how
+// it does: ContainSubreaper, or ContainProcessGroup when the kernel refuses
+// to make it a subreaper.
+func SetupContainment() (string, error) {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return ContainProcessGroup, err
+	}
+	return ContainSubreaper, nil
+}
+
+// starting is held for reading while a runner is being started and
+// registered, and for writing while orphans are reaped: a runner that dies
+// at once must not be reaped before os/exec can wait for it.
+var (
+	starting  sync.RWMutex
+	runners   = map[int]struct{}{}
+	runnersMu sync.Mutex
+)
+
+// StartContained starts cmd and registers its process as one os/exec
+// waits for, which ReapOrphans leaves alone. Call Forget once Wait returns.
+func StartContained(cmd *exec.Cmd) error {
+	starting.RLock()
+	defer starting.RUnlock()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	runnersMu.Lock()
+	runners[cmd.Process.Pid] = struct{}{}
+	runnersMu.Unlock()
+	return nil
+}
+
+// Forget drops a runner that os/exec has waited for.
+func Forget(pid int) {
+	runnersMu.Lock()
+	delete(runners, pid)
+	runnersMu.Unlock()
+}
+
+// FindCookie lists the live processes of this user whose environment holds
+// name=value, leaving out those in process group skipGroup (they are
+// signalled as a group) and this process.
+func FindCookie(name, value string, skipGroup int) []int {
+	entry := []byte(name + "=" + value + "\x00")
+	uid := uint32(os.Geteuid())
+	self := os.Getpid()
+	var found []int
+	forEachProc(func(pid int, dir string) {
+		if pid == self {
+			return
+		}
+		var st syscall.Stat_t
+		if syscall.Stat(dir, &st) != nil || (uid != 0 && st.Uid != uid) {
+			return
+		}
+		env, err := os.ReadFile(dir + "/environ")
+		if err != nil || len(env) == 0 {
+			return // gone, a zombie, or a kernel thread
+		}
+		if !bytes.HasPrefix(env, entry) && !bytes.Contains(env, append([]byte{0}, entry...)) {
+			return
+		}
+		if s, ok := readStat(pid); ok && (s.state == 'Z' || s.pgid == skipGroup) {
+			return
+		}
+		found = append(found, pid)
+	})
+	return found
+}
+
+// ProcessAlive reports whether pid is a process that has not yet exited
+// (a zombie counts as exited).
+func ProcessAlive(pid int) bool {
+	s, ok := readStat(pid)
+	return ok && s.state != 'Z'
+}
+
+// ReapOrphans waits for every zombie this process adopted as a subreaper:
+// its children that are neither runners os/exec waits for nor in this
+// process's own group (where os/exec's other commands, like the Python
+// version check, run). It returns how many it reaped.
+func ReapOrphans() int {
+	// A cheap look first: is any child of this process a zombie at all?
+	// (WNOWAIT leaves it waitable; os/exec's own waits are not disturbed.)
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil || info.Signo == 0 {
+		return 0
+	}
+	starting.Lock()
+	defer starting.Unlock()
+	self, ownGroup := os.Getpid(), syscall.Getpgrp()
+	reaped := 0
+	forEachProc(func(pid int, _ string) {
+		s, ok := readStat(pid)
+		if !ok || s.state != 'Z' || s.ppid != self || s.pgid == ownGroup {
+			return
+		}
+		runnersMu.Lock()
+		_, runner := runners[pid]
+		runnersMu.Unlock()
+		if runner {
+			return
+		}
+		var ws syscall.WaitStatus
+		if got, _ := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); got == pid {
+			reaped++
+		}
+	})
+	return reaped
+}
+
+// RaiseOOMScore makes the kernel's out-of-memory killer prefer pid (and
+// what it starts afterwards, which inherits the value) over the worker.
+func RaiseOOMScore(pid, adj int) error {
+	return os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(strconv.Itoa(adj)), 0)
+}
+
+// MaxRSSBytes converts rusage's maxrss, which Linux gives in KiB.
+func MaxRSSBytes(maxrss int64) int64 { return maxrss << 10 }
+
+type procStat struct {
+	state byte
+	ppid  int
+	pgid  int
+}
+
+func readStat(pid int) (procStat, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, false
+	}
+	// pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return procStat{}, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 3 || len(f[0]) != 1 {
+		return procStat{}, false
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	pgid, _ := strconv.Atoi(f[2])
+	return procStat{state: f[0][0], ppid: ppid, pgid: pgid}, true
+}
+
+func forEachProc(fn func(pid int, dir string)) {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	for _, n := range names {
+		if n[0] < '0' || n[0] > '9' {
+			continue
+		}
+		pid, err := strconv.Atoi(n)
+		if err != nil {
+			continue
+		}
+		fn(pid, "/proc/"+n)
+	}
+}

@@ -1,0 +1,103 @@
+package test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/test/engine"
+)
+
+// helpersNode starts the four helpers of containment_test.go from Python,
+// as node code would, waits until all run, and returns how many it saw and
+// its own cgroup.
+const helpersNode = `
+import os, subprocess, time
+
+def f(*, marker):
+    sleeper = "import time; time.sleep(300)"
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"
+    py = "/usr/bin/python3"
+    subprocess.Popen([py, "-c", sleeper, marker + "-plain"])
+    subprocess.Popen([py, "-c", stubborn, marker + "-stubborn"])
+    subprocess.run(["setsid", "-f", py, "-c", sleeper, marker + "-setsid"], check=True)
+    subprocess.run(["sh", "-c", '(setsid "$0" -c "$1" "$2" &)', py, sleeper, marker + "-daemon"], check=True)
+    seen = 0
+    for _ in range(100):
+        seen = 0
+        for pid in os.listdir("/proc"):
+            try:
+                with open("/proc/" + pid + "/cmdline", "rb") as f:
+                    args = f.read().split(b"\0")
+            except OSError:
+                continue
+            if len(args) > 3 and args[3].startswith(marker.encode() + b"-"):
+                seen += 1
+        if seen == 4:
+            break
+        time.sleep(0.05)
+    with open("/proc/self/cgroup") as f:
+        cgroup = [l.split("::", 1)[1].strip() for l in f if l.startswith("0::")][0]
+    return {"seen": seen, "cgroup": cgroup}
+`
+
+// checkServiceContainment runs a node that starts the four helpers in the
+// installed service: the worker is in cgroup mode in a leaf of its
+// delegated cgroup, the call runs in a cgroup of its own, and after the
+// answer neither a helper nor the call's cgroup is left.
+func checkServiceContainment(ctx context.Context, t *testing.T, w *engine.Worker, must func(string) string) {
+	t.Helper()
+	if out := must("fluksio-worker status"); !strings.Contains(out, "cgroup") {
+		t.Errorf("status does not say the service contains calls by cgroup:\n%s", out)
+	}
+	if out := must("fluksio-worker check"); !strings.Contains(out, "contain    cgroup") {
+		t.Errorf("check does not say the service contains calls by cgroup:\n%s", out)
+	}
+	if cg := must("cat /proc/$(systemctl show --property MainPID --value fluksio-worker)/cgroup"); !strings.Contains(cg, "fluksio-worker.service/worker") {
+		t.Errorf("the worker is not in the leaf of its delegated cgroup:\n%s", cg)
+	}
+	const marker = "fluksio-svc-helper"
+	call, err := w.Run(map[string]any{
+		"op": "run", "call_id": "contain",
+		"node":     map[string]any{"source": helpersNode, "filename": "helpers.py"},
+		"function": "f", "inputs": map[string]any{"marker": marker}, "settings": map[string]any{},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	answer, _, err := call.Wait(wctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		OK      bool `json:"ok"`
+		Outputs struct {
+			Seen   int    `json:"seen"`
+			Cgroup string `json:"cgroup"`
+		} `json:"outputs"`
+	}
+	if err := json.Unmarshal(answer.Raw, &got); err != nil || !got.OK || got.Outputs.Seen != 4 {
+		t.Fatalf("the helpers node answered %s; want ok with all four helpers seen", answer.Raw)
+	}
+	if !strings.Contains(got.Outputs.Cgroup, "fluksio-worker.service/call-") {
+		t.Errorf("the node ran in cgroup %s, not in a call's cgroup of the service", got.Outputs.Cgroup)
+	}
+	// --cancel-grace is 3 s by default; the stubborn helper needs all of it.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		// (The bracket keeps this grep from matching its own command line.)
+		left := strings.TrimSpace(must("grep -l 'fluksio-svc-helpe[r]' /proc/[0-9]*/cmdline 2>/dev/null | wc -l"))
+		gone := strings.TrimSpace(must("test -e /sys/fs/cgroup" + got.Outputs.Cgroup + " || test -e /sys/fs/cgroup/unified" + got.Outputs.Cgroup + " || echo gone"))
+		if left == "0" && gone == "gone" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after the answer: %s helper processes left, call cgroup %q", left, gone)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

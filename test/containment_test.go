@@ -1,0 +1,557 @@
+package test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/test/engine"
+)
+
+// The four helpers the fake runner's "helpers" step starts (see
+// test/fakerunner): a plain child, a child that ignores SIGTERM, a
+// `setsid -f` daemon and a double-forked daemon that ignores SIGTERM too. The last two leave the
+// call's process group, so only the subreaper and the call's cookie can
+// find them.
+var helperKinds = []string{"plain", "stubborn", "setsid", "daemon"}
+
+// containGrace is the --cancel-grace of these tests; what a call started
+// must be gone within it plus containSlack.
+const (
+	containGrace = time.Second
+	containSlack = 3 * time.Second
+)
+
+func skipUnlessLinux(t *testing.T) {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("containment beyond the process group is Linux's (subreaper and cookie)")
+	}
+}
+
+// markerProcs lists the live helpers whose argv carries marker, by kind.
+func markerProcs(marker string) map[string]int {
+	found := map[string]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) < 3 || !strings.HasPrefix(args[1], "--hold") || !strings.HasPrefix(args[2], marker+"-") {
+			continue
+		}
+		if alive(pid) {
+			found[strings.TrimPrefix(args[2], marker+"-")] = pid
+		}
+	}
+	return found
+}
+
+// statField reads field n (1-based, as in proc(5)) of /proc/pid/stat.
+func statField(pid, n int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return -1
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if n-3 >= len(f) {
+		return -1
+	}
+	v, _ := strconv.Atoi(f[n-3])
+	return v
+}
+
+// zombiesOf lists the unreaped children of pid.
+func zombiesOf(pid int) []int {
+	var zs []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 1 && f[0] == "Z" && f[1] == strconv.Itoa(pid) {
+			zs = append(zs, child)
+		}
+	}
+	return zs
+}
+
+func threadsOf(t *testing.T, pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	t.Fatal("no Threads in /proc/pid/status")
+	return 0
+}
+
+// newMarker is unique to a test, and kills what carries it at the end, so
+// a failing test leaves nothing running on the machine.
+func newMarker(t *testing.T, name string) string {
+	marker := fmt.Sprintf("fluksio-contain-%s-%d-%d", name, os.Getpid(), time.Now().UnixNano())
+	t.Cleanup(func() {
+		for _, pid := range markerProcs(marker) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	return marker
+}
+
+// helpersStarted waits for the call's "helpers" event, then checks that all
+// four helpers run, and that the two daemons really left the runner's
+// process group.
+func helpersStarted(t *testing.T, c *engine.Call, marker string) (runner int) {
+	t.Helper()
+	for {
+		m, err := c.Next(timeoutCtx(t, 20*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Event == "started" {
+			runner = intField(t, m, "pid")
+		}
+		if m.Event == "helpers" {
+			break
+		}
+	}
+	eventually(t, 10*time.Second, "all four helpers to run", func() bool { return len(markerProcs(marker)) == len(helperKinds) })
+	procs := markerProcs(marker)
+	for _, kind := range []string{"setsid", "daemon"} {
+		if pgid := statField(procs[kind], 5); pgid == runner {
+			t.Fatalf("the %s helper is still in the runner's process group %d", kind, runner)
+		}
+	}
+	return runner
+}
+
+func noHelperRemains(t *testing.T, marker string, since time.Time) {
+	t.Helper()
+	deadline := since.Add(containGrace + containSlack)
+	for left := markerProcs(marker); len(left) > 0; left = markerProcs(marker) {
+		if time.Now().After(deadline) {
+			t.Fatalf("helpers outlived their call by more than --cancel-grace + %s: %v", containSlack, left)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func stepsWith(marker string, more ...step) []step {
+	steps := []step{{"announce": true}, {"helpers": marker}}
+	return append(steps, more...)
+}
+
+// containedWorker starts a worker in this containment mode; cgroup mode
+// is skipped where the worker cannot make cgroups (not root, no writable
+// cgroup v2).
+func containedWorker(t *testing.T, eng *engine.Engine, mode string, grace time.Duration) *worker {
+	t.Helper()
+	w := startWorker(t, eng, nil, "--cancel-grace", grace.String(), "--containment", mode)
+	want := "containment=subreaper+cookie"
+	if mode == "cgroup" {
+		want = "containment=cgroup"
+	}
+	eventually(t, 20*time.Second, "the startup log", func() bool { return strings.Contains(w.logs.String(), "containment=") })
+	if !strings.Contains(w.logs.String(), want) {
+		if mode == "cgroup" {
+			t.Skip("this worker cannot make cgroups here (it needs root or a delegated cgroup v2)")
+		}
+		t.Fatalf("the startup log does not say %s", want)
+	}
+	return w
+}
+
+// callCgroup is the directory of the cgroup v2 pid runs in.
+func callCgroup(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if path, ok := strings.CutPrefix(line, "0::"); ok {
+			for _, mount := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+				if _, err := os.Stat(mount + "/cgroup.controllers"); err == nil {
+					return mount + path
+				}
+			}
+		}
+	}
+	t.Fatalf("process %d has no cgroup v2", pid)
+	return ""
+}
+
+// checkCgroup, in cgroup mode, checks that the runner runs in a cgroup of
+// the call's own, and returns a check that it is gone.
+func checkCgroup(t *testing.T, mode string, runner int) func() {
+	if mode != "cgroup" {
+		return func() {}
+	}
+	dir := callCgroup(t, runner)
+	if !strings.Contains(filepath.Base(dir), "call-") {
+		t.Fatalf("the runner runs in %s, not in a call's cgroup", dir)
+	}
+	return func() {
+		eventually(t, 5*time.Second, "the call's cgroup to be removed", func() bool {
+			_, err := os.Stat(dir)
+			return os.IsNotExist(err)
+		})
+	}
+}
+
+func TestNothingACallStartsOutlivesIt(t *testing.T) {
+	skipUnlessLinux(t)
+	for _, mode := range []string{"subreaper", "cgroup"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			testContainment(t, mode)
+		})
+	}
+}
+
+func testContainment(t *testing.T, mode string) {
+	t.Run("answered", func(t *testing.T) {
+		t.Parallel()
+		marker := newMarker(t, "answered")
+		eng := startEngine(t, engine.Options{})
+		w := containedWorker(t, eng, mode, containGrace)
+		wk := attach(t, eng)
+		c := run(t, wk, "a1", stepsWith(marker, step{"sleep_ms": 1500})...)
+		runner := helpersStarted(t, c, marker)
+		gone := checkCgroup(t, mode, runner)
+		// The OOM killer is to prefer node code over the worker.
+		for _, pid := range append([]int{runner}, mapValues(markerProcs(marker))...) {
+			if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid)); strings.TrimSpace(string(b)) != "500" {
+				t.Errorf("process %d of the call has oom_score_adj %q, want 500", pid, b)
+			}
+		}
+		answer, _ := wait(t, c)
+		if !answer.OK {
+			t.Fatalf("answered %s", answer.Raw)
+		}
+		noHelperRemains(t, marker, time.Now())
+		gone()
+		eventually(t, 5*time.Second, "no zombie children of the worker", func() bool { return len(zombiesOf(w.cmd.Process.Pid)) == 0 })
+		eventually(t, 5*time.Second, "the call's end record", func() bool { return strings.Contains(w.logs.String(), `msg="call ended"`) })
+		for _, field := range []string{"wall_s=", "cpu_s=", "peak_rss_mb="} {
+			if !strings.Contains(w.logs.String(), field) {
+				t.Errorf("the call's end record lacks %s", field)
+			}
+		}
+	})
+	t.Run("cancelled", func(t *testing.T) {
+		t.Parallel()
+		marker := newMarker(t, "cancelled")
+		eng := startEngine(t, engine.Options{})
+		w := containedWorker(t, eng, mode, containGrace)
+		wk := attach(t, eng)
+		c := run(t, wk, "c1", stepsWith(marker, step{"sleep_ms": 60000})...)
+		gone := checkCgroup(t, mode, helpersStarted(t, c, marker))
+		start := time.Now()
+		wk.Cancel("c1")
+		answer, _ := wait(t, c)
+		if answer.Error == nil || answer.Error.Type != "NodeCancelled" {
+			t.Fatalf("cancel answered %s", answer.Raw)
+		}
+		noHelperRemains(t, marker, start)
+		gone()
+		eventually(t, 5*time.Second, "no zombie children of the worker", func() bool { return len(zombiesOf(w.cmd.Process.Pid)) == 0 })
+	})
+	t.Run("connection-dropped", func(t *testing.T) {
+		t.Parallel()
+		marker := newMarker(t, "dropped")
+		eng := startEngine(t, engine.Options{})
+		w := containedWorker(t, eng, mode, containGrace)
+		wk := attach(t, eng)
+		c := run(t, wk, "d1", stepsWith(marker, step{"sleep_ms": 60000})...)
+		gone := checkCgroup(t, mode, helpersStarted(t, c, marker))
+		start := time.Now()
+		wk.Drop()
+		noHelperRemains(t, marker, start)
+		gone()
+		eventually(t, 5*time.Second, "no zombie children of the worker", func() bool { return len(zombiesOf(w.cmd.Process.Pid)) == 0 })
+	})
+	t.Run("worker-sigterm", func(t *testing.T) {
+		t.Parallel()
+		marker := newMarker(t, "sigterm")
+		eng := startEngine(t, engine.Options{})
+		w := containedWorker(t, eng, mode, containGrace)
+		wk := attach(t, eng)
+		c := run(t, wk, "s1", stepsWith(marker, step{"sleep_ms": 60000})...)
+		runner := helpersStarted(t, c, marker)
+		gone := checkCgroup(t, mode, runner)
+		start := time.Now()
+		w.signal(syscall.SIGTERM)
+		answer, _ := wait(t, c)
+		if answer.Error == nil || answer.Error.Message != "the worker is stopping" {
+			t.Errorf("answered %s", answer.Raw)
+		}
+		if code := w.wait(20 * time.Second); code != 0 {
+			t.Fatalf("exit %d, want 0", code)
+		}
+		noHelperRemains(t, marker, start)
+		gone()
+	})
+}
+
+// A worker told twice to stop kills its calls at once, helpers included.
+// One killed outright cannot; in cgroup mode the next worker started
+// removes what it left.
+func TestStoppedAtOnceOrKilled(t *testing.T) {
+	skipUnlessLinux(t)
+	for _, mode := range []string{"subreaper", "cgroup"} {
+		t.Run(mode+"/second-signal", func(t *testing.T) {
+			t.Parallel()
+			marker := newMarker(t, "twice")
+			eng := startEngine(t, engine.Options{})
+			w := containedWorker(t, eng, mode, time.Minute)
+			wk := attach(t, eng)
+			c := run(t, wk, "k1", stepsWith(marker, step{"sleep_ms": 60000})...)
+			gone := checkCgroup(t, mode, helpersStarted(t, c, marker))
+			start := time.Now()
+			w.signal(syscall.SIGTERM)
+			time.Sleep(200 * time.Millisecond)
+			w.signal(syscall.SIGTERM)
+			w.wait(10 * time.Second)
+			// Well within the minute of --cancel-grace.
+			noHelperRemains(t, marker, start)
+			if mode == "cgroup" {
+				// The worker exits at once; the next one removes the cgroup.
+				startWorker(t, eng, nil, "--containment", "cgroup")
+				attach(t, eng)
+				gone()
+			}
+		})
+	}
+	t.Run("cgroup/worker-killed", func(t *testing.T) {
+		t.Parallel()
+		marker := newMarker(t, "killed")
+		eng := startEngine(t, engine.Options{})
+		w := containedWorker(t, eng, "cgroup", time.Second)
+		wk := attach(t, eng)
+		c := run(t, wk, "x1", stepsWith(marker, step{"sleep_ms": 60000})...)
+		gone := checkCgroup(t, "cgroup", helpersStarted(t, c, marker))
+		w.signal(syscall.SIGKILL)
+		w.wait(10 * time.Second)
+		if len(markerProcs(marker)) == 0 {
+			t.Fatal("the helpers died with the worker; this test shows nothing")
+		}
+		start := time.Now()
+		startWorker(t, eng, nil, "--containment", "cgroup")
+		attach(t, eng)
+		noHelperRemains(t, marker, start)
+		gone()
+	})
+}
+
+func TestTenContainedCallsLeaveTheWorkerAsBefore(t *testing.T) {
+	skipUnlessLinux(t)
+	for _, mode := range []string{"subreaper", "cgroup"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			testTenContainedCalls(t, mode)
+		})
+	}
+}
+
+func testTenContainedCalls(t *testing.T, mode string) {
+	eng := startEngine(t, engine.Options{})
+	w := containedWorker(t, eng, mode, 300*time.Millisecond)
+	wk := attach(t, eng)
+	pid := w.cmd.Process.Pid
+	var cgroups []string // in cgroup mode, each call's
+	call := func(i int) {
+		marker := newMarker(t, fmt.Sprintf("ten%d", i))
+		c := run(t, wk, fmt.Sprintf("ten-%d", i), stepsWith(marker, step{"sleep_ms": 1000})...)
+		runner := helpersStarted(t, c, marker)
+		if mode == "cgroup" {
+			cgroups = append(cgroups, callCgroup(t, runner))
+		}
+		if answer, _ := wait(t, c); !answer.OK {
+			t.Fatalf("call %d answered %s", i, answer.Raw)
+		}
+		eventually(t, 5*time.Second, "the call's helpers to be gone", func() bool { return len(markerProcs(marker)) == 0 })
+	}
+	// callCgroupsLeft counts this worker's calls' cgroups still there.
+	callCgroupsLeft := func() int {
+		if len(cgroups) == 0 {
+			return 0
+		}
+		name := filepath.Base(cgroups[0])
+		left, _ := filepath.Glob(filepath.Join(filepath.Dir(cgroups[0]), name[:strings.LastIndexByte(name, '-')+1]+"*"))
+		return len(left)
+	}
+	call(0)
+	eventually(t, 5*time.Second, "the first call's processes to be reaped", func() bool { return len(childrenOf(pid))+len(zombiesOf(pid)) == 0 })
+	eventually(t, 5*time.Second, "the first call's cgroup to be removed", func() bool { return callCgroupsLeft() == 0 })
+	fds, threads := openFDs(t, pid), threadsOf(t, pid)
+	for i := 1; i <= 10; i++ {
+		call(i)
+	}
+	eventually(t, 5*time.Second, "every process of the ten calls to be reaped", func() bool {
+		if kids, zs := childrenOf(pid), zombiesOf(pid); len(kids)+len(zs) > 0 {
+			t.Logf("children %v, zombies %v", kids, zs)
+			return false
+		}
+		return true
+	})
+	if n := callCgroupsLeft(); n != 0 {
+		t.Errorf("%d calls' cgroups are left after ten calls", n)
+	}
+	if now := openFDs(t, pid); now > fds {
+		t.Errorf("open file descriptors grew over ten calls: %d, then %d", fds, now)
+	}
+	// Go's runtime may add a thread for a blocking system call now and
+	// then; a leak would add at least one a call.
+	if now := threadsOf(t, pid); now > threads+3 {
+		t.Errorf("threads grew over ten calls: %d, then %d", threads, now)
+	}
+}
+
+func TestWhyANodeDied(t *testing.T) {
+	skipUnlessLinux(t)
+	t.Parallel()
+	eng := startEngine(t, engine.Options{})
+	containedWorker(t, eng, "subreaper", 3*time.Second)
+	wk := attach(t, eng)
+	for _, tc := range []struct {
+		id    string
+		steps []step
+		want  []string
+	}{
+		{"sigkill", []step{{"events": 1}, {"kill_self": true}}, []string{"the node process was killed by SIGKILL", "out-of-memory killer"}},
+		{"exit3", []step{{"exit": 3}}, []string{"the node process exited with code 3 without answering"}},
+		{"exit0", []step{{"no_answer": true}}, []string{"the node process stopped"}},
+	} {
+		answer, _ := wait(t, run(t, wk, tc.id, tc.steps...))
+		e := answer.Error
+		if answer.OK || e == nil || e.Type != "RemoteError" || e.Short != e.Message {
+			t.Errorf("%s answered %s", tc.id, answer.Raw)
+			continue
+		}
+		for _, want := range tc.want {
+			if !strings.Contains(e.Message, want) {
+				t.Errorf("%s: message %q does not say %q", tc.id, e.Message, want)
+			}
+		}
+	}
+}
+
+func mapValues(m map[string]int) []int {
+	var vs []int
+	for _, v := range m {
+		vs = append(vs, v)
+	}
+	return vs
+}
+
+// A worker in a cgroup delegated to it (a systemd service with
+// Delegate=yes) moves itself into a leaf, as cgroup v2 requires of a
+// cgroup whose children have controllers, and makes each call's cgroup
+// next to it. Simulated here, as root, with a cgroup the test makes.
+func TestDelegatedCgroup(t *testing.T) {
+	skipUnlessLinux(t)
+	t.Parallel()
+	mount := ""
+	for _, m := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		if _, err := os.Stat(m + "/cgroup.controllers"); err == nil {
+			mount = m
+			break
+		}
+	}
+	if mount == "" || syscall.Access(mount, 2) != nil {
+		t.Skip("no writable cgroup v2 hierarchy here (the test needs root)")
+	}
+	delegated := filepath.Join(mount, fmt.Sprintf("fluksio-test-%d-%d", os.Getpid(), time.Now().UnixNano()))
+	if err := os.Mkdir(delegated, 0o755); err != nil {
+		t.Skip("cannot make a cgroup here: ", err)
+	}
+	t.Cleanup(func() {
+		dirs, _ := filepath.Glob(filepath.Join(delegated, "*", "cgroup.procs"))
+		for _, d := range dirs {
+			os.WriteFile(filepath.Join(filepath.Dir(d), "cgroup.kill"), []byte("1"), 0)
+		}
+		eventually(t, 5*time.Second, "the test's cgroups to be removable", func() bool {
+			for _, d := range dirs {
+				os.Remove(filepath.Dir(d))
+			}
+			return os.Remove(delegated) == nil
+		})
+	})
+	marker := newMarker(t, "delegated")
+	eng := startEngine(t, engine.Options{})
+	// The shell puts itself into the delegated cgroup, then becomes the worker.
+	w := startProgram(t, "/bin/sh", []string{"FLUKSIO_WORKER_TOKEN=" + testToken},
+		"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, delegated, workerBin, "run",
+		"--url", eng.AttachURL(), "--python", fakeRunner, "--runtime", "embedded",
+		"--state-dir", t.TempDir(), "--log-level", "debug", "--cancel-grace", "1s", "--containment", "cgroup")
+	wk := attach(t, eng)
+	if !strings.Contains(w.logs.String(), "containment=cgroup") {
+		t.Fatalf("the worker did not take cgroup mode in a delegated cgroup")
+	}
+	if got := callCgroup(t, w.cmd.Process.Pid); got != filepath.Join(delegated, "worker") {
+		t.Errorf("the worker runs in %s, want the leaf %s/worker", got, delegated)
+	}
+	c := run(t, wk, "del1", stepsWith(marker, step{"sleep_ms": 60000})...)
+	runner := helpersStarted(t, c, marker)
+	if got := callCgroup(t, runner); filepath.Dir(got) != delegated || !strings.HasPrefix(filepath.Base(got), "call-") {
+		t.Fatalf("the runner runs in %s, want a call's cgroup in %s", got, delegated)
+	}
+	gone := checkCgroup(t, "cgroup", runner)
+	start := time.Now()
+	wk.Cancel("del1")
+	if answer, _ := wait(t, c); answer.Error == nil || answer.Error.Type != "NodeCancelled" {
+		t.Fatalf("cancel answered %s", answer.Raw)
+	}
+	noHelperRemains(t, marker, start)
+	gone()
+}
+
+// BenchmarkContainedCall measures a call's round trip (start, answer, stop
+// and sweep) in each containment mode, one call at a time.
+func BenchmarkContainedCall(b *testing.B) {
+	for _, mode := range []string{"subreaper", "cgroup"} {
+		b.Run(mode, func(b *testing.B) {
+			eng := startEngine(b, engine.Options{})
+			w := startWorker(b, eng, nil, "--containment", mode, "--log-level", "info")
+			wk := attach(b, eng)
+			want := map[string]string{"subreaper": "subreaper+cookie", "cgroup": "cgroup"}[mode]
+			if !strings.Contains(w.logs.String(), "containment="+want) {
+				b.Skip("containment " + mode + " is not available here")
+			}
+			wait(b, run(b, wk, "warm"))
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if answer, _ := wait(b, run(b, wk, "b"+strconv.Itoa(i))); !answer.OK {
+					b.Fatal(string(answer.Raw))
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/call")
+		})
+	}
+}
