@@ -338,8 +338,9 @@ func TestServiceUnderSystemd(t *testing.T) {
 }
 
 // maxServiceExposure is the rating the README gives the installed unit
-// (systemd-analyze security, systemd 252).
-const maxServiceExposure = 2.3
+// (systemd-analyze security, systemd 252): 2.3 before Delegate=yes, which
+// a cgroup per call needs, cost 0.2 (see installer's maxExposure).
+const maxServiceExposure = 2.5
 
 // buildStaticWorker builds the binary the way releases are built (no cgo),
 // so it runs in the container whatever the host's libc.
