@@ -74,28 +74,6 @@ func statField(pid, n int) int {
 	return v
 }
 
-// zombiesOf lists the unreaped children of pid.
-func zombiesOf(pid int) []int {
-	var zs []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		child, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) > 1 && f[0] == "Z" && f[1] == strconv.Itoa(pid) {
-			zs = append(zs, child)
-		}
-	}
-	return zs
-}
-
 func threadsOf(t *testing.T, pid int) int {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {

@@ -285,8 +285,14 @@ func openFDs(t testing.TB, pid int) int {
 	return len(entries)
 }
 
-// childrenOf lists live child processes of pid.
-func childrenOf(pid int) []int {
+// childrenOf lists the live (not zombie) child processes of pid.
+func childrenOf(pid int) []int { return processesOf(pid, false) }
+
+// zombiesOf lists the unreaped children of pid.
+func zombiesOf(pid int) []int { return processesOf(pid, true) }
+
+// processesOf lists the children of pid that are zombies, or that are not.
+func processesOf(pid int, zombies bool) []int {
 	var kids []int
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -298,10 +304,10 @@ func childrenOf(pid int) []int {
 		if err != nil {
 			continue
 		}
+		// After the command's name: state, parent pid, process group, ...
 		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		fields := strings.Fields(s[i+1:])
-		if len(fields) > 2 && fields[1] != "Z" && fields[2] == strconv.Itoa(pid) {
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) > 1 && (fields[0] == "Z") == zombies && fields[1] == strconv.Itoa(pid) {
 			kids = append(kids, child)
 		}
 	}

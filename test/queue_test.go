@@ -31,7 +31,7 @@ func TestParallelIsEnforced(t *testing.T) {
 	go func() {
 		defer close(watched)
 		for {
-			if n := int64(len(runnersOf(w.cmd.Process.Pid))); n > most.Load() {
+			if n := int64(len(childrenOf(w.cmd.Process.Pid))); n > most.Load() {
 				most.Store(n)
 			}
 			select {
@@ -209,30 +209,6 @@ func TestDrainRunsWaitingCalls(t *testing.T) {
 	}
 }
 
-// runnersOf lists the live child processes of pid. (childrenOf in the
-// harness compares the process group, not the parent, so it never sees a
-// runner, which leads a group of its own.)
-func runnersOf(pid int) []int {
-	var kids []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		child, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(fields) > 1 && fields[0] != "Z" && fields[1] == strconv.Itoa(pid) {
-			kids = append(kids, child)
-		}
-	}
-	return kids
-}
-
 var (
 	releaseBinOnce sync.Once
 	releaseBin     string
@@ -325,7 +301,7 @@ func TestTenThousandCallsAtParallelOne(t *testing.T) {
 			t.Fatalf("call %d beyond the bound answered %s", i, m.Raw)
 		}
 	}
-	if kids := runnersOf(pid); len(kids) != 1 {
+	if kids := childrenOf(pid); len(kids) != 1 {
 		t.Errorf("%d runner processes, want 1 (--parallel 1)", len(kids))
 	}
 	eventually(t, 10*time.Second, "the status file to count the waiting calls", func() bool {
@@ -382,7 +358,7 @@ func TestLostConnectionDropsWaitingCalls(t *testing.T) {
 	})
 	wk.Drop()
 	wk = attach(t, eng)
-	eventually(t, 10*time.Second, "the runner to be gone", func() bool { return len(runnersOf(w.cmd.Process.Pid)) == 0 })
+	eventually(t, 10*time.Second, "the runner to be gone", func() bool { return len(childrenOf(w.cmd.Process.Pid)) == 0 })
 	if logs := w.logs.String(); strings.Contains(logs, "call started after waiting") || !strings.Contains(logs, "dropped with the connection") {
 		t.Errorf("waiting calls were started, or their drop not logged:\n%s", logs)
 	}
