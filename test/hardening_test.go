@@ -46,24 +46,7 @@ func startIn(t *testing.T, dir string, env []string, args ...string) *worker {
 	t.Helper()
 	cmd := exec.Command(workerBin, args...)
 	cmd.Dir, cmd.Env = dir, env
-	w := &worker{t: t, cmd: cmd, logs: &syncBuffer{}, exited: make(chan struct{})}
-	cmd.Stderr, cmd.Stdout = w.logs, w.logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { w.err = cmd.Wait(); close(w.exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-w.exited:
-		default:
-			cmd.Process.Kill()
-			<-w.exited
-		}
-		if t.Failed() {
-			t.Logf("fluksio-worker log:\n%s", w.logs.String())
-		}
-	})
-	return w
+	return startCommand(t, cmd)
 }
 
 // runOutputs runs a fake-runner call and returns its outputs.

@@ -110,6 +110,13 @@ func startProgram(t testing.TB, program string, env []string, args ...string) *w
 	t.Helper()
 	cmd := exec.Command(program, args...)
 	cmd.Env = append(cleanEnv(), env...)
+	return startCommand(t, cmd)
+}
+
+// startCommand starts cmd as startProgram does, with the directory and
+// environment it was given.
+func startCommand(t testing.TB, cmd *exec.Cmd) *worker {
+	t.Helper()
 	w := &worker{t: t, cmd: cmd, logs: &syncBuffer{}, exited: make(chan struct{})}
 	cmd.Stderr, cmd.Stdout = w.logs, w.logs
 	if err := cmd.Start(); err != nil {
@@ -127,7 +134,7 @@ func startProgram(t testing.TB, program string, env []string, args ...string) *w
 			<-w.exited
 		}
 		if t.Failed() {
-			t.Logf("%s log:\n%s", filepath.Base(program), w.logs.String())
+			t.Logf("%s log:\n%s", filepath.Base(cmd.Path), w.logs.String())
 		}
 	})
 	return w

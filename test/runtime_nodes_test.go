@@ -120,27 +120,7 @@ func startBinaryIn(t *testing.T, dir string, env []string, args ...string) *work
 	cmd := exec.Command(workerBin, args...)
 	cmd.Dir = dir
 	cmd.Env = append(cleanEnv(), env...)
-	w := &worker{t: t, cmd: cmd, logs: &syncBuffer{}, exited: make(chan struct{})}
-	cmd.Stderr, cmd.Stdout = w.logs, w.logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		w.err = cmd.Wait()
-		close(w.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-w.exited:
-		default:
-			cmd.Process.Kill()
-			<-w.exited
-		}
-		if t.Failed() {
-			t.Logf("worker log:\n%s", w.logs.String())
-		}
-	})
-	return w
+	return startCommand(t, cmd)
 }
 
 // noCancelInLogs fails if the node's log shows a cancel nobody sent.
