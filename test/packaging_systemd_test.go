@@ -25,17 +25,7 @@ func debUnderSystemd(t *testing.T, v1, v2 release) {
 	defer cancel()
 	step := stepTimer(t)
 
-	m, err := nspawn.Boot(ctx, nspawn.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	defer func() {
-		if t.Failed() {
-			out, _ := m.Exec(context.Background(), "systemctl status --no-pager fluksio-worker; journalctl --no-pager -n 80 -u fluksio-worker")
-			t.Logf("the service at the end:\n%s", out)
-		}
-	}()
+	m := bootMachine(ctx, t)
 	step("boot")
 
 	const token = "pkg-test-token-7f3a"

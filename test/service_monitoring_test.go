@@ -29,17 +29,7 @@ func TestServiceNotifyAndWatchdog(t *testing.T) {
 	defer cancel()
 	step := stepTimer(t)
 	bin := buildStaticWorker(t)
-	m, err := nspawn.Boot(ctx, nspawn.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	defer func() {
-		if t.Failed() {
-			out, _ := m.Exec(context.Background(), "systemctl status --no-pager fluksio-worker; journalctl --no-pager -n 60 -u fluksio-worker")
-			t.Logf("the service at the end:\n%s", out)
-		}
-	}()
+	m := bootMachine(ctx, t)
 	step("build, boot")
 	eng := startEngine(t, engine.Options{Tokens: []string{serviceToken}})
 	must := machineShell(ctx, t, m)

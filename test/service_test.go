@@ -43,17 +43,7 @@ func TestServiceUnderSystemd(t *testing.T) {
 
 	bin := buildStaticWorker(t)
 	step("build a static binary")
-	m, err := nspawn.Boot(ctx, nspawn.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	defer func() {
-		if t.Failed() {
-			out, _ := m.Exec(context.Background(), "systemctl status --no-pager fluksio-worker; journalctl --no-pager -n 100 -u fluksio-worker")
-			t.Logf("the service at the end:\n%s", out)
-		}
-	}()
+	m := bootMachine(ctx, t)
 	step("boot")
 
 	eng := startEngine(t, engine.Options{Tokens: []string{serviceToken}})

@@ -190,3 +190,22 @@ func finishLongNode(ctx context.Context, t *testing.T, call *engine.Call, second
 		t.Errorf("call %s answered %s after %d values; want ok after %d", call.ID, answer.Raw, streamed, seconds)
 	}
 }
+
+// bootMachine boots a fresh systemd machine for the test, closed at its end;
+// if the test failed, the service's status and its last journal lines are
+// logged first.
+func bootMachine(ctx context.Context, t *testing.T) *nspawn.Machine {
+	t.Helper()
+	m, err := nspawn.Boot(ctx, nspawn.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := m.Exec(context.Background(), "systemctl status --no-pager fluksio-worker; journalctl --no-pager -n 100 -u fluksio-worker")
+			t.Logf("the service at the end:\n%s", out)
+		}
+		m.Close()
+	})
+	return m
+}
