@@ -297,7 +297,7 @@ func TestWarmSpareKilledWhileWaiting(t *testing.T) {
 // TestWarmSparesEndWithTheWorker: however the worker ends, its spares and
 // their call directories go with it; while the engine is away, they stay.
 func TestWarmSparesEndWithTheWorker(t *testing.T) {
-	for _, how := range []string{"sigterm", "drain", "idle", "disconnect"} {
+	for _, how := range []string{"sigterm", "drain", "idle", "disconnect", "reload"} {
 		t.Run(how, func(t *testing.T) {
 			args := []string{"--warm", "2"}
 			if how == "idle" {
@@ -317,6 +317,17 @@ func TestWarmSparesEndWithTheWorker(t *testing.T) {
 			case "drain":
 				w.signal(syscall.SIGQUIT)
 			case "idle": // spares are not calls: the worker goes idle
+			case "reload":
+				// The binary executed again keeps the pid: the old
+				// spares must be gone before it, not orphaned by it.
+				w.signal(syscall.SIGHUP)
+				attach(t, eng)
+				for _, pid := range pids {
+					if alive(pid) {
+						t.Errorf("spare %d outlived the reload", pid)
+					}
+				}
+				w.signal(syscall.SIGTERM)
 			case "disconnect":
 				eng.DropAll()
 				wk = attach(t, eng)

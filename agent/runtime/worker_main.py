@@ -1829,6 +1829,9 @@ def spare_prepare() -> None:
     fd = int(sys.argv[2])
     preloads = [m for m in (sys.argv[3] if len(sys.argv) > 3 else "").split(",") if m]
     del sys.argv[1:]  # node code sees the argv of a runner started cold
+    # What every call needs at its end (ctypes, for C stdio) is loaded now,
+    # not while the engine waits for the answer.
+    flush_node_output()
     failed = {}
     # What a preload prints at import goes to the log, never to the
     # protocol channel (fd 1).
