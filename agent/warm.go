@@ -502,11 +502,14 @@ func timespecAfter(a, b unix.Timespec) bool {
 }
 
 // discard stops a spare that will serve no call, and removes all of it.
+// A spare still starting is waited for: it is stopped once it started.
 func (p *warmPool) discard(s *spare) {
 	select {
 	case <-s.box.started:
-	default:
-		return // never started: nothing to stop
+	case <-s.exited: // it could not start: nothing of it remains
+		if !closed(s.box.started) {
+			return
+		}
 	}
 	// Nothing of a call ran in it: no grace is owed.
 	s.box.signalAll(syscall.SIGKILL)
@@ -598,7 +601,6 @@ func (p *warmPool) close() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			<-s.box.started
 			p.discard(s)
 		}()
 	}

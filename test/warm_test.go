@@ -268,6 +268,17 @@ func leftBehind(t *testing.T, pids []int, state string) {
 	for _, e := range entries {
 		t.Errorf("call directory %s was left behind", e.Name())
 	}
+	// Every runner's argv names the runtime in the state directory.
+	procs, _ := os.ReadDir("/proc")
+	for _, e := range procs {
+		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && strings.Contains(string(cmdline), state) {
+			pid, _ := strconv.Atoi(e.Name())
+			if alive(pid) {
+				t.Errorf("runner %s outlived the worker: %q", e.Name(), cmdline)
+			}
+		}
+	}
 }
 
 func TestWarmSpareKilledWhileWaiting(t *testing.T) {
@@ -297,7 +308,7 @@ func TestWarmSpareKilledWhileWaiting(t *testing.T) {
 // TestWarmSparesEndWithTheWorker: however the worker ends, its spares and
 // their call directories go with it; while the engine is away, they stay.
 func TestWarmSparesEndWithTheWorker(t *testing.T) {
-	for _, how := range []string{"sigterm", "drain", "idle", "disconnect", "reload"} {
+	for _, how := range []string{"sigterm", "starting", "drain", "idle", "disconnect", "reload"} {
 		t.Run(how, func(t *testing.T) {
 			args := []string{"--warm", "2"}
 			if how == "idle" {
@@ -306,6 +317,15 @@ func TestWarmSparesEndWithTheWorker(t *testing.T) {
 			eng, wk, w, state := warmWorker(t, nil, args...)
 			addr := monitorAddr(t, w)
 			probe(t, wk, "teach", nil)
+			if how == "starting" {
+				// Stopped while its spares may still be starting.
+				w.signal(syscall.SIGTERM)
+				if code := w.wait(60 * time.Second); code != 0 {
+					t.Fatalf("the worker exited %d", code)
+				}
+				leftBehind(t, nil, state)
+				return
+			}
 			waitSpares(t, addr, 1)
 			pids := sparePids(w)
 			if len(pids) == 0 {
