@@ -67,6 +67,10 @@ const changeSlack = 20 * time.Millisecond
 // and the preloads (torch takes seconds on a cold page cache).
 const spareReadyTimeout = 2 * time.Minute
 
+// replaceDelay is how long a call handed a spare runs before the spare's
+// replacement starts, if it has not ended by then: most short calls have.
+const replaceDelay = 10 * time.Millisecond
+
 // maxSpareFailures is how many spares of one environment may die without
 // serving a call before the pool forgets the environment (a broken
 // interpreter must not be restarted in a loop); its next call teaches it
@@ -198,22 +202,39 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 		}
 		we.failures = 0
 	}
-	p.fillLocked()
+	if s == nil {
+		p.fillLocked()
+	}
 	p.publishLocked()
 	p.mu.Unlock()
 	for _, x := range stale {
 		p.discard(x)
 	}
-	if s != nil {
-		p.a.metrics.WarmHit()
-	} else {
+	if s == nil {
 		p.a.metrics.WarmMiss()
+		return nil, func() { p.ended(we) }
 	}
-	return s, func() {
+	p.a.metrics.WarmHit()
+	// The replacement starts once the call ended or replaceDelay after
+	// it started, whichever comes first: an interpreter starting beside a
+	// short call would take the CPU it answers with.
+	replace := time.AfterFunc(replaceDelay, func() {
 		p.mu.Lock()
-		we.running--
+		p.fillLocked()
 		p.mu.Unlock()
+	})
+	return s, func() {
+		replace.Stop()
+		p.ended(we)
 	}
+}
+
+// ended counts a call of we out, and starts the spares now wanted.
+func (p *warmPool) ended(we *warmEnv) {
+	p.mu.Lock()
+	we.running--
+	p.fillLocked()
+	p.mu.Unlock()
 }
 
 // learnLocked finds or adds the environment, and makes it the most recent.
