@@ -177,7 +177,6 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 	we := p.learnLocked(key, rt, env)
 	we.running++
 	we.want = max(we.want, we.running)
-	var stale []*spare
 	for s == nil {
 		s = p.readyLocked(we)
 		if s == nil {
@@ -196,7 +195,7 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 		if why != "" {
 			s.box.log.Debug("spare runner not used; stopping it", "reason", why)
 			s.retired = true
-			stale = append(stale, s)
+			p.discardLater(s)
 			s = nil
 			continue
 		}
@@ -207,9 +206,6 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 	}
 	p.publishLocked()
 	p.mu.Unlock()
-	for _, x := range stale {
-		p.discard(x)
-	}
 	if s == nil {
 		p.a.metrics.WarmMiss()
 		return nil, func() { p.ended(we) }
@@ -278,7 +274,7 @@ func (p *warmPool) fillLocked() {
 		for len(we.spares) > allowed {
 			s := we.spares[len(we.spares)-1]
 			p.retireLocked(s)
-			go p.discard(s)
+			p.discardLater(s)
 		}
 		for len(we.spares) < allowed {
 			p.startLocked(we)
@@ -408,7 +404,7 @@ func (s *spare) run() {
 func (p *warmPool) forgetLocked(we *warmEnv) {
 	for _, s := range slices.Clone(we.spares) {
 		p.retireLocked(s)
-		go p.discard(s)
+		p.discardLater(s)
 	}
 	we.failures = 0
 	p.envs = slices.DeleteFunc(p.envs, func(x *warmEnv) bool { return x == we })
@@ -522,6 +518,16 @@ func timespecAfter(a, b unix.Timespec) bool {
 	return a.Sec > b.Sec || (a.Sec == b.Sec && a.Nsec > b.Nsec)
 }
 
+// discardLater discards s off the caller's path; close waits for it. The
+// pool's mutex is held, and s's own goroutine still counts in p.spares.
+func (p *warmPool) discardLater(s *spare) {
+	p.spares.Add(1)
+	go func() {
+		defer p.spares.Done()
+		p.discard(s)
+	}()
+}
+
 // discard stops a spare that will serve no call, and removes all of it.
 // A spare still starting is waited for: it is stopped once it started.
 func (p *warmPool) discard(s *spare) {
@@ -575,21 +581,15 @@ func (p *warmPool) watch() {
 			continue
 		}
 		p.mu.Lock()
-		for i, s := range gone {
-			if s.taken || s.retired {
-				gone[i] = nil
-				continue
+		for _, s := range gone {
+			if !s.taken && !s.retired {
+				p.retireLocked(s)
+				p.discardLater(s)
 			}
-			p.retireLocked(s)
 		}
 		p.fillLocked()
 		p.publishLocked()
 		p.mu.Unlock()
-		for _, s := range gone {
-			if s != nil {
-				p.discard(s)
-			}
-		}
 	}
 }
 
