@@ -32,6 +32,7 @@ type Agent struct {
 	baseEnv  []string
 	status   *statusFile
 	metrics  *metrics.Metrics // nil without --listen
+	warm     *warmPool        // spare runners; nil with --warm 0 (warm.go)
 
 	attaching  chan struct{} // closed when the first attempt to attach starts
 	attachOnce sync.Once
@@ -123,7 +124,11 @@ func closed(ch chan struct{}) bool {
 // re-execute itself, and a *RefusedError when the engine will not have
 // this worker.
 func (a *Agent) Serve(ctx context.Context) error {
+	// Spares live as long as Serve: they are gone when it returns, before
+	// a reload executes the binary again.
+	a.warm = newWarmPool(a)
 	defer func() {
+		a.warm.close()
 		a.status.Update(func(s *Status) { s.State = "stopped" })
 		a.status.Flush()
 	}()

@@ -112,62 +112,33 @@ type outcome struct {
 func (c *call) run(ctx context.Context, rt Runtime) {
 	c.begun = time.Now()
 	c.agent.metrics.CallStarted(c.op)
-	stdoutR, stdoutW, err := os.Pipe()
-	if err != nil {
-		c.fail(fmt.Errorf("creating the runner's pipes: %w", err))
-		return
-	}
-	stderrR, stderrW, err := os.Pipe()
-	if err != nil {
-		stdoutR.Close()
-		stdoutW.Close()
-		c.fail(fmt.Errorf("creating the runner's pipes: %w", err))
-		return
-	}
-	dir, err := newCallDir(c.agent.stateDir)
-	if err != nil {
-		stdoutR.Close()
-		stdoutW.Close()
-		stderrR.Close()
-		stderrW.Close()
-		c.fail(err)
-		return
+	sp, warmDone := c.agent.warm.take(rt, c.env)
+	defer warmDone()
+	var (
+		stdin            io.WriteCloser
+		stdoutR, stderrR *os.File
+		dir              *callDir
+	)
+	if sp != nil {
+		stdin, stdoutR, stderrR, dir = sp.handTo(c)
+		c.log.Debug("runner is a spare", "pid", c.pid)
+	} else {
+		var ok bool
+		if stdin, stdoutR, stderrR, dir, ok = c.startCold(rt); !ok {
+			return
+		}
 	}
 	defer func() {
 		if err := dir.remove(); err != nil {
 			c.log.Warn("could not remove the call's directory", "dir", dir.path, "error", err)
 		}
 	}()
-	cmd := exec.Command(c.agent.python, rt.Path)
-	c.prepare(cmd, dir.env(c.agent.runnerEnv(c.env), c.agent.cfg.CancelGrace))
-	cmd.Dir = dir.cwd
-	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
-	stdin, err := cmd.StdinPipe()
-	if err == nil {
-		platform.NewProcessGroup(cmd)
-		err = c.startRunner(cmd)
-	}
-	stdoutW.Close()
-	stderrW.Close()
-	if err != nil {
-		stdoutR.Close()
-		stderrR.Close()
-		c.fail(fmt.Errorf("starting %s: %w", c.agent.python, err))
-		return
-	}
-	c.pid = cmd.Process.Pid
 	c.agent.metrics.RunnerStarted(time.Since(c.begun))
 	close(c.started)
 	if c.stopReason.Load() != nil {
 		// Stopped while starting: stop() left the signalling to us.
 		go c.stopGroup()
 	}
-	go func() {
-		err := cmd.Wait()
-		c.reaped(cmd)
-		c.log.Debug("runner exited", "pid", c.pid, "status", exitStatus(err))
-		close(c.exited)
-	}()
 	request := c.request
 	c.request = nil // a request of many MiB is not kept for the call's life
 	go func() {
@@ -213,6 +184,60 @@ func (c *call) run(ctx context.Context, rt Runtime) {
 	if c.size >= outsizedMessage || len(end.answer) >= outsizedMessage {
 		freeMemory()
 	}
+}
+
+// startCold starts the call's runner: a new interpreter in a new call box.
+// When it cannot, the call is answered and ok is false.
+func (c *call) startCold(rt Runtime) (stdin io.WriteCloser, stdoutR, stderrR *os.File, dir *callDir, ok bool) {
+	stdoutR, stdoutW, err := os.Pipe()
+	if err != nil {
+		c.fail(fmt.Errorf("creating the runner's pipes: %w", err))
+		return
+	}
+	stderrR, stderrW, err := os.Pipe()
+	if err != nil {
+		stdoutR.Close()
+		stdoutW.Close()
+		c.fail(fmt.Errorf("creating the runner's pipes: %w", err))
+		return
+	}
+	dir, err = newCallDir(c.agent.stateDir)
+	if err != nil {
+		stdoutR.Close()
+		stdoutW.Close()
+		stderrR.Close()
+		stderrW.Close()
+		c.fail(err)
+		return
+	}
+	cmd := exec.Command(c.agent.python, rt.Path)
+	c.prepare(cmd, dir.env(c.agent.runnerEnv(c.env), c.agent.cfg.CancelGrace))
+	cmd.Dir = dir.cwd
+	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
+	stdin, err = cmd.StdinPipe()
+	if err == nil {
+		platform.NewProcessGroup(cmd)
+		err = c.startRunner(cmd)
+	}
+	stdoutW.Close()
+	stderrW.Close()
+	if err != nil {
+		stdoutR.Close()
+		stderrR.Close()
+		if err := dir.remove(); err != nil {
+			c.log.Warn("could not remove the call's directory", "dir", dir.path, "error", err)
+		}
+		c.fail(fmt.Errorf("starting %s: %w", c.agent.python, err))
+		return
+	}
+	c.pid = cmd.Process.Pid
+	go func() {
+		err := cmd.Wait()
+		c.reaped(cmd)
+		c.log.Debug("runner exited", "pid", c.pid, "status", exitStatus(err))
+		close(c.exited)
+	}()
+	return stdin, stdoutR, stderrR, dir, true
 }
 
 // supervise waits for the call's output to end while sending heartbeats,

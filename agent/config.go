@@ -47,6 +47,8 @@ type Config struct {
 	MaxCalls      int           // 0: no limit
 	Listen        string        // host:port of /metrics and /healthz; "": off
 	HealthGrace   time.Duration // how long /healthz stays 200 after a lost connection
+	Warm          *int          // spare runners in all; nil: as many as Parallel (warm.go)
+	Preload       []string      // modules spare runners import before they wait
 
 	// Warnings are things worth telling the user that do not stop the
 	// worker (a token file others can read); run logs them once it has a
@@ -87,6 +89,9 @@ const (
 	maxCancelGrace = time.Hour
 	// maxMaxLine: a line is held in memory whole while it is read.
 	maxMaxLine = 64 << 30
+	// maxWarm: each spare is a waiting Python process; more than the
+	// calls a machine can run at once only costs memory.
+	maxWarm = maxParallel
 )
 
 // EnvPrefix names every option's environment variable: --ram-mb is
@@ -189,6 +194,19 @@ var Options = []Option{
 		}},
 	{"health-grace", "DURATION", "how long /healthz stays healthy after the connection to the engine was lost (default 60s)",
 		durationSetter(func(c *Config, d time.Duration) { c.HealthGrace = d })},
+	{"warm", "N", "spare runners kept started (interpreter and runtime loaded, waiting) so a call does not wait for Python to start; each serves one call; 0 starts every runner cold (default: --parallel)",
+		intInRange(func(c *Config, n int) { c.Warm = &n }, 0, maxWarm, "each spare is a waiting Python process")},
+	{"preload", "MOD,MOD", "modules spare runners import before they wait, e.g. numpy,torch (embedded runtime only; CUDA is not initialized)",
+		func(c *Config, v string) error { c.Preload = SplitLabels(v); return nil }},
+}
+
+// WarmSpares is how many spare runners to keep: --warm, else one per
+// --parallel slot, so that every slot can start its next call at once.
+func (c Config) WarmSpares() int {
+	if c.Warm != nil {
+		return *c.Warm
+	}
+	return c.Parallel
 }
 
 // configRelative are the keys holding a path that, in a config file, is

@@ -151,7 +151,10 @@ func cleanEnv() []string {
 		}
 		env = append(env, kv)
 	}
-	return env
+	// The suite runs with --warm 0, as today's worker did: the fake runner
+	// stands in for Python and does not know spare mode. Spares are tested
+	// with a real Python in warm_test.go, whose --warm flags win over this.
+	return append(env, "FLUKSIO_WORKER_WARM=0")
 }
 
 // wait returns the exit code, failing the test after timeout.

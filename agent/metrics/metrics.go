@@ -74,10 +74,12 @@ type Metrics struct {
 	heartbeats    prometheus.Counter
 	stderrDropped prometheus.Counter
 
-	// Warm runners and containment add their series here when they land,
-	// with a hook method each below, e.g.:
-	//   fluksio_worker_warm_runners (gauge: spares ready now)
-	//   fluksio_worker_warm_runner_hits_total, _misses_total
+	warmRunners prometheus.Gauge
+	warmHits    prometheus.Counter
+	warmMisses  prometheus.Counter
+
+	// Containment adds its series here when it lands, with a hook method
+	// each below, e.g.:
 	//   fluksio_worker_call_cpu_seconds (histogram: CPU per call, by op)
 	//   fluksio_worker_call_peak_memory_bytes (histogram: peak memory per call)
 }
@@ -127,6 +129,12 @@ func New(version string, protocol int) *Metrics {
 			"Heartbeats sent to the engine for running calls (one per call every 10 s)."),
 		stderrDropped: f.counter("runner_stderr_dropped_lines_total",
 			"Lines runners wrote on stderr that were not logged, over the budget of 1000 a second per call."),
+		warmRunners: f.gauge("warm_runners",
+			"Spare runners started and waiting for a call (--warm), not counting those still starting."),
+		warmHits: f.counter("warm_runner_hits_total",
+			"Calls handed a spare runner: no interpreter start."),
+		warmMisses: f.counter("warm_runner_misses_total",
+			"Calls with --warm above 0 that started their runner cold: no fresh spare of their environment was ready."),
 	}
 	f.gaugeVec("build_info", "Always 1; the labels say which worker this is.", "version", "protocol").
 		WithLabelValues(version, strconv.Itoa(protocol)).Set(1)
@@ -297,4 +305,25 @@ func (f factory) histogramVec(name, help string, buckets []float64, labels ...st
 	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: name, Help: help, Buckets: buckets}, labels)
 	f.r.MustRegister(h)
 	return h
+}
+
+// SetWarmRunners sets how many spare runners are ready.
+func (m *Metrics) SetWarmRunners(n int) {
+	if m != nil {
+		m.warmRunners.Set(float64(n))
+	}
+}
+
+// WarmHit counts a call handed a spare runner.
+func (m *Metrics) WarmHit() {
+	if m != nil {
+		m.warmHits.Inc()
+	}
+}
+
+// WarmMiss counts a call that started its runner cold while spares are on.
+func (m *Metrics) WarmMiss() {
+	if m != nil {
+		m.warmMisses.Inc()
+	}
 }

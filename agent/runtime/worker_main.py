@@ -1800,8 +1800,82 @@ def after_fork_in_child(channel: Channel) -> None:
     restore_sigmask_after_fork()  # a SIGTERM held back now ends the child
 
 
+# ---------------------------------------------------------------------------
+# Spare mode: started ahead of its call
+# ---------------------------------------------------------------------------
+
+# `worker_main.py --fluksio-spare FD [MOD,MOD]` is a spare runner: the worker
+# starts it before its call exists, with the exact environment the call will
+# get. It imports the preloads, tells the worker on FD what it loaded, then
+# waits for its one request like any runner.
+SPARE_FLAG = "--fluksio-spare"
+
+
+def spare_prepare() -> None:
+    """In spare mode, preloads and reports; otherwise does nothing.
+
+    The report is one JSON object on the worker's descriptor, then it is
+    closed: {"watch": [[path, existed], ...], "failed": {module: reason}}.
+    watch is every file and directory the code this process holds came
+    from or would import from: the interpreter, each sys.path entry, the
+    user site directory, and each loaded module's file and directory. The
+    worker does not hand this spare a call once any of them changed (a
+    package installed or upgraded, the runtime replaced): it would run
+    older code than a fresh interpreter. Preloads never touch CUDA: only
+    their import runs, and importing numpy or torch does not initialize it.
+    """
+    if len(sys.argv) < 3 or sys.argv[1] != SPARE_FLAG:
+        return
+    fd = int(sys.argv[2])
+    preloads = [m for m in (sys.argv[3] if len(sys.argv) > 3 else "").split(",") if m]
+    del sys.argv[1:]  # node code sees the argv of a runner started cold
+    # What every call needs at its end (ctypes, for C stdio) is loaded now,
+    # not while the engine waits for the answer.
+    flush_node_output()
+    failed = {}
+    # What a preload prints at import goes to the log, never to the
+    # protocol channel (fd 1).
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        for name in preloads:
+            try:
+                importlib.import_module(name)
+            except BaseException as exc:  # a failed preload is reported, the spare goes on
+                failed[name] = "%s: %s" % (type(exc).__name__, exc)
+    finally:
+        try:
+            sys.stdout.flush()
+        except Exception:
+            pass
+        os.dup2(saved, 1)
+        os.close(saved)
+    paths = [sys.executable] + [p or os.getcwd() for p in sys.path]
+    try:
+        import site
+
+        if site.ENABLE_USER_SITE:
+            paths.append(site.getusersitepackages())
+    except Exception:
+        pass
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str) and path:
+            paths.append(os.path.abspath(path))
+            paths.append(os.path.dirname(os.path.abspath(path)))
+    seen = set()
+    watch = []
+    for path in paths:
+        if path not in seen:
+            seen.add(path)
+            watch.append([path, os.path.exists(path)])
+    with os.fdopen(fd, "w") as report:
+        json.dump({"watch": watch, "failed": failed}, report)
+
+
 def main() -> None:
     global PUMP
+    spare_prepare()
     # The real stdout is the protocol channel and nothing else may reach it:
     # keep a private, close-on-exec copy (children never inherit it, so a
     # grandchild cannot hold the agent's pipe open) before anything can print.

@@ -1,0 +1,651 @@
+package agent
+
+// Warm runners (--warm, --preload): spare runner processes started before
+// their call exists, so a call does not wait for the interpreter to start
+// and the runtime (and the preloads) to load.
+//
+// A spare is a whole call box made ahead: its own call directory, cookie
+// and cgroup, and the exact environment its call will get. It serves one
+// call and exits, like a runner started cold, so nothing passes from one
+// call to the next. Spares are keyed by that environment less the per-call
+// values (the call directory, the cookie), and by the runtime file: a call
+// whose environment matches no ready spare starts cold, as with --warm 0,
+// and teaches the pool that environment. The pool keeps spares for the
+// few environments used last, as many for each as its calls ran at once
+// (at least one), --warm in all.
+//
+// A spare is not handed a call when code it loaded, or a directory it
+// would import from, changed after it started (it would run older code
+// than a cold start), nor when it is older than spareMaxAge; it is stopped
+// and the call starts cold. Spares are not calls: hello, status and
+// --max-idle never see them. They are kept while the engine is
+// unreachable (a reconnection then finds them ready) and stopped when the
+// worker stops, drains, exits idle or reloads.
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fluksio/fluksio-worker/platform"
+)
+
+// spareFlag starts the runtime in spare mode (worker_main.py's SPARE_FLAG):
+// `RUNTIME --fluksio-spare FD [MOD,MOD]`.
+const spareFlag = "--fluksio-spare"
+
+// maxWarmEnvs is how many environments spares are kept for. Engines send
+// a pipeline's calls with a handful of environments (a GPU mask per
+// device, a thread count); the ones used longest ago lose their spares.
+const maxWarmEnvs = 4
+
+// spareMaxAge retires a spare that waited this long, and starts another:
+// what the freshness check cannot see (a changed file the interpreter read
+// at start outside sys.path, a system clock step) is never older than this.
+const spareMaxAge = 10 * time.Minute
+
+// spareCheckInterval is how often waiting spares are checked for age,
+// freshness and death, so a stale spare is replaced before a call finds it.
+const spareCheckInterval = 5 * time.Second
+
+// changeSlack covers the file system's clock: a file's change time comes
+// from the kernel's coarse clock, which may be up to a tick (at most 10 ms)
+// behind the time the worker read when it started the spare. A change that
+// close to a spare's start marks it stale, at worst one cold start more.
+const changeSlack = 20 * time.Millisecond
+
+// spareReadyTimeout bounds a spare's start: the interpreter, the runtime
+// and the preloads (torch takes seconds on a cold page cache).
+const spareReadyTimeout = 2 * time.Minute
+
+// replaceDelay is how long a call handed a spare runs before the spare's
+// replacement starts, if it has not ended by then: most short calls have.
+const replaceDelay = 10 * time.Millisecond
+
+// maxSpareFailures is how many spares of one environment may die without
+// serving a call before the pool forgets the environment (a broken
+// interpreter must not be restarted in a loop); its next call teaches it
+// again.
+const maxSpareFailures = 3
+
+// warmPool owns the spares. Its mutex guards everything below it.
+type warmPool struct {
+	a       *Agent
+	max     int
+	preload string // comma-joined --preload, for the embedded runtime only
+
+	mu       sync.Mutex
+	envs     []*warmEnv // most recently used first
+	closed   bool
+	spares   sync.WaitGroup // every spare's goroutines
+	janitor  chan struct{}  // closed by close
+	reported map[string]bool
+}
+
+// warmEnv is one environment's spares and demand.
+type warmEnv struct {
+	key      string
+	rt       Runtime
+	env      []string // the request's env, as a call of it has it
+	spares   []*spare // starting and ready
+	running  int      // calls of this environment running now
+	want     int      // the most that ran at once: spares to keep
+	failures int      // spares that died without serving, in a row
+}
+
+// spare is one pre-started runner.
+type spare struct {
+	pool *warmPool
+	we   *warmEnv
+	box  *call // the call box made ahead: pid, cookie, cgroup, log
+	cmd  *exec.Cmd
+
+	stdin          io.WriteCloser
+	stdout, stderr *os.File
+	dir            *callDir
+	began          time.Time // when it was started, for freshness and age
+
+	exited chan struct{} // closed once reaped; box holds its state
+
+	// Guarded by pool.mu.
+	ready   bool
+	taken   bool
+	retired bool
+	watch   []watchedPath
+}
+
+// watchedPath is a file or directory a spare's code came from, as it was
+// once the spare was ready.
+type watchedPath struct {
+	path    string
+	existed bool
+	change  unix.Timespec
+}
+
+func newWarmPool(a *Agent) *warmPool {
+	n := a.cfg.WarmSpares()
+	if n <= 0 {
+		return nil
+	}
+	p := &warmPool{a: a, max: n, janitor: make(chan struct{}), reported: map[string]bool{}}
+	if len(a.cfg.Preload) > 0 {
+		p.preload = strings.Join(a.cfg.Preload, ",")
+	}
+	go p.watch()
+	return p
+}
+
+// envKey identifies the environment a call's runner gets: the runtime
+// and the environment entries in effect (the last of each name wins, as
+// in exec), sorted, so the order of the request's env keys does not matter.
+func envKey(rtPath string, env []string) string {
+	effective := map[string]string{}
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		effective[name] = kv
+	}
+	entries := make([]string, 0, len(effective))
+	for _, kv := range effective {
+		entries = append(entries, kv)
+	}
+	slices.Sort(entries)
+	return rtPath + "\x00" + strings.Join(entries, "\x00")
+}
+
+// take hands out a ready, fresh spare for a call of env on rt, or nil: the
+// call starts cold. Either way the pool learns the environment and starts
+// replacements in the background. done is called when the call ends.
+func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
+	if p == nil {
+		return nil, func() {}
+	}
+	key := envKey(rt.Path, p.a.runnerEnv(env))
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, func() {}
+	}
+	we := p.learnLocked(key, rt, env)
+	we.running++
+	we.want = max(we.want, we.running)
+	for s == nil {
+		s = p.readyLocked(we)
+		if s == nil {
+			break
+		}
+		// Taken out of the pool before it is checked, so that no other
+		// call and not the janitor can have it meanwhile.
+		s.taken = true
+		we.spares = slices.DeleteFunc(we.spares, func(x *spare) bool { return x == s })
+		p.mu.Unlock()
+		why := s.staleness()
+		if why == "" && closed(s.exited) {
+			why = "it died" // a dead spare is never handed a call
+		}
+		p.mu.Lock()
+		if why != "" {
+			s.box.log.Debug("spare runner not used; stopping it", "reason", why)
+			s.retired = true
+			p.discardLater(s)
+			s = nil
+			continue
+		}
+		we.failures = 0
+	}
+	if s == nil {
+		p.fillLocked()
+	}
+	p.publishLocked()
+	p.mu.Unlock()
+	if s == nil {
+		p.a.metrics.WarmMiss()
+		return nil, func() { p.ended(we) }
+	}
+	p.a.metrics.WarmHit()
+	// The replacement starts once the call ended or replaceDelay after
+	// it started, whichever comes first: an interpreter starting beside a
+	// short call would take the CPU it answers with.
+	replace := time.AfterFunc(replaceDelay, func() {
+		p.mu.Lock()
+		p.fillLocked()
+		p.mu.Unlock()
+	})
+	return s, func() {
+		replace.Stop()
+		p.ended(we)
+	}
+}
+
+// ended counts a call of we out, and starts the spares now wanted.
+func (p *warmPool) ended(we *warmEnv) {
+	p.mu.Lock()
+	we.running--
+	p.fillLocked()
+	p.mu.Unlock()
+}
+
+// learnLocked finds or adds the environment, and makes it the most recent.
+func (p *warmPool) learnLocked(key string, rt Runtime, env []string) *warmEnv {
+	i := slices.IndexFunc(p.envs, func(we *warmEnv) bool { return we.key == key })
+	var we *warmEnv
+	if i >= 0 {
+		we = p.envs[i]
+		p.envs = slices.Delete(p.envs, i, i+1)
+	} else {
+		we = &warmEnv{key: key, rt: rt, env: slices.Clone(env)}
+	}
+	p.envs = slices.Insert(p.envs, 0, we)
+	return we
+}
+
+// readyLocked is the oldest ready spare of we, or nil.
+func (p *warmPool) readyLocked(we *warmEnv) *spare {
+	for _, s := range we.spares {
+		if s.ready && !s.retired {
+			return s
+		}
+	}
+	return nil
+}
+
+// fillLocked starts the spares the environments want and stops those they
+// no longer get: environments in order of use, each as many as ran at
+// once, --warm in all, at most maxWarmEnvs environments.
+func (p *warmPool) fillLocked() {
+	if p.closed {
+		return
+	}
+	left := p.max
+	for i, we := range p.envs {
+		allowed := min(max(we.want, 1), left)
+		if i >= maxWarmEnvs {
+			allowed = 0
+		}
+		left -= allowed
+		for len(we.spares) > allowed {
+			s := we.spares[len(we.spares)-1]
+			p.retireLocked(s)
+			p.discardLater(s)
+		}
+		for len(we.spares) < allowed {
+			p.startLocked(we)
+		}
+	}
+	// Environments past the few kept are forgotten once idle.
+	kept := p.envs[:0]
+	for i, we := range p.envs {
+		if i < maxWarmEnvs || len(we.spares) > 0 || we.running > 0 {
+			kept = append(kept, we)
+		}
+	}
+	clear(p.envs[len(kept):])
+	p.envs = kept
+}
+
+// retireLocked takes s out of the pool; its caller discards it.
+func (p *warmPool) retireLocked(s *spare) {
+	s.retired = true
+	s.we.spares = slices.DeleteFunc(s.we.spares, func(x *spare) bool { return x == s })
+}
+
+func (p *warmPool) publishLocked() {
+	n := 0
+	for _, we := range p.envs {
+		for _, s := range we.spares {
+			if s.ready {
+				n++
+			}
+		}
+	}
+	p.a.metrics.SetWarmRunners(n)
+}
+
+// startLocked adds a starting spare to we; its goroutine starts it.
+func (p *warmPool) startLocked(we *warmEnv) {
+	s := &spare{pool: p, we: we, exited: make(chan struct{})}
+	s.box = &call{agent: p.a, op: "spare", log: p.a.log.With("spare_of", "warm"),
+		started: make(chan struct{}), exited: s.exited}
+	we.spares = append(we.spares, s)
+	p.spares.Add(1)
+	go func() {
+		defer p.spares.Done()
+		s.run()
+	}()
+}
+
+// run starts the spare, waits for its report, and then for its end:
+// handed a call, the call owns what follows; otherwise it is cleaned up.
+func (s *spare) run() {
+	p := s.pool
+	report, err := s.start()
+	if err != nil {
+		s.box.log.Warn("could not start a spare runner; calls of its environment start cold", "error", err)
+		p.mu.Lock()
+		p.retireLocked(s)
+		p.forgetLocked(s.we)
+		p.mu.Unlock()
+		close(s.exited)
+		return
+	}
+	go func() {
+		err := s.cmd.Wait()
+		s.box.reaped(s.cmd)
+		s.box.log.Debug("spare runner exited", "pid", s.box.pid, "status", exitStatus(err))
+		close(s.exited)
+	}()
+	// A runtime that does not know spare mode (an engine's older runner)
+	// never reports: it is stopped, and counts as a spare that failed.
+	notReady := time.AfterFunc(spareReadyTimeout, func() { s.box.signalAll(syscall.SIGKILL) })
+	var r struct {
+		Watch  [][2]any          `json:"watch"`
+		Failed map[string]string `json:"failed"`
+	}
+	decodeErr := json.NewDecoder(report).Decode(&r)
+	report.Close()
+	notReady.Stop()
+	watch := make([]watchedPath, 0, len(r.Watch))
+	for _, w := range r.Watch {
+		path, _ := w[0].(string)
+		existed, _ := w[1].(bool)
+		wp := watchedPath{path: path, existed: existed}
+		var st unix.Stat_t
+		if existed && unix.Stat(path, &st) == nil {
+			wp.change = st.Ctim
+		}
+		watch = append(watch, wp)
+	}
+	p.mu.Lock()
+	for name, why := range r.Failed {
+		if !p.reported[name] {
+			p.reported[name] = true
+			s.box.log.Warn("a --preload module could not be imported; spares go on without it", "module", name, "error", why)
+		}
+	}
+	alive := decodeErr == nil && !closed(s.exited)
+	if alive && !s.retired {
+		s.ready, s.watch = true, watch
+		p.publishLocked()
+	}
+	p.mu.Unlock()
+	if !alive {
+		s.box.log.Debug("spare runner did not get ready", "error", decodeErr)
+	}
+	<-s.exited
+	p.mu.Lock()
+	taken, retired := s.taken, s.retired
+	if !taken && !retired {
+		// It died while waiting: never handed a call, replaced.
+		p.retireLocked(s)
+		s.we.failures++
+		if s.we.failures >= maxSpareFailures {
+			s.box.log.Warn("spare runners of an environment keep dying before they serve a call; its calls start cold until one teaches it again", "spares", s.we.failures)
+			p.forgetLocked(s.we)
+		}
+		p.fillLocked()
+		p.publishLocked()
+	}
+	p.mu.Unlock()
+	if !taken && !retired {
+		s.box.log.Info("a spare runner died while waiting for a call; replacing it", "pid", s.box.pid)
+		p.discard(s)
+	}
+}
+
+// forgetLocked drops an environment and its spares' places.
+func (p *warmPool) forgetLocked(we *warmEnv) {
+	for _, s := range slices.Clone(we.spares) {
+		p.retireLocked(s)
+		p.discardLater(s)
+	}
+	we.failures = 0
+	p.envs = slices.DeleteFunc(p.envs, func(x *warmEnv) bool { return x == we })
+}
+
+// start starts the spare's process as a call's runner is started, with
+// the descriptor it reports on; it returns that report's read end.
+func (s *spare) start() (*os.File, error) {
+	p := s.pool
+	var files []*os.File
+	closeAll := func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}
+	pipe := func() (r, w *os.File, err error) {
+		r, w, err = os.Pipe()
+		if err == nil {
+			files = append(files, r, w)
+		}
+		return r, w, err
+	}
+	stdoutR, stdoutW, err := pipe()
+	if err != nil {
+		return nil, fmt.Errorf("creating the runner's pipes: %w", err)
+	}
+	stderrR, stderrW, err := pipe()
+	if err != nil {
+		closeAll()
+		return nil, fmt.Errorf("creating the runner's pipes: %w", err)
+	}
+	reportR, reportW, err := pipe()
+	if err != nil {
+		closeAll()
+		return nil, fmt.Errorf("creating the runner's pipes: %w", err)
+	}
+	dir, err := newCallDir(p.a.stateDir)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	args := []string{s.we.rt.Path, spareFlag, "3"}
+	if p.preload != "" && s.we.rt.Source == "embedded" {
+		args = append(args, p.preload)
+	}
+	cmd := exec.Command(p.a.python, args...)
+	s.box.prepare(cmd, dir.env(effectiveEnv(p.a.runnerEnv(s.we.env)), p.a.cfg.CancelGrace))
+	cmd.Dir = dir.cwd
+	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
+	cmd.ExtraFiles = []*os.File{reportW}
+	stdin, err := cmd.StdinPipe()
+	s.began = time.Now()
+	if err == nil {
+		platform.NewProcessGroup(cmd)
+		err = s.box.startRunner(cmd)
+	}
+	stdoutW.Close()
+	stderrW.Close()
+	reportW.Close()
+	if err != nil {
+		stdoutR.Close()
+		stderrR.Close()
+		reportR.Close()
+		dir.remove()
+		return nil, fmt.Errorf("starting %s: %w", p.a.python, err)
+	}
+	s.cmd, s.stdin, s.stdout, s.stderr, s.dir = cmd, stdin, stdoutR, stderrR, dir
+	s.box.pid = cmd.Process.Pid
+	close(s.box.started)
+	return reportR, nil
+}
+
+// effectiveEnv is env with only the last entry of each name, in order.
+func effectiveEnv(env []string) []string {
+	last := map[string]int{}
+	for i, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		last[name] = i
+	}
+	out := make([]string, 0, len(last))
+	for i, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if last[name] == i {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// staleness says why s must not serve a call, or "".
+func (s *spare) staleness() string {
+	if time.Since(s.began) > spareMaxAge {
+		return "older than its maximum age"
+	}
+	since := unix.NsecToTimespec(s.began.Add(-changeSlack).UnixNano())
+	for _, w := range s.watch {
+		var st unix.Stat_t
+		err := unix.Stat(w.path, &st)
+		switch {
+		case (err == nil) != w.existed:
+			return "appeared or disappeared: " + w.path
+		case err != nil:
+		case st.Ctim != w.change || timespecAfter(st.Ctim, since):
+			return "changed since it started: " + w.path
+		}
+	}
+	return ""
+}
+
+func timespecAfter(a, b unix.Timespec) bool {
+	return a.Sec > b.Sec || (a.Sec == b.Sec && a.Nsec > b.Nsec)
+}
+
+// discardLater discards s off the caller's path; close waits for it. The
+// pool's mutex is held, and s's own goroutine still counts in p.spares.
+func (p *warmPool) discardLater(s *spare) {
+	p.spares.Add(1)
+	go func() {
+		defer p.spares.Done()
+		p.discard(s)
+	}()
+}
+
+// discard stops a spare that will serve no call, and removes all of it.
+// A spare still starting is waited for: it is stopped once it started.
+func (p *warmPool) discard(s *spare) {
+	select {
+	case <-s.box.started:
+	case <-s.exited: // it could not start: nothing of it remains
+		if !closed(s.box.started) {
+			return
+		}
+	}
+	// Nothing of a call ran in it: no grace is owed.
+	s.box.signalAll(syscall.SIGKILL)
+	<-s.exited
+	s.box.sweep()
+	s.stdin.Close()
+	s.stdout.Close()
+	s.stderr.Close()
+	if err := s.dir.remove(); err != nil {
+		s.box.log.Warn("could not remove a spare runner's directory", "dir", s.dir.path, "error", err)
+	}
+}
+
+// watch retires spares that are too old, stale or dead, and replaces them.
+func (p *warmPool) watch() {
+	tick := time.NewTicker(spareCheckInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.janitor:
+			return
+		case <-tick.C:
+		}
+		p.mu.Lock()
+		var ready []*spare
+		for _, we := range p.envs {
+			for _, s := range we.spares {
+				if s.ready {
+					ready = append(ready, s)
+				}
+			}
+		}
+		p.mu.Unlock()
+		var gone []*spare
+		for _, s := range ready {
+			if why := s.staleness(); why != "" {
+				s.box.log.Debug("spare runner retired", "reason", why)
+				gone = append(gone, s)
+			}
+		}
+		if len(gone) == 0 {
+			continue
+		}
+		p.mu.Lock()
+		for _, s := range gone {
+			if !s.taken && !s.retired {
+				p.retireLocked(s)
+				p.discardLater(s)
+			}
+		}
+		p.fillLocked()
+		p.publishLocked()
+		p.mu.Unlock()
+	}
+}
+
+// close stops every spare and waits until all of them are gone. The pool
+// starts none after it.
+func (p *warmPool) close() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		p.spares.Wait()
+		return
+	}
+	p.closed = true
+	close(p.janitor)
+	var all []*spare
+	for _, we := range p.envs {
+		for _, s := range slices.Clone(we.spares) {
+			p.retireLocked(s)
+			all = append(all, s)
+		}
+	}
+	p.envs = nil
+	p.publishLocked()
+	p.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, s := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.discard(s)
+		}()
+	}
+	wg.Wait()
+	p.spares.Wait()
+}
+
+// handTo gives the spare's process to c: from now on the call owns it as
+// if it had started it.
+func (s *spare) handTo(c *call) (stdin io.WriteCloser, stdout, stderr *os.File, dir *callDir) {
+	c.pid = s.box.pid
+	c.box.cookie = s.box.box.cookie
+	c.box.cg = s.box.box.cg
+	c.box.began = time.Now()
+	go func() {
+		<-s.exited
+		s.box.box.mu.Lock()
+		state := s.box.box.state
+		s.box.box.mu.Unlock()
+		c.box.mu.Lock()
+		c.box.state = state
+		c.box.mu.Unlock()
+		c.log.Debug("runner exited", "pid", c.pid)
+		close(c.exited)
+	}()
+	return s.stdin, s.stdout, s.stderr, s.dir
+}
