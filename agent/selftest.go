@@ -21,8 +21,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
 	"github.com/fluksio/fluksio-worker/platform"
-	"github.com/fluksio/fluksio-worker/test/engine"
 )
 
 // selftestExample is the node file the self-test runs: the same example
@@ -114,7 +114,7 @@ type selftest struct {
 	steps int
 
 	python, pyVersion string
-	hello             engine.Hello
+	hello             enginetest.Hello
 	runtimeHash       string
 	timings           []string
 	streamed          int
@@ -140,7 +140,7 @@ func (st *selftest) run(ctx context.Context, python, token string, log *slog.Log
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	eng, err := engine.Start(engine.Options{Tokens: []string{token}})
+	eng, err := enginetest.Start(enginetest.Options{Tokens: []string{token}})
 	if err != nil {
 		return fmt.Errorf("starting the built-in engine: %w", err)
 	}
@@ -191,7 +191,7 @@ func (st *selftest) run(ctx context.Context, python, token string, log *slog.Log
 
 // call sends one request and reads it to its answer, showing stream events
 // as they arrive.
-func (st *selftest) call(ctx context.Context, wk *engine.Worker, req map[string]any, live bool) (map[string]any, error) {
+func (st *selftest) call(ctx context.Context, wk *enginetest.Worker, req map[string]any, live bool) (map[string]any, error) {
 	id := req["call_id"].(string)
 	started := time.Now()
 	c, err := wk.Run(req)
@@ -226,7 +226,7 @@ func (st *selftest) call(ctx context.Context, wk *engine.Worker, req map[string]
 	}
 }
 
-func (st *selftest) compile(ctx context.Context, wk *engine.Worker) error {
+func (st *selftest) compile(ctx context.Context, wk *enginetest.Worker) error {
 	answer, err := st.call(ctx, wk, map[string]any{
 		"op": "compile", "call_id": "selftest-compile",
 		"node": map[string]any{"source": selftestExample, "filename": "train.py"},
@@ -248,7 +248,7 @@ func (st *selftest) compile(ctx context.Context, wk *engine.Worker) error {
 	return nil
 }
 
-func (st *selftest) train(ctx context.Context, wk *engine.Worker, eng *engine.Engine, env map[string]any) (map[string]any, error) {
+func (st *selftest) train(ctx context.Context, wk *enginetest.Worker, eng *enginetest.Engine, env map[string]any) (map[string]any, error) {
 	st.say("train     %d steps, streaming:", st.steps)
 	answer, err := st.call(ctx, wk, map[string]any{
 		"op": "run", "call_id": "selftest-train", "env": env,
@@ -278,7 +278,7 @@ func (st *selftest) train(ctx context.Context, wk *engine.Worker, eng *engine.En
 	return final, nil
 }
 
-func (st *selftest) evaluate(ctx context.Context, wk *engine.Worker, env map[string]any, final map[string]any) error {
+func (st *selftest) evaluate(ctx context.Context, wk *enginetest.Worker, env map[string]any, final map[string]any) error {
 	answer, err := st.call(ctx, wk, map[string]any{
 		"op": "run", "call_id": "selftest-evaluate", "env": env,
 		"node":     map[string]any{"source": selftestExample, "filename": "train.py"},

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/test/engine"
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
 )
 
 // Benchmarks of the agent against the fake engine with the compiled fake
@@ -46,12 +46,12 @@ func benchWorkerBin(b *testing.B) string {
 
 type agentKind struct {
 	name  string
-	start func(b *testing.B, eng *engine.Engine, parallel int) *worker
+	start func(b *testing.B, eng *enginetest.Engine, parallel int) *worker
 }
 
 func agentKinds() []agentKind {
 	kinds := []agentKind{{name: "go"}}
-	kinds[0].start = func(b *testing.B, eng *engine.Engine, parallel int) *worker {
+	kinds[0].start = func(b *testing.B, eng *enginetest.Engine, parallel int) *worker {
 		bin := benchWorkerBin(b)
 		args := []string{"run", "--url", eng.AttachURL(), "--python", fakeRunner, "--runtime", "embedded",
 			"--state-dir", b.TempDir(), "--parallel", strconv.Itoa(parallel), "--log-level", "warn"}
@@ -64,7 +64,7 @@ func agentKinds() []agentKind {
 	// Debian's python3, where python3-websockets installs.
 	if err == nil && exec.Command("/usr/bin/python3", "-c", "import websockets").Run() == nil {
 		if _, err := os.Stat(ref); err == nil {
-			kinds = append(kinds, agentKind{"reference", func(b *testing.B, eng *engine.Engine, parallel int) *worker {
+			kinds = append(kinds, agentKind{"reference", func(b *testing.B, eng *enginetest.Engine, parallel int) *worker {
 				dir := b.TempDir()
 				src, _ := os.ReadFile(ref)
 				os.WriteFile(filepath.Join(dir, "agent.py"), src, 0o644)
@@ -82,7 +82,7 @@ func BenchmarkDispatch(b *testing.B) {
 	for _, kind := range agentKinds() {
 		for _, parallel := range []int{1, 8} {
 			b.Run(fmt.Sprintf("%s/parallel=%d", kind.name, parallel), func(b *testing.B) {
-				eng := startEngine(b, engine.Options{})
+				eng := startEngine(b, enginetest.Options{})
 				kind.start(b, eng, parallel)
 				wk := attach(b, eng)
 				// Warm up: the first call pays for page cache misses.
@@ -127,7 +127,7 @@ func BenchmarkDispatch(b *testing.B) {
 func BenchmarkRelay(b *testing.B) {
 	for _, kind := range agentKinds() {
 		b.Run(kind.name, func(b *testing.B) {
-			eng := startEngine(b, engine.Options{})
+			eng := startEngine(b, enginetest.Options{})
 			w := kind.start(b, eng, 1)
 			wk := attach(b, eng)
 			wait(b, run(b, wk, "warm", step{"events": 10}))

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/test/engine"
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
 )
 
 // helpersNode starts the four helpers of containment_test.go from Python,
@@ -47,7 +47,7 @@ def f(*, marker):
 // installed service: the worker is in cgroup mode in a leaf of its
 // delegated cgroup, the call runs in a cgroup of its own, and after the
 // answer neither a helper nor the call's cgroup is left.
-func checkServiceContainment(ctx context.Context, t *testing.T, w *engine.Worker, must func(string) string) {
+func checkServiceContainment(ctx context.Context, t *testing.T, w *enginetest.Worker, must func(string) string) {
 	t.Helper()
 	if out := must("fluksio-worker status"); !strings.Contains(out, "cgroup") {
 		t.Errorf("status does not say the service contains calls by cgroup:\n%s", out)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/test/engine"
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
 )
 
 // The four helpers the fake runner's "helpers" step starts (see
@@ -104,7 +104,7 @@ func newMarker(t *testing.T, name string) string {
 // helpersStarted waits for the call's "helpers" event, then checks that all
 // four helpers run, and that the two daemons really left the runner's
 // process group.
-func helpersStarted(t *testing.T, c *engine.Call, marker string) (runner int) {
+func helpersStarted(t *testing.T, c *enginetest.Call, marker string) (runner int) {
 	t.Helper()
 	for {
 		m, err := c.Next(timeoutCtx(t, 20*time.Second))
@@ -147,7 +147,7 @@ func stepsWith(marker string, more ...step) []step {
 // containedWorker starts a worker in this containment mode; cgroup mode
 // is skipped where the worker cannot make cgroups (not root, no writable
 // cgroup v2).
-func containedWorker(t *testing.T, eng *engine.Engine, mode string, grace time.Duration) *worker {
+func containedWorker(t *testing.T, eng *enginetest.Engine, mode string, grace time.Duration) *worker {
 	t.Helper()
 	w := startWorker(t, eng, nil, "--cancel-grace", grace.String(), "--containment", mode)
 	want := "containment=subreaper+cookie"
@@ -216,7 +216,7 @@ func testContainment(t *testing.T, mode string) {
 	t.Run("answered", func(t *testing.T) {
 		t.Parallel()
 		marker := newMarker(t, "answered")
-		eng := startEngine(t, engine.Options{})
+		eng := startEngine(t, enginetest.Options{})
 		w := containedWorker(t, eng, mode, containGrace)
 		wk := attach(t, eng)
 		c := run(t, wk, "a1", stepsWith(marker, step{"sleep_ms": 1500})...)
@@ -245,7 +245,7 @@ func testContainment(t *testing.T, mode string) {
 	t.Run("cancelled", func(t *testing.T) {
 		t.Parallel()
 		marker := newMarker(t, "cancelled")
-		eng := startEngine(t, engine.Options{})
+		eng := startEngine(t, enginetest.Options{})
 		w := containedWorker(t, eng, mode, containGrace)
 		wk := attach(t, eng)
 		c := run(t, wk, "c1", stepsWith(marker, step{"sleep_ms": 60000})...)
@@ -263,7 +263,7 @@ func testContainment(t *testing.T, mode string) {
 	t.Run("connection-dropped", func(t *testing.T) {
 		t.Parallel()
 		marker := newMarker(t, "dropped")
-		eng := startEngine(t, engine.Options{})
+		eng := startEngine(t, enginetest.Options{})
 		w := containedWorker(t, eng, mode, containGrace)
 		wk := attach(t, eng)
 		c := run(t, wk, "d1", stepsWith(marker, step{"sleep_ms": 60000})...)
@@ -277,7 +277,7 @@ func testContainment(t *testing.T, mode string) {
 	t.Run("worker-sigterm", func(t *testing.T) {
 		t.Parallel()
 		marker := newMarker(t, "sigterm")
-		eng := startEngine(t, engine.Options{})
+		eng := startEngine(t, enginetest.Options{})
 		w := containedWorker(t, eng, mode, containGrace)
 		wk := attach(t, eng)
 		c := run(t, wk, "s1", stepsWith(marker, step{"sleep_ms": 60000})...)
@@ -306,7 +306,7 @@ func TestStoppedAtOnceOrKilled(t *testing.T) {
 		t.Run(mode+"/second-signal", func(t *testing.T) {
 			t.Parallel()
 			marker := newMarker(t, "twice")
-			eng := startEngine(t, engine.Options{})
+			eng := startEngine(t, enginetest.Options{})
 			w := containedWorker(t, eng, mode, time.Minute)
 			wk := attach(t, eng)
 			c := run(t, wk, "k1", stepsWith(marker, step{"sleep_ms": 60000})...)
@@ -329,7 +329,7 @@ func TestStoppedAtOnceOrKilled(t *testing.T) {
 	t.Run("cgroup/worker-killed", func(t *testing.T) {
 		t.Parallel()
 		marker := newMarker(t, "killed")
-		eng := startEngine(t, engine.Options{})
+		eng := startEngine(t, enginetest.Options{})
 		w := containedWorker(t, eng, "cgroup", time.Second)
 		wk := attach(t, eng)
 		c := run(t, wk, "x1", stepsWith(marker, step{"sleep_ms": 60000})...)
@@ -358,7 +358,7 @@ func TestTenContainedCallsLeaveTheWorkerAsBefore(t *testing.T) {
 }
 
 func testTenContainedCalls(t *testing.T, mode string) {
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	w := containedWorker(t, eng, mode, 300*time.Millisecond)
 	wk := attach(t, eng)
 	pid := w.cmd.Process.Pid
@@ -414,7 +414,7 @@ func testTenContainedCalls(t *testing.T, mode string) {
 func TestWhyANodeDied(t *testing.T) {
 	skipUnlessLinux(t)
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	containedWorker(t, eng, "subreaper", 3*time.Second)
 	wk := attach(t, eng)
 	for _, tc := range []struct {
@@ -482,7 +482,7 @@ func TestDelegatedCgroup(t *testing.T) {
 		})
 	})
 	marker := newMarker(t, "delegated")
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	// The shell puts itself into the delegated cgroup, then becomes the worker.
 	w := startProgram(t, "/bin/sh", []string{"FLUKSIO_WORKER_TOKEN=" + testToken},
 		"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, delegated, workerBin, "run",
@@ -515,7 +515,7 @@ func TestDelegatedCgroup(t *testing.T) {
 func BenchmarkContainedCall(b *testing.B) {
 	for _, mode := range []string{"subreaper", "cgroup"} {
 		b.Run(mode, func(b *testing.B) {
-			eng := startEngine(b, engine.Options{})
+			eng := startEngine(b, enginetest.Options{})
 			w := startWorker(b, eng, nil, "--containment", mode, "--log-level", "info")
 			wk := attach(b, eng)
 			want := map[string]string{"subreaper": "subreaper+cookie", "cgroup": "cgroup"}[mode]

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/test/engine"
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
 )
 
 // neighbour is another local user, as root can make one appear: files it
@@ -50,7 +50,7 @@ func startIn(t *testing.T, dir string, env []string, args ...string) *worker {
 }
 
 // runOutputs runs a fake-runner call and returns its outputs.
-func runOutputs(t *testing.T, wk *engine.Worker, id string, steps ...map[string]any) map[string]any {
+func runOutputs(t *testing.T, wk *enginetest.Worker, id string, steps ...map[string]any) map[string]any {
 	t.Helper()
 	answer, _ := wait(t, run(t, wk, id, steps...))
 	var out struct {
@@ -63,7 +63,7 @@ func runOutputs(t *testing.T, wk *engine.Worker, id string, steps ...map[string]
 	return out.Outputs
 }
 
-func runnerEnv(t *testing.T, wk *engine.Worker, names ...string) map[string]string {
+func runnerEnv(t *testing.T, wk *enginetest.Worker, names ...string) map[string]string {
 	t.Helper()
 	out := runOutputs(t, wk, "env", step{"env": names})
 	env := map[string]string{}
@@ -86,7 +86,7 @@ func mode(t *testing.T, path string) os.FileMode {
 // start with what to do, whichever part of it is the problem.
 func TestStateDirOthersCanWriteIsRefused(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	for _, tc := range []struct {
 		name  string
 		setup func(state string)
@@ -137,7 +137,7 @@ func TestStateDirOthersCanWriteIsRefused(t *testing.T) {
 // Item 1: what the worker creates is private.
 func TestStateDirIsCreatedPrivate(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	state := filepath.Join(t.TempDir(), "new", "state")
 	w := startWorker(t, eng, nil, "--state-dir", state)
 	wk := attach(t, eng)
@@ -186,7 +186,7 @@ func TestPlantedRunnerIsNotExecuted(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	w := startWorker(t, eng, nil, "--python", python, "--state-dir", state)
 	wk := attach(t, eng)
 	c, err := wk.Run(map[string]any{"op": "run", "call_id": "p1",
@@ -221,7 +221,7 @@ func mustJSON(t *testing.T, v any) []byte {
 // else stops and names --state-dir; it never falls back to /tmp.
 func TestNoSharedStateDirFallback(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	base := []string{"run", "--url", eng.AttachURL(), "--python", fakeRunner, "--runtime", "embedded"}
 	env := append(envWithout("HOME", "XDG_CACHE_HOME"), "FLUKSIO_WORKER_TOKEN="+testToken)
 	shared := filepath.Join(os.TempDir(), "fluksio-worker-"+strconv.Itoa(os.Getuid()))

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/test/engine"
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
 )
 
 // A token with characters that URL and JSON escaping change.
@@ -44,7 +44,7 @@ func assertNoToken(t *testing.T, where, text string) {
 func TestTokenEchoedByTheEngineIsRedacted(t *testing.T) {
 	t.Parallel()
 	for _, status := range []int{404, 401} {
-		eng := startEngine(t, engine.Options{EchoStatus: status, Tokens: []string{oddToken}})
+		eng := startEngine(t, enginetest.Options{EchoStatus: status, Tokens: []string{oddToken}})
 		state := t.TempDir()
 		w := startWorker(t, eng, []string{"FLUKSIO_WORKER_TOKEN=" + oddToken}, "--state-dir", state)
 		eventually(t, 20*time.Second, "the status file's last error", func() bool {
@@ -100,7 +100,7 @@ func TestTokenInTheURLIsNotRepeated(t *testing.T) {
 // REDACTED; the worker says why it cannot hide it.
 func TestShortTokenWarnsAndLeavesTheLogReadable(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{Tokens: []string{"e"}})
+	eng := startEngine(t, enginetest.Options{Tokens: []string{"e"}})
 	w := startWorker(t, eng, []string{"FLUKSIO_WORKER_TOKEN=e"})
 	wk := attach(t, eng)
 	runOutputs(t, wk, "c1", step{"events": 1})
@@ -119,7 +119,7 @@ func TestShortTokenWarnsAndLeavesTheLogReadable(t *testing.T) {
 // none of the worker's own FLUKSIO_WORKER_* settings.
 func TestNodeProcessesGetNoWorkerSettings(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	w := startWorker(t, eng, []string{"FLUKSIO_WORKER_LABELS=a,b", "FLUKSIO_ARTIFACT_TOKEN=stale"})
 	wk := attach(t, eng)
 	env := runnerEnv(t, wk, "FLUKSIO_WORKER_TOKEN", "FLUKSIO_WORKER_LABELS", "FLUKSIO_ARTIFACT_TOKEN")

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/test/engine"
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
 )
 
 // Item 4: a URL that can never work stops the worker at start with what to
@@ -44,7 +44,7 @@ func TestBadURLsStopAtStart(t *testing.T) {
 // address, any case, means its worker endpoint.
 func TestRunAndCheckCompleteTheURL(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	for _, given := range []string{"http://" + eng.Addr(), "HTTP://" + eng.Addr() + "/", "Ws://" + eng.Addr()} {
 		w := startWorker(t, eng, nil, "--url", given)
 		attach(t, eng)
@@ -67,7 +67,7 @@ func TestRunAndCheckCompleteTheURL(t *testing.T) {
 // its query).
 func TestRedirectOnUpgradeSaysWhereItPoints(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{RedirectTo: "wss://new-engine.example.com/api/v1/workers/attach?sig=abc123"})
+	eng := startEngine(t, enginetest.Options{RedirectTo: "wss://new-engine.example.com/api/v1/workers/attach?sig=abc123"})
 	w := startWorker(t, eng, nil)
 	eventually(t, 20*time.Second, "the redirect in the log", func() bool {
 		return strings.Contains(w.logs.String(), "redirects to wss://new-engine.example.com/api/v1/workers/attach")
@@ -82,7 +82,7 @@ func TestRedirectOnUpgradeSaysWhereItPoints(t *testing.T) {
 // through SSL_CERT_FILE, with the system's authorities kept.
 func TestSelfSignedEngineAndCAFile(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{TLS: true})
+	eng := startEngine(t, enginetest.Options{TLS: true})
 	dir := t.TempDir()
 	ca := filepath.Join(dir, "engine-ca.pem")
 	os.WriteFile(ca, eng.CACertPEM(), 0o644)
@@ -136,7 +136,7 @@ sys.stdout.write(urllib.request.urlopen(req).read().decode())`
 // --state-dir reaches node processes absolute.
 func TestTokenFilesAndRelativePaths(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "token"), []byte("\uFEFF\n\n  "+testToken+"\r\n"), 0o644)
 	config := filepath.Join(dir, "config.toml")

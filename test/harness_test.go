@@ -1,5 +1,5 @@
 // Package test holds the tests that need the whole worker: the real binary,
-// a real fake engine on a loopback socket (test/engine), real runner
+// a real fake engine on a loopback socket (agent/enginetest), real runner
 // processes.
 package test
 
@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/test/engine"
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
 )
 
 // Built once per test binary.
@@ -86,7 +86,7 @@ type worker struct {
 
 // startWorker runs the binary against eng with the fake runner as Python
 // and the token in the environment. Extra args come last, so they win.
-func startWorker(t testing.TB, eng *engine.Engine, extraEnv []string, args ...string) *worker {
+func startWorker(t testing.TB, eng *enginetest.Engine, extraEnv []string, args ...string) *worker {
 	t.Helper()
 	base := []string{
 		"run",
@@ -183,7 +183,7 @@ func (w *worker) signal(sig syscall.Signal) {
 }
 
 // attach waits for the worker's connection.
-func attach(t testing.TB, eng *engine.Engine) *engine.Worker {
+func attach(t testing.TB, eng *enginetest.Engine) *enginetest.Worker {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -194,12 +194,12 @@ func attach(t testing.TB, eng *engine.Engine) *engine.Worker {
 	return wk
 }
 
-func startEngine(t testing.TB, opts engine.Options) *engine.Engine {
+func startEngine(t testing.TB, opts enginetest.Options) *enginetest.Engine {
 	t.Helper()
 	if opts.Tokens == nil {
 		opts.Tokens = []string{testToken}
 	}
-	eng, err := engine.Start(opts)
+	eng, err := enginetest.Start(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func startEngine(t testing.TB, opts engine.Options) *engine.Engine {
 }
 
 // run sends a fake-runner request with these steps and returns its call.
-func run(t testing.TB, wk *engine.Worker, id string, steps ...map[string]any) *engine.Call {
+func run(t testing.TB, wk *enginetest.Worker, id string, steps ...map[string]any) *enginetest.Call {
 	t.Helper()
 	req := map[string]any{"call_id": id, "steps": steps}
 	c, err := wk.Run(req)
@@ -218,7 +218,7 @@ func run(t testing.TB, wk *engine.Worker, id string, steps ...map[string]any) *e
 	return c
 }
 
-func wait(t testing.TB, c *engine.Call) (engine.Message, []engine.Message) {
+func wait(t testing.TB, c *enginetest.Call) (enginetest.Message, []enginetest.Message) {
 	t.Helper()
 	answer, events, err := c.WaitTimeout(60 * time.Second)
 	if err != nil {
@@ -253,7 +253,7 @@ func eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 }
 
 // intField reads a number from a decoded JSON object.
-func intField(t testing.TB, m engine.Message, path ...string) int {
+func intField(t testing.TB, m enginetest.Message, path ...string) int {
 	t.Helper()
 	var v any
 	if err := m.Decode(&v); err != nil {
@@ -279,7 +279,7 @@ func timeoutCtx(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
-func rawOf(ms []engine.Message) []string {
+func rawOf(ms []enginetest.Message) []string {
 	out := make([]string, len(ms))
 	for i, m := range ms {
 		out[i] = string(m.Raw)

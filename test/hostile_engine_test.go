@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/test/engine"
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
 )
 
 // An answer to hello that is not an explicit refusal (garbage, a JSON
@@ -15,7 +15,7 @@ import (
 func TestOddHelloAnswersAreRetried(t *testing.T) {
 	t.Parallel()
 	odd := []string{"<html>502 Bad Gateway</html>", "[]", `{"op":"welcome","name":5}`}
-	eng := startEngine(t, engine.Options{HelloAnswers: odd})
+	eng := startEngine(t, enginetest.Options{HelloAnswers: odd})
 	w := startWorker(t, eng, nil, "--name", "box-9")
 	wk := attach(t, eng)
 	if wk.Hello.Name != "box-9" {
@@ -39,7 +39,7 @@ func TestOddHelloAnswersAreRetried(t *testing.T) {
 // start (exit 2), not accepted for every call to fail.
 func TestPythonThatIsNotPythonIsRefused(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	w := startWorker(t, eng, nil, "--python", "/bin/true")
 	if code := w.wait(30 * time.Second); code != 2 {
 		t.Fatalf("exit %d, want 2", code)
@@ -57,7 +57,7 @@ func TestPythonThatIsNotPythonIsRefused(t *testing.T) {
 // and a count of the rest, not a line each.
 func TestEngineFloodsAreRateLimited(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	w := startWorker(t, eng, nil)
 	wk := attach(t, eng)
 	const garbage, cancels, unknown = 20000, 5000, 5000
@@ -97,7 +97,7 @@ func TestEngineFloodsAreRateLimited(t *testing.T) {
 // A call_id of 1 MB travels back to the engine whole but is logged cut.
 func TestLongCallIDIsCutInLogs(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	w := startWorker(t, eng, nil)
 	wk := attach(t, eng)
 	id := strings.Repeat("i", 1<<20)
@@ -126,7 +126,7 @@ func TestMemoryIsGivenBackAfterOutsizedMessages(t *testing.T) {
 	if testing.Short() {
 		t.Skip("moves a few hundred MiB")
 	}
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	w := startProgram(t, releaseWorkerBin(t), []string{"FLUKSIO_WORKER_TOKEN=" + testToken},
 		"run", "--url", eng.AttachURL(), "--python", fakeRunner, "--runtime", "embedded",
 		"--state-dir", t.TempDir())

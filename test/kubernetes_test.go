@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/test/engine"
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -577,7 +577,7 @@ func TestHelmChartPodRuns(t *testing.T) {
 	minimal := filepath.Join(chart, "ci", "minimal-values.yaml")
 	for _, mode := range []string{"deployment", "job"} {
 		t.Run(mode, func(t *testing.T) {
-			eng := startEngine(t, engine.Options{})
+			eng := startEngine(t, enginetest.Options{})
 			port := freePort(t)
 			out := runTool(t, chart, nil, helm, "template", "rel", ".", "-f", minimal,
 				"--set", "mode="+mode, "--set", "engine.url="+eng.AttachURL(),

@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/test/engine"
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
 )
 
 // pidsOf reads the runner and grandchild pids from a call's events.
-func pidsOf(t *testing.T, c *engine.Call) (runner, grandchild int) {
+func pidsOf(t *testing.T, c *enginetest.Call) (runner, grandchild int) {
 	t.Helper()
 	for runner == 0 || grandchild == 0 {
 		m, err := c.Next(timeoutCtx(t, 20*time.Second))
@@ -29,7 +29,7 @@ func pidsOf(t *testing.T, c *engine.Call) (runner, grandchild int) {
 
 func TestCancelStopsTheWholeProcessGroup(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	startWorker(t, eng, nil, "--cancel-grace", "1s")
 	wk := attach(t, eng)
 	// A runner that ignores SIGTERM and leaves a grandchild holding its
@@ -52,7 +52,7 @@ func TestCancelStopsTheWholeProcessGroup(t *testing.T) {
 
 func TestCancelledRunnerMayAnswerItself(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	startWorker(t, eng, nil)
 	wk := attach(t, eng)
 	c := run(t, wk, "k2", step{"on_term_answer": true}, step{"events": 1}, step{"sleep_ms": 60000})
@@ -68,7 +68,7 @@ func TestCancelledRunnerMayAnswerItself(t *testing.T) {
 
 func TestRunnerDeathIsReported(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	startWorker(t, eng, nil)
 	wk := attach(t, eng)
 	for _, tc := range []struct {
@@ -100,7 +100,7 @@ func TestRunnerDeathIsReported(t *testing.T) {
 
 func TestMissingPythonIsAUsageError(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	w := startWorker(t, eng, nil, "--python", "/nonexistent/python3")
 	if code := w.wait(30 * time.Second); code != 2 {
 		t.Fatalf("exit %d, want 2", code)
@@ -122,7 +122,7 @@ func TestMissingPythonIsAUsageError(t *testing.T) {
 
 func TestRefusalExitsOne(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{Refuse: "worker pool is full"})
+	eng := startEngine(t, enginetest.Options{Refuse: "worker pool is full"})
 	w := startWorker(t, eng, nil)
 	if code := w.wait(30 * time.Second); code != 1 {
 		t.Fatalf("refused: exit %d, want 1", code)
@@ -137,7 +137,7 @@ func TestRefusalExitsOne(t *testing.T) {
 
 func TestWrongTokenExitsOne(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{Tokens: []string{"the-right-token"}})
+	eng := startEngine(t, enginetest.Options{Tokens: []string{"the-right-token"}})
 	w := startWorker(t, eng, nil)
 	if code := w.wait(30 * time.Second); code != 1 {
 		t.Fatalf("401: exit %d, want 1", code)
@@ -149,7 +149,7 @@ func TestWrongTokenExitsOne(t *testing.T) {
 
 func TestIdleExitsZero(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	w := startWorker(t, eng, nil, "--max-idle", "2")
 	wk := attach(t, eng)
 	// A call running longer than --max-idle is not idleness.
@@ -173,7 +173,7 @@ func TestIdleExitsZero(t *testing.T) {
 
 func TestSIGTERMStopsRunningCalls(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	w := startWorker(t, eng, nil, "--parallel", "2", "--cancel-grace", "1s")
 	wk := attach(t, eng)
 	a := run(t, wk, "t1", step{"announce": true}, step{"grandchild": true}, step{"sleep_ms": 60000})
@@ -181,7 +181,7 @@ func TestSIGTERMStopsRunningCalls(t *testing.T) {
 	r1, g1 := pidsOf(t, a)
 	r2, g2 := pidsOf(t, b)
 	w.signal(syscall.SIGTERM)
-	for _, c := range []*engine.Call{a, b} {
+	for _, c := range []*enginetest.Call{a, b} {
 		answer, _ := wait(t, c)
 		if answer.Error == nil || answer.Error.Type != "NodeCancelled" || answer.Error.Message != "the worker is stopping" {
 			t.Errorf("%s answered %s", c.ID, answer.Raw)
@@ -199,7 +199,7 @@ func TestSIGTERMStopsRunningCalls(t *testing.T) {
 
 func TestSecondSignalStopsAtOnce(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	w := startWorker(t, eng, nil, "--cancel-grace", "60s")
 	wk := attach(t, eng)
 	c := run(t, wk, "s1", step{"ignore_term": true}, step{"announce": true}, step{"sleep_ms": 60000})
@@ -221,7 +221,7 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 }
 
 // runnerPID reads the runner's pid from its "started" event.
-func runnerPID(t *testing.T, c *engine.Call) int {
+func runnerPID(t *testing.T, c *enginetest.Call) int {
 	t.Helper()
 	for {
 		m, err := c.Next(timeoutCtx(t, 20*time.Second))
@@ -236,7 +236,7 @@ func runnerPID(t *testing.T, c *engine.Call) int {
 
 func TestSIGQUITDrains(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	w := startWorker(t, eng, nil, "--parallel", "2")
 	wk := attach(t, eng)
 	running := run(t, wk, "d1", step{"events": 1}, step{"sleep_ms": 1500}, step{"events": 1})
@@ -264,7 +264,7 @@ func TestSIGQUITDrains(t *testing.T) {
 
 func TestEngineRestartMidCall(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	startWorker(t, eng, nil, "--cancel-grace", "1s")
 	wk := attach(t, eng)
 	// A quiet call: it writes nothing, so only the agent noticing the lost
@@ -284,7 +284,7 @@ func TestEngineRestartMidCall(t *testing.T) {
 
 func TestTenDropsLeaveTheWorkerAsBefore(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	w := startWorker(t, eng, nil, "--cancel-grace", "500ms")
 	var fds []int
 	for i := 0; i < 10; i++ {
@@ -314,7 +314,7 @@ func TestDeadPeerIsNoticed(t *testing.T) {
 		t.Skip("waits out the 40 s keepalive")
 	}
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	w := startWorker(t, eng, nil)
 	wk := attach(t, eng)
 	wk.Freeze()

@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/fluksio/fluksio-worker/test/engine"
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
 )
 
 // monitorAddr is where a worker started with --listen 127.0.0.1:0 serves,
@@ -119,7 +119,7 @@ func (s scraped) value(t *testing.T, name string, labels ...string) float64 {
 // binary and checks what a Prometheus scrape makes of them.
 func TestMetricsFollowCalls(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	w := startWorker(t, eng, nil, "--listen", "127.0.0.1:0", "--parallel", "4", "--cancel-grace", "1s")
 	addr := monitorAddr(t, w)
 	wk := attach(t, eng)
@@ -262,7 +262,7 @@ func TestMetricsFollowCalls(t *testing.T) {
 // /metrics follows the same connection.
 func TestHealthFollowsTheEngine(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	w := startWorker(t, eng, nil, "--listen", "127.0.0.1:0", "--health-grace", "1s", "--name", "h-box")
 	addr := monitorAddr(t, w)
 	health := "http://" + addr + "/healthz"
@@ -315,7 +315,7 @@ func TestHealthFollowsTheEngine(t *testing.T) {
 // TestMonitoringIsReadOnly: GET and HEAD only, on the two paths only.
 func TestMonitoringIsReadOnly(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	w := startWorker(t, eng, nil, "--listen", "127.0.0.1:0")
 	addr := monitorAddr(t, w)
 	attach(t, eng)
@@ -344,7 +344,7 @@ func TestMonitoringIsReadOnly(t *testing.T) {
 // it was asked to says so and exits 2, rather than running unwatched.
 func TestListenOnATakenAddressIsAUsageError(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	// The engine's own address is surely taken.
 	w := startWorker(t, eng, nil, "--listen", eng.Addr())
 	if code := w.wait(30 * time.Second); code != 2 || !strings.Contains(w.logs.String(), "--listen "+eng.Addr()) {
@@ -356,10 +356,10 @@ func TestListenOnATakenAddressIsAUsageError(t *testing.T) {
 // the fourth as a draining worker does, and exits 0 once the three are done.
 func TestMaxCalls(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	w := startWorker(t, eng, nil, "--max-calls", "3", "--parallel", "4")
 	wk := attach(t, eng)
-	var calls []*engine.Call
+	var calls []*enginetest.Call
 	for i := 1; i <= 4; i++ {
 		calls = append(calls, run(t, wk, fmt.Sprintf("mc%d", i), step{"sleep_ms": 500}))
 	}
@@ -384,7 +384,7 @@ func TestMaxCalls(t *testing.T) {
 // (the connection was lost) leaves its place to another.
 func TestMaxCallsCountsAnswersNotAttempts(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	w := startWorker(t, eng, nil, "--max-calls", "1")
 	wk := attach(t, eng)
 	lost := run(t, wk, "lost", step{"announce": true}, step{"sleep_ms": 60000})

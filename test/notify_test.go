@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/test/engine"
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
 )
 
 // notifySocket collects what is sent to it, one datagram a message.
@@ -83,7 +83,7 @@ func (n *notifySocket) lastStatus() string {
 // and none of systemd's variables reach node code.
 func TestServiceManagerNotify(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	eng.Close() // down at boot
 	sock := listenNotify(t)
 	w := startWorker(t, eng, []string{"NOTIFY_SOCKET=" + sock.path, "WATCHDOG_USEC=400000"}, "--name", "n-box")
@@ -134,7 +134,7 @@ func TestServiceManagerNotify(t *testing.T) {
 // (WATCHDOG_PID is not the worker's) gets no pings from the worker.
 func TestNoWatchdogPingsUnasked(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	sock := listenNotify(t)
 	startWorker(t, eng, []string{"NOTIFY_SOCKET=" + sock.path, "WATCHDOG_USEC=400000", "WATCHDOG_PID=" + strconv.Itoa(1)})
 	attach(t, eng)

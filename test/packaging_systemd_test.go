@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/test/engine"
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
 	"github.com/fluksio/fluksio-worker/test/nspawn"
 )
 
@@ -29,7 +29,7 @@ func debUnderSystemd(t *testing.T, v1, v2 release) {
 	step("boot")
 
 	const token = "pkg-test-token-7f3a"
-	eng := startEngine(t, engine.Options{Tokens: []string{token}})
+	eng := startEngine(t, enginetest.Options{Tokens: []string{token}})
 
 	sh := machineShell(ctx, t, m)
 	addGPUGroups(ctx, t, m)

@@ -16,14 +16,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/test/engine"
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
 )
 
 // startDoorman starts a listener that records attach attempts and lets
 // none in: status 0 hangs up, else it answers that HTTP status.
-func startDoorman(t *testing.T, status int) *engine.Doorman {
+func startDoorman(t *testing.T, status int) *enginetest.Doorman {
 	t.Helper()
-	d, err := engine.StartDoorman(status)
+	d, err := enginetest.StartDoorman(status)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func retryWaits(t *testing.T, w *worker) []time.Duration {
 	return waits
 }
 
-func gaps(attempts []engine.Attempt) []time.Duration {
+func gaps(attempts []enginetest.Attempt) []time.Duration {
 	var out []time.Duration
 	for i := 1; i < len(attempts); i++ {
 		out = append(out, attempts[i].At.Sub(attempts[i-1].At))
@@ -217,7 +217,7 @@ func TestStopAndDrainWhileDisconnected(t *testing.T) {
 // The token travels as ?token= and as a bearer header on the upgrade.
 func TestTheUpgradeCarriesTheToken(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	startWorker(t, eng, nil)
 	attach(t, eng)
 	a := eng.Attempts()
@@ -263,7 +263,7 @@ func TestCleanCloseFrame(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			eng := startEngine(t, engine.Options{})
+			eng := startEngine(t, enginetest.Options{})
 			w := startWorker(t, eng, nil, tc.args...)
 			wk := attach(t, eng)
 			if tc.sig != 0 {
@@ -277,8 +277,8 @@ func TestCleanCloseFrame(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("the engine's side of the connection is still open")
 			}
-			if code, text := wk.CloseFrame(); code != engine.CloseNormal {
-				t.Errorf("close frame code %d (%q), want %d (0: no close frame)", code, text, engine.CloseNormal)
+			if code, text := wk.CloseFrame(); code != enginetest.CloseNormal {
+				t.Errorf("close frame code %d (%q), want %d (0: no close frame)", code, text, enginetest.CloseNormal)
 			}
 		})
 	}
@@ -288,7 +288,7 @@ func TestCleanCloseFrame(t *testing.T) {
 // into the worker's log, and the rest is counted, not lost silently.
 func TestRunnerStderrLogBudget(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	w := startWorker(t, eng, nil, "--log-format", "json")
 	wk := attach(t, eng)
 	const lines = 20000
@@ -332,7 +332,7 @@ func TestRunnerStderrLogBudget(t *testing.T) {
 // stopped within the grace period: a grandchild does not outlive the call.
 func TestAnsweredCallLeavesNoGrandchild(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	startWorker(t, eng, nil, "--cancel-grace", "1s")
 	wk := attach(t, eng)
 	answer, events := wait(t, run(t, wk, "gc", step{"grandchild": true}))
@@ -359,7 +359,7 @@ func TestPingsEvery20s(t *testing.T) {
 		t.Skip("waits for two pings (40 s)")
 	}
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	startWorker(t, eng, nil)
 	wk := attach(t, eng)
 	attached := time.Now()
@@ -389,7 +389,7 @@ func TestDefaultNameIsTheHostName(t *testing.T) {
 	if err != nil || host == "" {
 		t.Skipf("no host name here: %v", err)
 	}
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	startWorker(t, eng, nil)
 	if got := attach(t, eng).Hello.Name; got != host {
 		t.Errorf("name %q, want the host name %q", got, host)
@@ -404,7 +404,7 @@ func TestDefaultStateDirectory(t *testing.T) {
 		name := map[bool]string{false: "home", true: "STATE_DIRECTORY"}[systemd]
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			eng := startEngine(t, engine.Options{})
+			eng := startEngine(t, enginetest.Options{})
 			home, stateDir := t.TempDir(), t.TempDir()
 			env := []string{"FLUKSIO_WORKER_TOKEN=" + testToken, "HOME=" + home, "XDG_CACHE_HOME="}
 			want := filepath.Join(home, ".cache", "fluksio-worker")
@@ -429,7 +429,7 @@ func TestDefaultStateDirectory(t *testing.T) {
 // `check` exits 1 when an item fails, 0 when all pass.
 func TestCheckExitsOneWhenACheckFails(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	args := []string{"check", "--url", eng.AttachURL(), "--python", fakeRunner, "--runtime", "embedded"}
 	w := startBinary(t, []string{"FLUKSIO_WORKER_TOKEN=" + testToken}, args...)
 	if code := w.wait(60 * time.Second); code != 0 {

@@ -13,12 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/test/engine"
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
 )
 
 func TestHelloDescribesTheWorker(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	startWorker(t, eng, nil, "--name", "box-7", "--labels", "gpu, cuda12,,", "--parallel", "3")
 	wk := attach(t, eng)
 	h := wk.Hello
@@ -47,7 +47,7 @@ func TestHelloDescribesTheWorker(t *testing.T) {
 
 func TestInventoryFromSLURMAndFlags(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	slurm := []string{"SLURM_CPUS_ON_NODE=6", "SLURM_MEM_PER_NODE=12000", "SLURM_JOB_GPUS=2,5,7"}
 	startWorker(t, eng, slurm)
 	h := attach(t, eng).Hello
@@ -69,7 +69,7 @@ func TestInventoryFromSLURMAndFlags(t *testing.T) {
 
 func TestCallEventsArriveInOrderAndUnchanged(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	startWorker(t, eng, nil)
 	wk := attach(t, eng)
 	handWritten := `{"call_id":"c1","event":"log","line":"é \u00e9 <b>&amp;</b>","nested":{"z":1,"a":[1.50,2e3]}}`
@@ -106,7 +106,7 @@ func TestCallEventsArriveInOrderAndUnchanged(t *testing.T) {
 
 func TestCallEnvironmentAndCUDARemap(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	startWorker(t, eng, []string{"CUDA_VISIBLE_DEVICES=2,3"}, "--artifact-url", "")
 	wk := attach(t, eng)
 	c, err := wk.Run(map[string]any{
@@ -148,7 +148,7 @@ func TestCallEnvironmentAndCUDARemap(t *testing.T) {
 
 func TestHeartbeatsWhileACallRuns(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	startWorker(t, eng, nil)
 	wk := attach(t, eng)
 	start := time.Now()
@@ -165,7 +165,7 @@ func TestHeartbeatsWhileACallRuns(t *testing.T) {
 
 func TestLargeAnswerAndLineBound(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	startWorker(t, eng, nil, "--max-line", "64MiB")
 	wk := attach(t, eng)
 	answer, _ := wait(t, run(t, wk, "big", step{"answer_bytes": 48 << 20}))
@@ -184,11 +184,11 @@ func TestLargeAnswerAndLineBound(t *testing.T) {
 
 func TestParallelCalls(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	startWorker(t, eng, nil, "--parallel", "8")
 	wk := attach(t, eng)
 	start := time.Now()
-	var calls []*engine.Call
+	var calls []*enginetest.Call
 	for i := 0; i < 8; i++ {
 		calls = append(calls, run(t, wk, fmt.Sprintf("p%d", i), step{"sleep_ms": 1500}, step{"events": 3}))
 	}
@@ -206,7 +206,7 @@ func TestParallelCalls(t *testing.T) {
 func TestRuntimeFromTheEngineIsUsedAndCached(t *testing.T) {
 	t.Parallel()
 	served := []byte("# the engine's own runner\n")
-	eng := startEngine(t, engine.Options{Runtime: served})
+	eng := startEngine(t, enginetest.Options{Runtime: served})
 	state := t.TempDir()
 	startWorker(t, eng, nil, "--runtime", "auto", "--state-dir", state)
 	wk := attach(t, eng)
@@ -227,7 +227,7 @@ func TestRuntimeFromTheEngineIsUsedAndCached(t *testing.T) {
 
 func TestGarbageFromEngineAndRunnerNeverBreaksTheSession(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	w := startWorker(t, eng, nil)
 	wk := attach(t, eng)
 	for _, frame := range []string{"not json", "[1,2]", `"str"`, "null", `{"op":"dance"}`, `{"op":"run"}`, `{"op":"run","call_id":""}`, `{"op":"cancel","call_id":"nobody"}`, `{"op":5}`} {
@@ -262,7 +262,7 @@ func TestGarbageFromEngineAndRunnerNeverBreaksTheSession(t *testing.T) {
 
 func TestDuplicateCallIDLeavesTheFirstAlone(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	startWorker(t, eng, nil)
 	wk := attach(t, eng)
 	first := run(t, wk, "dup", step{"announce": true}, step{"sleep_ms": 800}, step{"events": 1})
@@ -285,7 +285,7 @@ func TestDuplicateCallIDLeavesTheFirstAlone(t *testing.T) {
 
 func TestEngineRequestJSONPassesThrough(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	startWorker(t, eng, nil)
 	wk := attach(t, eng)
 	src := "def f(*, x):\n    return '<&>' + x\n"
@@ -312,7 +312,7 @@ func TestEngineRequestJSONPassesThrough(t *testing.T) {
 // output waited in the pipe after the runner was gone.
 func TestSlowEngineLosesNothing(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	startWorker(t, eng, nil)
 	wk := attach(t, eng)
 	for _, n := range []int{20000, 40000, 60000, 80000} {

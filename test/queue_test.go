@@ -15,14 +15,14 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent"
-	"github.com/fluksio/fluksio-worker/test/engine"
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
 )
 
 // At most --parallel runner processes exist at once, however many calls
 // the engine sends; the rest wait and then run.
 func TestParallelIsEnforced(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	w := startWorker(t, eng, nil, "--parallel", "2")
 	wk := attach(t, eng)
 	var most atomic.Int64
@@ -41,7 +41,7 @@ func TestParallelIsEnforced(t *testing.T) {
 			}
 		}
 	}()
-	var calls []*engine.Call
+	var calls []*enginetest.Call
 	for i := 0; i < 6; i++ {
 		calls = append(calls, run(t, wk, fmt.Sprintf("p%d", i), step{"announce": true}, step{"sleep_ms": 600}))
 	}
@@ -59,7 +59,7 @@ func TestParallelIsEnforced(t *testing.T) {
 
 // startedEvent reads a call's frames up to its "started" event and fails
 // if the answer comes first.
-func startedEvent(t *testing.T, c *engine.Call) {
+func startedEvent(t *testing.T, c *enginetest.Call) {
 	t.Helper()
 	for {
 		m, err := c.Next(timeoutCtx(t, 30*time.Second))
@@ -76,7 +76,7 @@ func startedEvent(t *testing.T, c *engine.Call) {
 }
 
 // startedIn reports whether any of events says the runner started.
-func startedIn(events []engine.Message) bool {
+func startedIn(events []enginetest.Message) bool {
 	for _, m := range events {
 		if m.Event == "started" {
 			return true
@@ -90,7 +90,7 @@ func startedIn(events []engine.Message) bool {
 // answered NodeCancelled without starting anything.
 func TestWaitingCallsRunInOrderWithHeartbeats(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	w := startWorker(t, eng, nil, "--parallel", "1")
 	wk := attach(t, eng)
 	first := run(t, wk, "w0", step{"announce": true}, step{"sleep_ms": 11000})
@@ -152,12 +152,12 @@ func TestWaitingCallsRunInOrderWithHeartbeats(t *testing.T) {
 // stopping", without starting them.
 func TestStopAnswersWaitingCallsWithoutStartingThem(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	w := startWorker(t, eng, nil, "--parallel", "1", "--cancel-grace", "1s")
 	wk := attach(t, eng)
 	running := run(t, wk, "s0", step{"announce": true}, step{"sleep_ms": 60000})
 	startedEvent(t, running)
-	waiting := []*engine.Call{run(t, wk, "s1", step{"announce": true}), run(t, wk, "s2", step{"announce": true})}
+	waiting := []*enginetest.Call{run(t, wk, "s1", step{"announce": true}), run(t, wk, "s2", step{"announce": true})}
 	time.Sleep(300 * time.Millisecond)
 	w.signal(syscall.SIGTERM)
 	for _, c := range append(waiting, running) {
@@ -178,7 +178,7 @@ func TestStopAnswersWaitingCallsWithoutStartingThem(t *testing.T) {
 // they run, in turn, before the worker exits.
 func TestDrainRunsWaitingCalls(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	w := startWorker(t, eng, nil, "--parallel", "1")
 	wk := attach(t, eng)
 	first := run(t, wk, "q0", step{"announce": true}, step{"sleep_ms": 1500})
@@ -264,7 +264,7 @@ func TestTenThousandCallsAtParallelOne(t *testing.T) {
 	if testing.Short() {
 		t.Skip("sends 10,010 calls and waits out a heartbeat")
 	}
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	state := t.TempDir()
 	w := startProgram(t, releaseWorkerBin(t), []string{"FLUKSIO_WORKER_TOKEN=" + testToken},
 		"run", "--url", eng.AttachURL(), "--python", fakeRunner, "--runtime", "embedded",
@@ -345,7 +345,7 @@ func TestTenThousandCallsAtParallelOne(t *testing.T) {
 // without starting them, and frees their slots for the next connection.
 func TestLostConnectionDropsWaitingCalls(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	w := startWorker(t, eng, nil, "--parallel", "1", "--cancel-grace", "1s")
 	wk := attach(t, eng)
 	running := run(t, wk, "l0", step{"announce": true}, step{"sleep_ms": 60000})

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent"
-	"github.com/fluksio/fluksio-worker/test/engine"
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
 )
 
 // reloadable is a worker run from its own copy of the binary, which the
@@ -29,7 +29,7 @@ type reloadable struct {
 	stateDir string
 }
 
-func startReloadable(t *testing.T, eng *engine.Engine, args ...string) *reloadable {
+func startReloadable(t *testing.T, eng *enginetest.Engine, args ...string) *reloadable {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "fluksio-worker")
 	copyFile(t, workerBin, bin)
@@ -114,7 +114,7 @@ func fdTargets(t *testing.T, pid int) []string {
 }
 
 // answerError decodes an answer's ok and error.
-func answerError(t *testing.T, m engine.Message) (ok bool, typ, message string) {
+func answerError(t *testing.T, m enginetest.Message) (ok bool, typ, message string) {
 	t.Helper()
 	var a struct {
 		OK    bool `json:"ok"`
@@ -129,7 +129,7 @@ func answerError(t *testing.T, m engine.Message) (ok bool, typ, message string) 
 	return a.OK, a.Error.Type, a.Error.Message
 }
 
-func gone(t *testing.T, wk *engine.Worker, within time.Duration, what string) {
+func gone(t *testing.T, wk *enginetest.Worker, within time.Duration, what string) {
 	t.Helper()
 	select {
 	case <-wk.Done():
@@ -146,7 +146,7 @@ func gone(t *testing.T, wk *engine.Worker, within time.Duration, what string) {
 // with the same argv, environment and descriptors, and takes calls again.
 // A second SIGHUP while waiting changes nothing.
 func TestReloadLetsCallsFinish(t *testing.T) {
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	r := startReloadable(t, eng)
 	wk := attach(t, eng)
 	pid := r.pid()
@@ -236,7 +236,7 @@ func TestReloadLetsCallsFinish(t *testing.T) {
 // TestReloadTimeout: a call longer than --reload-timeout is stopped when it
 // runs out, answered NodeCancelled, and the worker comes back.
 func TestReloadTimeout(t *testing.T) {
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	r := startReloadable(t, eng, "--reload-timeout", "1s", "--cancel-grace", "1s")
 	wk := attach(t, eng)
 	pid := r.pid()
@@ -269,7 +269,7 @@ func TestReloadTimeout(t *testing.T) {
 // TestStopDuringReload: SIGTERM while a reload waits is a stop: the call is
 // stopped and reported, and the worker exits 0 instead of coming back.
 func TestStopDuringReload(t *testing.T) {
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	r := startReloadable(t, eng)
 	wk := attach(t, eng)
 	c1 := run(t, wk, "c1", step{"announce": true}, step{"sleep_ms": 60000})
@@ -299,7 +299,7 @@ func TestStopDuringReload(t *testing.T) {
 // reload then re-executes at once, and the new process attaches when the
 // engine is back.
 func TestReloadWhileDisconnected(t *testing.T) {
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	r := startReloadable(t, eng)
 	attach(t, eng)
 	pid := r.pid()

@@ -23,7 +23,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/test/engine"
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
 )
 
 // runtimePythons lists the interpreters these tests run nodes on, the way
@@ -90,9 +90,9 @@ func forEachPython(t *testing.T, f func(t *testing.T, python string)) {
 
 // nodeWorker starts the binary on one Python with the embedded runtime; env
 // and args are added to the defaults (later args win).
-func nodeWorker(t *testing.T, python string, dir string, env []string, args ...string) (*engine.Engine, *engine.Worker, *worker) {
+func nodeWorker(t *testing.T, python string, dir string, env []string, args ...string) (*enginetest.Engine, *enginetest.Worker, *worker) {
 	t.Helper()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -124,7 +124,7 @@ func startBinaryIn(t *testing.T, dir string, env []string, args ...string) *work
 }
 
 // noCancelInLogs fails if the node's log shows a cancel nobody sent.
-func noCancelInLogs(t *testing.T, events []engine.Message) {
+func noCancelInLogs(t *testing.T, events []enginetest.Message) {
 	t.Helper()
 	for _, line := range logLines(decodeEvents(t, events)) {
 		if strings.Contains(line, "NodeCancelled") {

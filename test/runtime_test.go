@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/test/engine"
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
 )
 
 // runtimePython is the interpreter these tests run nodes on:
@@ -40,9 +40,9 @@ func runtimePython(t *testing.T) string {
 
 // pythonWorker starts the binary as a user would: the embedded runtime, a
 // token file, a real Python.
-func pythonWorker(t *testing.T, extraEnv ...string) (*engine.Engine, *engine.Worker, *worker) {
+func pythonWorker(t *testing.T, extraEnv ...string) (*enginetest.Engine, *enginetest.Worker, *worker) {
 	t.Helper()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -70,7 +70,7 @@ func nodeRun(id, source, function string, inputs map[string]any) map[string]any 
 	}
 }
 
-func startNode(t *testing.T, wk *engine.Worker, req map[string]any) *engine.Call {
+func startNode(t *testing.T, wk *enginetest.Worker, req map[string]any) *enginetest.Call {
 	t.Helper()
 	c, err := wk.Run(req)
 	if err != nil {
@@ -80,7 +80,7 @@ func startNode(t *testing.T, wk *engine.Worker, req map[string]any) *engine.Call
 }
 
 // runNode runs one call to its answer; the answer is decoded into a map.
-func runNode(t *testing.T, wk *engine.Worker, req map[string]any) (map[string]any, []engine.Message) {
+func runNode(t *testing.T, wk *enginetest.Worker, req map[string]any) (map[string]any, []enginetest.Message) {
 	t.Helper()
 	answer, events := wait(t, startNode(t, wk, req))
 	var out map[string]any
@@ -97,7 +97,7 @@ type nodeEvent struct {
 	Line   string         `json:"line"`
 }
 
-func decodeEvents(t *testing.T, events []engine.Message) []nodeEvent {
+func decodeEvents(t *testing.T, events []enginetest.Message) []nodeEvent {
 	t.Helper()
 	var out []nodeEvent
 	for _, m := range events {
@@ -175,8 +175,8 @@ func TestRuntimeStreamsInOrderAndLive(t *testing.T) {
 
 	started := time.Now()
 	var firstStream time.Duration
-	var events []engine.Message
-	var answer engine.Message
+	var events []enginetest.Message
+	var answer enginetest.Message
 	for {
 		m, err := c.Next(timeoutCtx(t, 60*time.Second))
 		if err != nil {

@@ -8,14 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/test/engine"
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
 )
 
 // The token must never be visible in the process list or the log, however
 // it was given (except on the command line, which the user chose).
 func TestTokenNeverInCmdlineOrLogs(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
 	os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600)
@@ -76,7 +76,7 @@ log-level = "debug"
 // error (here the engine echoes it in a refusal) is replaced in the log.
 func TestTokenInEngineTextIsRedacted(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, engine.Options{Refuse: "token " + testToken + " is revoked"})
+	eng := startEngine(t, enginetest.Options{Refuse: "token " + testToken + " is revoked"})
 	w := startWorker(t, eng, nil)
 	if code := w.wait(20 * time.Second); code != 1 {
 		t.Fatalf("exit %d", code)

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/test/engine"
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
 	"github.com/fluksio/fluksio-worker/test/nspawn"
 )
 
@@ -31,7 +31,7 @@ func TestServiceNotifyAndWatchdog(t *testing.T) {
 	bin := buildStaticWorker(t)
 	m := bootMachine(ctx, t)
 	step("build, boot")
-	eng := startEngine(t, engine.Options{Tokens: []string{serviceToken}})
+	eng := startEngine(t, enginetest.Options{Tokens: []string{serviceToken}})
 	must := machineShell(ctx, t, m)
 	if err := m.CopyIn(bin, "/usr/local/bin/fluksio-worker"); err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/test/engine"
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
 	"github.com/fluksio/fluksio-worker/test/nspawn"
 )
 
@@ -46,7 +46,7 @@ func TestServiceUnderSystemd(t *testing.T) {
 	m := bootMachine(ctx, t)
 	step("boot")
 
-	eng := startEngine(t, engine.Options{Tokens: []string{serviceToken}})
+	eng := startEngine(t, enginetest.Options{Tokens: []string{serviceToken}})
 	// sh runs a script in the container and returns its output and exit code.
 	sh := func(script string) (string, int) {
 		t.Helper()
@@ -346,7 +346,7 @@ func buildStaticWorker(t *testing.T) string {
 }
 
 // serviceGone waits for a worker's connection to close.
-func serviceGone(t *testing.T, w *engine.Worker) {
+func serviceGone(t *testing.T, w *enginetest.Worker) {
 	t.Helper()
 	select {
 	case <-w.Done():
@@ -385,7 +385,7 @@ func TestUserServiceUnderSystemd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	eng := startEngine(t, engine.Options{Tokens: []string{serviceToken}})
+	eng := startEngine(t, enginetest.Options{Tokens: []string{serviceToken}})
 	must := machineShell(ctx, t, m)
 	if err := m.CopyIn(bin, "/usr/local/bin/fluksio-worker"); err != nil {
 		t.Fatal(err)

@@ -10,14 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/test/engine"
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
 	"github.com/fluksio/fluksio-worker/test/nspawn"
 )
 
 // liveWorker returns the next worker that stays attached: `install` checks
 // the engine with a short connection of its own first, which the engine sees
 // as a worker that leaves at once.
-func liveWorker(ctx context.Context, t *testing.T, eng *engine.Engine) *engine.Worker {
+func liveWorker(ctx context.Context, t *testing.T, eng *enginetest.Engine) *enginetest.Worker {
 	t.Helper()
 	for {
 		ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
@@ -36,7 +36,7 @@ func liveWorker(ctx context.Context, t *testing.T, eng *engine.Engine) *engine.W
 }
 
 // runDouble runs a real node through the embedded runtime: y = 2x.
-func runDouble(ctx context.Context, t *testing.T, w *engine.Worker, id string, x int) {
+func runDouble(ctx context.Context, t *testing.T, w *enginetest.Worker, id string, x int) {
 	t.Helper()
 	call, err := w.Run(map[string]any{
 		"op": "run", "call_id": id,
@@ -145,7 +145,7 @@ def long(*, seconds):
 
 // startLongNode starts the long node on w and returns once it has yielded
 // its first value, so the call is surely running.
-func startLongNode(ctx context.Context, t *testing.T, w *engine.Worker, id string, seconds int) *engine.Call {
+func startLongNode(ctx context.Context, t *testing.T, w *enginetest.Worker, id string, seconds int) *enginetest.Call {
 	t.Helper()
 	call, err := w.Run(map[string]any{
 		"op": "run", "call_id": id,
@@ -169,7 +169,7 @@ func startLongNode(ctx context.Context, t *testing.T, w *engine.Worker, id strin
 
 // finishLongNode waits for the long node's answer, which must be ok, and
 // for every value it yields.
-func finishLongNode(ctx context.Context, t *testing.T, call *engine.Call, seconds int) {
+func finishLongNode(ctx context.Context, t *testing.T, call *enginetest.Call, seconds int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(seconds)*time.Second+60*time.Second)
 	defer cancel()

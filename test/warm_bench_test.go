@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/test/engine"
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
 )
 
 // Benchmarks with a real Python (Debian's /usr/bin/python3 and its
@@ -40,15 +40,15 @@ var pythonNodes = []struct{ name, source string }{
 
 type pythonKind struct {
 	name  string
-	start func(b *testing.B, eng *engine.Engine, parallel int, numpy bool) *worker
+	start func(b *testing.B, eng *enginetest.Engine, parallel int, numpy bool) *worker
 }
 
 func pythonKinds(b *testing.B) []pythonKind {
 	if _, err := os.Stat(benchPython); err != nil {
 		b.Skip("no", benchPython)
 	}
-	goWorker := func(extra ...string) func(b *testing.B, eng *engine.Engine, parallel int, numpy bool) *worker {
-		return func(b *testing.B, eng *engine.Engine, parallel int, numpy bool) *worker {
+	goWorker := func(extra ...string) func(b *testing.B, eng *enginetest.Engine, parallel int, numpy bool) *worker {
+		return func(b *testing.B, eng *enginetest.Engine, parallel int, numpy bool) *worker {
 			args := []string{"run", "--url", eng.AttachURL(), "--python", benchPython, "--runtime", "embedded",
 				"--state-dir", b.TempDir(), "--parallel", strconv.Itoa(parallel), "--log-level", "warn"}
 			args = append(args, extra...)
@@ -66,7 +66,7 @@ func pythonKinds(b *testing.B) []pythonKind {
 	ref, err := filepath.Abs("../../shared/reference/agent.py")
 	if err == nil && exec.Command(benchPython, "-c", "import websockets").Run() == nil {
 		if _, err := os.Stat(ref); err == nil {
-			kinds = append(kinds, pythonKind{"reference", func(b *testing.B, eng *engine.Engine, parallel int, numpy bool) *worker {
+			kinds = append(kinds, pythonKind{"reference", func(b *testing.B, eng *enginetest.Engine, parallel int, numpy bool) *worker {
 				dir := b.TempDir()
 				src, _ := os.ReadFile(ref)
 				os.WriteFile(filepath.Join(dir, "agent.py"), src, 0o644)
@@ -85,7 +85,7 @@ func pythonKinds(b *testing.B) []pythonKind {
 }
 
 // benchCall runs one call of the node to its answer; safe from any goroutine.
-func benchCall(b *testing.B, wk *engine.Worker, id, source string) bool {
+func benchCall(b *testing.B, wk *enginetest.Worker, id, source string) bool {
 	c, err := wk.Run(map[string]any{"op": "run", "call_id": id,
 		"node":     map[string]any{"source": source, "filename": "bench.py"},
 		"function": "f", "inputs": map[string]any{"x": 1}, "settings": map[string]any{}})
@@ -110,7 +110,7 @@ func BenchmarkPythonLatency(b *testing.B) {
 				if node.name == "numpy" && exec.Command(benchPython, "-c", "import numpy").Run() != nil {
 					b.Skip("python3-numpy is not installed")
 				}
-				eng := startEngine(b, engine.Options{})
+				eng := startEngine(b, enginetest.Options{})
 				kind.start(b, eng, 1, node.name == "numpy")
 				wk := attach(b, eng)
 				for i := 0; i < 3; i++ {
@@ -147,7 +147,7 @@ func BenchmarkPythonDispatch(b *testing.B) {
 	for _, kind := range pythonKinds(b) {
 		for _, parallel := range []int{1, 8} {
 			b.Run(fmt.Sprintf("%s/parallel=%d", kind.name, parallel), func(b *testing.B) {
-				eng := startEngine(b, engine.Options{})
+				eng := startEngine(b, enginetest.Options{})
 				kind.start(b, eng, parallel, false)
 				wk := attach(b, eng)
 				time.Sleep(benchPause)

@@ -17,14 +17,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/test/engine"
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
 )
 
 // warmWorker starts the binary with a real Python, metrics on, and args
 // (--warm N among them).
-func warmWorker(t *testing.T, extraEnv []string, args ...string) (*engine.Engine, *engine.Worker, *worker, string) {
+func warmWorker(t *testing.T, extraEnv []string, args ...string) (*enginetest.Engine, *enginetest.Worker, *worker, string) {
 	t.Helper()
-	eng := startEngine(t, engine.Options{})
+	eng := startEngine(t, enginetest.Options{})
 	state := t.TempDir()
 	base := []string{"run",
 		"--url", eng.AttachURL(),
@@ -58,7 +58,7 @@ func waitSpares(t *testing.T, addr string, n int) {
 }
 
 // runWarm runs one call and fails the test unless it answered ok.
-func runWarm(t *testing.T, wk *engine.Worker, req map[string]any) map[string]any {
+func runWarm(t *testing.T, wk *enginetest.Worker, req map[string]any) map[string]any {
 	t.Helper()
 	out, _ := runNode(t, wk, req)
 	if out["ok"] != true {
@@ -89,7 +89,7 @@ def probe():
     return seen
 `
 
-func probe(t *testing.T, wk *engine.Worker, id string, env map[string]any) map[string]any {
+func probe(t *testing.T, wk *enginetest.Worker, id string, env map[string]any) map[string]any {
 	t.Helper()
 	req := nodeRun(id, probeNode, "probe", nil)
 	if env != nil {

@@ -1,4 +1,4 @@
-package engine
+package enginetest
 
 // What a real engine would see of a worker, recorded for tests to assert
 // on: each attach attempt (when it came, its upgrade request's headers and

@@ -1,11 +1,11 @@
-// Package engine is a fake Fluksio engine for tests, benchmarks and
+// Package enginetest is a fake Fluksio engine for tests, benchmarks and
 // `fluksio-worker selftest`, in the spirit of net/http/httptest: it serves
 // the worker endpoint (/api/v1/workers/attach) on loopback with token
 // checks, welcomes or refuses workers, lets the caller send run, compile and
 // cancel and read back each call's events and answer, serves the runner at
 // /api/v1/workers/runtime, and keeps an in-memory content-addressed
 // artifact store (PUT and GET /api/v1/artifacts/sha256:<hex>).
-package engine
+package enginetest
 
 import (
 	"context"
