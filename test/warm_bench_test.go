@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -153,31 +152,10 @@ func BenchmarkPythonDispatch(b *testing.B) {
 				time.Sleep(benchPause)
 				benchCall(b, wk, "warm", pythonNodes[0].source)
 				time.Sleep(benchPause)
-				var next sync.Mutex
-				n := 0
 				b.ResetTimer()
-				start := time.Now()
-				var wg sync.WaitGroup
-				for g := 0; g < parallel; g++ {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for {
-							next.Lock()
-							i := n
-							n++
-							next.Unlock()
-							if i >= b.N {
-								return
-							}
-							if !benchCall(b, wk, "d"+strconv.Itoa(i), pythonNodes[0].source) {
-								return
-							}
-						}
-					}()
-				}
-				wg.Wait()
-				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "calls/s")
+				callsPerSecond(b, parallel, func(i int) bool {
+					return benchCall(b, wk, "d"+strconv.Itoa(i), pythonNodes[0].source)
+				})
 			})
 		}
 	}

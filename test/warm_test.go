@@ -234,26 +234,7 @@ func TestWarmFreshness(t *testing.T) {
 
 // sparePids lists the worker's live children while no call runs: its
 // spares.
-func sparePids(w *worker) []int {
-	var kids []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(fields) > 1 && fields[0] != "Z" && fields[1] == strconv.Itoa(w.cmd.Process.Pid) {
-			kids = append(kids, pid)
-		}
-	}
-	return kids
-}
+func sparePids(w *worker) []int { return childrenOf(w.cmd.Process.Pid) }
 
 // leftBehind fails the test if a pid is still alive or a call directory
 // remains in the state directory.
