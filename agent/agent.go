@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/platform"
 )
@@ -85,10 +86,10 @@ func New(cfg Config, log *slog.Logger, python, stateDir string) *Agent {
 	a.status = newStatusFile(stateDir, Status{
 		PID:     os.Getpid(),
 		Version: Version,
-		Engine:  RedactURL(cfg.URL),
+		Engine:  logging.ShownURL(cfg.URL),
 		State:   "connecting",
 	}, func(err error) { log.Debug("could not write the status file", "error", err) })
-	a.status.redact = NewRedactor(cfg.Token)
+	a.status.redact = logging.NewRedactor(cfg.Token)
 	return a
 }
 
@@ -231,7 +232,7 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 	}
 	since := time.Now()
 	a.welcomed()
-	a.log.Info("attached", "engine", RedactURL(a.cfg.URL), "name", name, "labels", hello.Labels,
+	a.log.Info("attached", "engine", logging.ShownURL(a.cfg.URL), "name", name, "labels", hello.Labels,
 		"runtime", rt.Source, "runtime_hash", rt.Hash[:12])
 	a.status.Update(func(s *Status) {
 		s.State, s.Name, s.Since, s.LastError = "attached", name, since.UTC(), ""
@@ -247,12 +248,12 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 	callsCtx, cancelCalls := context.WithCancel(ctx)
 	var calls sync.WaitGroup
 	at := &attachment{ctx: callsCtx, conn: conn, rt: rt, calls: &calls,
-		noise: &logBudget{logger: a.log, what: "log lines about ignored or refused engine messages were dropped", perSecond: engineNoisePerSecond}}
+		noise: logging.NewBudget(a.log, "log lines about ignored or refused engine messages were dropped", engineNoisePerSecond)}
 	defer func() {
 		cancelCalls()
 		a.dropWaiting()
 		calls.Wait()
-		at.noise.close()
+		at.noise.Close()
 		conn.finish()
 	}()
 	calls.Add(1)

@@ -18,6 +18,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/platform"
 )
@@ -75,6 +76,10 @@ const (
 // itself exited: a grandchild that inherited stdout (a forked data loader,
 // say) must not keep the call from ending.
 const pipeLinger = 500 * time.Millisecond
+
+// logLinesPerSecond is a call's budget for its node's stderr and for
+// runner lines that are not JSON.
+const logLinesPerSecond = 1000
 
 // stopPoll is how often a stopping group is checked for being gone.
 const stopPoll = 10 * time.Millisecond
@@ -435,7 +440,7 @@ func (o *runnerOutput) drain() {
 // Lines that are not JSON objects are logged here and never forwarded.
 func (c *call) relayStdout(r io.Reader) outcome {
 	lines := newLineReader(r, c.agent.cfg.MaxLine)
-	garbage := newLogBudget(c.log, "the runner wrote lines that are not JSON objects; they were not forwarded")
+	garbage := logging.NewBudget(c.log, "the runner wrote lines that are not JSON objects; they were not forwarded", logLinesPerSecond)
 	for {
 		raw, err := lines.Next()
 		if err != nil {
@@ -443,7 +448,7 @@ func (c *call) relayStdout(r io.Reader) outcome {
 			if errors.As(err, &tooLong) {
 				return outcome{err: err}
 			}
-			garbage.close()
+			garbage.Close()
 			return outcome{}
 		}
 		line, kind := classify(raw)
@@ -452,7 +457,7 @@ func (c *call) relayStdout(r io.Reader) outcome {
 			c.agent.metrics.EventRelayed(len(line))
 			c.conn.send(textFrame(line))
 		case lineAnswer:
-			garbage.close()
+			garbage.Close()
 			// Nothing reads this pipe again, so a large answer (tens of
 			// MiB, at times) is sent from the reader's buffer without a
 			// copy; it is too large for the frame pool to keep.
@@ -462,7 +467,7 @@ func (c *call) relayStdout(r io.Reader) outcome {
 			return outcome{answer: textFrame(line)}
 		default:
 			if len(line) > 0 {
-				garbage.log(slog.LevelWarn, "runner line is not a JSON object; not forwarded", "line", string(truncate(line, 200)))
+				garbage.Log(slog.LevelWarn, "runner line is not a JSON object; not forwarded", "line", logging.Cut(line, 200))
 			}
 		}
 	}
@@ -472,28 +477,21 @@ func (c *call) relayStdout(r io.Reader) outcome {
 // one log record a line, tagged with the call.
 func (c *call) relayStderr(r *os.File) {
 	br := bufio.NewReaderSize(r, 16<<10)
-	budget := newLogBudget(c.log, "node stderr lines were not logged")
+	budget := logging.NewBudget(c.log, "node stderr lines were not logged", logLinesPerSecond)
 	for {
 		line, err := br.ReadSlice('\n')
 		if len(line) > 0 {
 			if text := bytes.TrimRight(line, "\r\n"); len(text) > 0 {
-				if !budget.log(slog.LevelInfo, string(truncate(text, 4096)), "stream", "stderr") {
+				if !budget.Log(slog.LevelInfo, logging.Cut(text, 4096), "stream", "stderr") {
 					c.agent.metrics.StderrLineDropped()
 				}
 			}
 		}
 		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
-			budget.close()
+			budget.Close()
 			return
 		}
 	}
-}
-
-func truncate(b []byte, n int) []byte {
-	if len(b) <= n {
-		return b
-	}
-	return append(bytes.Clone(b[:n]), "…"...)
 }
 
 func exitStatus(err error) string {
@@ -501,70 +499,6 @@ func exitStatus(err error) string {
 		return "0"
 	}
 	return err.Error()
-}
-
-// logBudget caps how many lines a source logs per second, so a node that
-// prints a million lines, or an engine that sends a million frames the
-// worker ignores, cannot flood the service log; what was dropped is
-// counted and said once the second is over. Safe for concurrent use.
-type logBudget struct {
-	logger    *slog.Logger
-	what      string
-	perSecond int
-
-	mu      sync.Mutex
-	window  time.Time
-	used    int
-	dropped int
-	report  *time.Timer // says the dropped count when the window ends
-}
-
-// logLinesPerSecond is a call's budget for its node's stderr and for
-// runner lines that are not JSON.
-const logLinesPerSecond = 1000
-
-func newLogBudget(log *slog.Logger, what string) *logBudget {
-	return &logBudget{logger: log, what: what, perSecond: logLinesPerSecond}
-}
-
-// log logs a line within the budget; it reports false for a line dropped.
-func (b *logBudget) log(level slog.Level, msg string, args ...any) bool {
-	b.mu.Lock()
-	now := time.Now()
-	if now.Sub(b.window) >= time.Second {
-		b.reportLocked()
-		b.window, b.used = now, 0
-	}
-	if b.used >= b.perSecond {
-		b.dropped++
-		if b.report == nil {
-			b.report = time.AfterFunc(b.window.Add(time.Second).Sub(now), b.close)
-		}
-		b.mu.Unlock()
-		return false
-	}
-	b.used++
-	b.mu.Unlock()
-	b.logger.Log(context.Background(), level, msg, args...)
-	return true
-}
-
-// close says what was dropped, if anything.
-func (b *logBudget) close() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.reportLocked()
-}
-
-func (b *logBudget) reportLocked() {
-	if b.report != nil {
-		b.report.Stop()
-		b.report = nil
-	}
-	if b.dropped > 0 {
-		b.logger.Warn(b.what, "dropped", b.dropped)
-		b.dropped = 0
-	}
 }
 
 // requestLine re-encodes a request without its env key, as one line: the

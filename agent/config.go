@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/fluksio/fluksio-worker/agent/logging"
 )
 
 // Config is everything `run` needs, wherever it came from. The installer
@@ -348,8 +350,8 @@ func (c *Config) Resolve() error {
 	if c.Token == "" {
 		return usagef("a token is required: --token-file PATH, FLUKSIO_WORKER_TOKEN, token in the --config file, or --token")
 	}
-	if len(c.Token) < MinRedactLen {
-		c.Warnings = append(c.Warnings, fmt.Sprintf("the token is %d characters long; one shorter than %d cannot be told apart from ordinary words, so it is kept out of URLs the worker shows but not searched for in other text it writes: ask the engine's admin for a longer token", len(c.Token), MinRedactLen))
+	if len(c.Token) < logging.MinRedactLen {
+		c.Warnings = append(c.Warnings, fmt.Sprintf("the token is %d characters long; one shorter than %d cannot be told apart from ordinary words, so it is kept out of URLs the worker shows but not searched for in other text it writes: ask the engine's admin for a longer token", len(c.Token), logging.MinRedactLen))
 	}
 	if c.CAFile != "" {
 		if _, err := c.TLSConfig(); err != nil {

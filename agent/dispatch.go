@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/platform"
 )
@@ -63,7 +64,7 @@ type attachment struct {
 	calls *sync.WaitGroup // every goroutine serving a call of this connection
 	// noise budgets the log lines about engine messages the worker ignores
 	// or refuses, so an engine that floods them cannot flood the log.
-	noise *logBudget
+	noise *logging.Budget
 }
 
 // engineNoisePerSecond is how many log lines a second the engine's ignored
@@ -75,40 +76,32 @@ const engineNoisePerSecond = 10
 // every line of its call.
 const maxLoggedID = 128
 
-// loggedID is an engine-chosen identifier cut to maxLoggedID bytes.
-func loggedID(s string) string {
-	if len(s) <= maxLoggedID {
-		return s
-	}
-	return strings.ToValidUTF8(s[:maxLoggedID], "") + fmt.Sprintf("…(%d bytes)", len(s))
-}
-
 // handle acts on one engine message. Bad input is logged and skipped:
 // it never takes the connection down.
 func (a *Agent) handle(at *attachment, data []byte) {
 	m, err := parseMessage(data)
 	if err != nil {
-		at.noise.log(slog.LevelWarn, "ignoring a message from the engine that is not a JSON object", "message", string(truncate(data, 200)))
+		at.noise.Log(slog.LevelWarn, "ignoring a message from the engine that is not a JSON object", "message", logging.Cut(data, 200))
 		return
 	}
 	switch m.op {
 	case "run", "compile":
 		if m.callID == "" {
-			at.noise.log(slog.LevelWarn, "ignoring a call without call_id", "op", m.op, "message", string(truncate(data, 200)))
+			at.noise.Log(slog.LevelWarn, "ignoring a call without call_id", "op", m.op, "message", logging.Cut(data, 200))
 			return
 		}
 		a.startCall(at, m)
 	case "cancel":
 		a.cancel(at, m.callID)
 	default:
-		at.noise.log(slog.LevelWarn, "ignoring a message with an unknown op", "op", loggedID(m.op))
+		at.noise.Log(slog.LevelWarn, "ignoring a message with an unknown op", "op", logging.Cut(m.op, maxLoggedID))
 	}
 }
 
 func (a *Agent) startCall(at *attachment, m message) {
-	log := a.log.With("call_id", loggedID(m.callID))
+	log := a.log.With("call_id", logging.Cut(m.callID, maxLoggedID))
 	refuse := func(typ, msg string) {
-		at.noise.log(slog.LevelWarn, "call refused", "call_id", loggedID(m.callID), "op", m.op, "reason", msg)
+		at.noise.Log(slog.LevelWarn, "call refused", "call_id", logging.Cut(m.callID, maxLoggedID), "op", m.op, "reason", msg)
 		a.metrics.CallDeclined(declineReason(msg))
 		at.conn.sendJSON(newErrorAnswer(m.callID, typ, msg))
 	}
@@ -146,7 +139,7 @@ func (a *Agent) startCall(at *attachment, m message) {
 			state = "waiting for a free slot"
 		}
 		a.mu.Unlock()
-		refuse(errTypeRemote, fmt.Sprintf("a call with call_id %q is already %s on this worker; this duplicate was not started", loggedID(m.callID), state))
+		refuse(errTypeRemote, fmt.Sprintf("a call with call_id %q is already %s on this worker; this duplicate was not started", logging.Cut(m.callID, maxLoggedID), state))
 		return
 	}
 	start := a.slots < a.cfg.Parallel
@@ -187,7 +180,7 @@ func (a *Agent) cancel(at *attachment, id string) {
 	a.mu.Unlock()
 	switch {
 	case c == nil:
-		at.noise.log(slog.LevelInfo, "cancel for a call that is not running here", "call_id", loggedID(id))
+		at.noise.Log(slog.LevelInfo, "cancel for a call that is not running here", "call_id", logging.Cut(id, maxLoggedID))
 	case waiting:
 		c.log.Info("cancelled while waiting for a slot; it was never started")
 		c.sendAnswerJSON(newErrorAnswer(c.id, errTypeCancelled, msgCancelledWaiting))

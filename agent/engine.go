@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
@@ -65,16 +67,30 @@ type Hello struct {
 // never show the token: the URL is shown without its query, and what the
 // engine answered (a page that echoes the request URL) is scrubbed.
 func dialEngine(ctx context.Context, cfg Config) (*websocket.Conn, *batchConn, error) {
-	r := NewRedactor(cfg.Token)
 	ws, raw, err := dial(ctx, cfg)
-	return ws, raw, r.redactError(err)
+	return ws, raw, scrubError(cfg.Token, err)
+}
+
+// scrubError wraps err so its text never shows the token wherever it is
+// printed; a refusal's reason, which callers print on its own, is scrubbed
+// in place.
+func scrubError(token string, err error) error {
+	if err == nil {
+		return nil
+	}
+	r := logging.NewRedactor(token)
+	var refused *RefusedError
+	if errors.As(err, &refused) {
+		refused.Reason = r.Scrub(refused.Reason)
+	}
+	return r.Error(err)
 }
 
 func dial(ctx context.Context, cfg Config) (*websocket.Conn, *batchConn, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil {
 		// Not the parser's error: it quotes the URL whole.
-		return nil, nil, usagef("--url %s is not a URL; e.g. wss://engine.example.com%s", ShownURL(cfg.URL), AttachPath)
+		return nil, nil, usagef("--url %s is not a URL; e.g. wss://engine.example.com%s", logging.ShownURL(cfg.URL), AttachPath)
 	}
 	tlsConfig, err := cfg.TLSConfig()
 	if err != nil {
@@ -83,7 +99,7 @@ func dial(ctx context.Context, cfg Config) (*websocket.Conn, *batchConn, error) 
 	q := u.Query()
 	q.Set("token", cfg.Token)
 	u.RawQuery = q.Encode()
-	shown := ShownURL(cfg.URL)
+	shown := logging.ShownURL(cfg.URL)
 	tcp := &batchDialer{}
 	dialer := websocket.Dialer{
 		NetDialContext:   tcp.DialContext,
@@ -106,7 +122,7 @@ func dial(ctx context.Context, cfg Config) (*websocket.Conn, *batchConn, error) 
 			if loc, lerr := u.Parse(to); lerr == nil {
 				to = loc.String()
 			}
-			return nil, nil, fmt.Errorf("connecting to %s: HTTP %s: the engine redirects to %s; if that is the engine's address, use it as --url", shown, resp.Status, ShownURL(to))
+			return nil, nil, fmt.Errorf("connecting to %s: HTTP %s: the engine redirects to %s; if that is the engine's address, use it as --url", shown, resp.Status, logging.ShownURL(to))
 		}
 		if resp != nil {
 			return nil, nil, fmt.Errorf("connecting to %s: HTTP %s%s", shown, resp.Status, bodySnippet(resp))
@@ -181,7 +197,7 @@ func parseWelcome(data []byte) (string, error) {
 		case raw != nil && json.Unmarshal(raw, &v) == nil && v != nil:
 			reason = string(raw)
 		}
-		return "", &RefusedError{Reason: string(truncate([]byte(reason), 500))}
+		return "", &RefusedError{Reason: logging.Cut(reason, 500)}
 	}
 	var name string
 	if raw, ok := answer["name"]; ok && string(raw) != "null" {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/fluksio/fluksio-worker/agent/logging"
 )
 
 // Fuzz tests of what the runner and the engine send the agent. Without
@@ -134,7 +136,7 @@ func FuzzLineReader(f *testing.F) {
 			case want[i] != nil && got[i] == nil:
 				t.Fatalf("max %d: line %d (%d bytes) refused as too long", max, i, len(want[i]))
 			case !bytes.Equal(want[i], got[i]):
-				t.Fatalf("max %d: line %d is %q, want %q", max, i, truncate(got[i], 80), truncate(want[i], 80))
+				t.Fatalf("max %d: line %d is %q, want %q", max, i, logging.Cut(got[i], 80), logging.Cut(want[i], 80))
 			}
 		}
 	})

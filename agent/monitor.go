@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 )
 
@@ -45,18 +46,13 @@ func statusLine(st Status, running int, done int64) string {
 	case st.Name != "":
 		what = fmt.Sprintf("%s, attached as %q to %s", st.State, st.Name, st.Engine)
 	case st.State == "connecting" && st.LastError != "":
-		what = fmt.Sprintf("not attached to %s, retrying: %s", st.Engine, firstLine(st.LastError))
+		what = fmt.Sprintf("not attached to %s, retrying: %s", st.Engine, logging.FirstLine(st.LastError))
 	case st.State == "refused":
-		what = fmt.Sprintf("refused by %s: %s", st.Engine, firstLine(st.LastError))
+		what = fmt.Sprintf("refused by %s: %s", st.Engine, logging.FirstLine(st.LastError))
 	default:
 		what = fmt.Sprintf("%s to %s", st.State, st.Engine)
 	}
 	return fmt.Sprintf("%s; calls: %d running, %d done", what, running, done)
-}
-
-func firstLine(s string) string {
-	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
-	return s
 }
 
 // Health is /healthz: healthy while the main loop pulses and the worker is
@@ -65,7 +61,7 @@ func firstLine(s string) string {
 // has never been able to take a call.
 func (a *Agent) Health() (ok bool, reason string) {
 	ok, reason = a.health(time.Now())
-	return ok, redact(reason, a.cfg.Token)
+	return ok, a.status.redact.Scrub(reason)
 }
 
 func (a *Agent) health(now time.Time) (bool, string) {
@@ -78,7 +74,7 @@ func (a *Agent) health(now time.Time) (bool, string) {
 	if st.Name != "" && st.State != "connecting" {
 		return true, fmt.Sprintf("ok: %s as %q to %s", st.State, st.Name, st.Engine)
 	}
-	why := firstLine(st.LastError)
+	why := logging.FirstLine(st.LastError)
 	if why == "" {
 		why = st.State
 	}
@@ -91,13 +87,6 @@ func (a *Agent) health(now time.Time) (bool, string) {
 		return true, fmt.Sprintf("ok: reconnecting to %s (attached %s ago, within --health-grace %s): %s", st.Engine, gone, a.cfg.HealthGrace, why)
 	}
 	return false, fmt.Sprintf("not attached to %s for %s (over --health-grace %s): %s", st.Engine, gone, a.cfg.HealthGrace, why)
-}
-
-func redact(s, token string) string {
-	if token == "" {
-		return s
-	}
-	return strings.ReplaceAll(s, token, Redacted)
 }
 
 // Attaching is closed when the first attempt to attach starts: the worker

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fluksio/fluksio-worker/agent/logging"
 )
 
 func monitoredAgent(t *testing.T) *Agent {
@@ -40,7 +42,7 @@ func TestHealthStates(t *testing.T) {
 	// The connection is lost: healthy within the grace, not after.
 	a.detachedAt.Store(now.UnixNano())
 	a.status.Update(func(s *Status) {
-		s.State, s.Name, s.LastError = "connecting", "", "connecting to "+RedactURL(a.cfg.URL)+": refused (token s3cret-tok)"
+		s.State, s.Name, s.LastError = "connecting", "", "connecting to "+logging.ShownURL(a.cfg.URL)+": refused (token s3cret-tok)"
 	})
 	if ok, why := at(30 * time.Second); !ok || !strings.Contains(why, "reconnecting") {
 		t.Errorf("30 s after a loss, within a grace of 1 min: %v %q", ok, why)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/fluksio/fluksio-worker/agent/logging"
 )
 
 func TestCallQueueIsFIFOAndSkipsCancelledCalls(t *testing.T) {
@@ -112,11 +114,11 @@ func TestParseWelcome(t *testing.T) {
 }
 
 func TestLoggedIDIsCut(t *testing.T) {
-	if got := loggedID("c1"); got != "c1" {
+	if got := logging.Cut("c1", maxLoggedID); got != "c1" {
 		t.Errorf("short id = %q", got)
 	}
 	long := strings.Repeat("é", 1000) // 2000 bytes, cut inside a rune
-	got := loggedID(long)
+	got := logging.Cut(long, maxLoggedID)
 	if len(got) > maxLoggedID+32 || !strings.HasSuffix(got, "…(2000 bytes)") || !strings.HasPrefix(got, "éé") {
 		t.Errorf("long id logged as %q", got)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
@@ -45,10 +46,10 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stdout, "fluksio-worker %s\n", Version)
 		return ExitOK
 	case err != nil:
-		fmt.Fprintf(stderr, "fluksio-worker: %s\n", NewRedactor(cfg.Token).Scrub(err.Error()))
+		fmt.Fprintf(stderr, "fluksio-worker: %s\n", logging.NewRedactor(cfg.Token).Scrub(err.Error()))
 		return ExitUsage
 	}
-	log := NewLogger(stderr, cfg.LogFormat, cfg.LogLevel, cfg.Token)
+	log := logging.NewLogger(stderr, cfg.LogFormat, cfg.LogLevel, cfg.Token)
 	for _, w := range cfg.Warnings {
 		log.Warn(w)
 	}
@@ -67,7 +68,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	// a reload executes.
 	exe, exeErr := Executable()
 	contain := SetupContainment(log, cfg.Containment)
-	log.Info("starting", "version", Version, "engine", RedactURL(cfg.URL), "python", python,
+	log.Info("starting", "version", Version, "engine", logging.ShownURL(cfg.URL), "python", python,
 		"python_version", pyVersion, "state_dir", stateDir, "parallel", cfg.Parallel, "containment", contain)
 	a := New(cfg, log, python, stateDir)
 	a.status.Update(func(s *Status) { s.Containment = contain })
@@ -271,7 +272,7 @@ func Probe(ctx context.Context, cfg Config) error {
 	defer ws.Close()
 	if _, err := greet(ws, hello); err != nil {
 		// Callers print it: the engine's reason may quote the token.
-		return NewRedactor(cfg.Token).redactError(err)
+		return scrubError(cfg.Token, err)
 	}
 	ws.WriteControl(websocket.CloseMessage,
 		websocket.FormatCloseMessage(websocket.CloseNormalClosure, "check done"), time.Now().Add(closeWait))

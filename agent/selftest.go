@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
+	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
@@ -80,11 +81,11 @@ func SelftestCommand(ctx context.Context, args []string, stdout, stderr io.Write
 		level = "debug"
 	}
 	token := randomToken()
-	err := st.run(ctx, *python, token, NewLogger(logTo, "text", level, token))
+	err := st.run(ctx, *python, token, logging.NewLogger(logTo, "text", level, token))
 	if err != nil {
 		fmt.Fprintf(stdout, "\nFAILED: %v\n", err)
 		if !*verbose && agentLog.Len() > 0 {
-			fmt.Fprintf(stderr, "\nThe worker's log:\n%s", tail(agentLog.String(), 60))
+			fmt.Fprintf(stderr, "\nThe worker's log:\n%s", logging.LastLines(agentLog.String(), 60)+"\n")
 		}
 		return ExitRefused
 	}

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/fluksio/fluksio-worker/agent/logging"
 )
 
 // Status is what the running worker says about itself in
@@ -60,7 +62,7 @@ type statusFile struct {
 	onError func(error)
 	// redact scrubs the token from the text fields: a last error may quote
 	// an engine's page that echoes the request URL.
-	redact *Redactor
+	redact *logging.Redactor
 }
 
 func newStatusFile(stateDir string, st Status, onError func(error)) *statusFile {
@@ -112,7 +114,7 @@ func (s *statusFile) writeLocked() {
 	s.last = time.Now()
 	s.st.Updated = s.last.UTC()
 	shown := s.st
-	shown.Engine = ShownURL(shown.Engine)
+	shown.Engine = logging.ShownURL(shown.Engine)
 	shown.LastError = s.redact.Scrub(shown.LastError)
 	shown.Name = s.redact.Scrub(shown.Name)
 	b, _ := json.MarshalIndent(shown, "", "  ")

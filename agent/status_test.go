@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fluksio/fluksio-worker/agent/logging"
 )
 
 func mustReadStatus(t *testing.T, dir string) Status {
@@ -201,7 +203,7 @@ func TestStatusFileHasNoToken(t *testing.T) {
 	cfg.URL = "wss://e/api/v1/workers/attach?token=tok-in-url"
 	cfg.Token = "tok-in-url"
 	a := New(cfg, slog.New(slog.DiscardHandler), "/usr/bin/python3", dir)
-	a.status.Update(func(s *Status) { s.LastError = "connecting to " + RedactURL(cfg.URL) + ": refused" })
+	a.status.Update(func(s *Status) { s.LastError = "connecting to " + logging.ShownURL(cfg.URL) + ": refused" })
 	a.status.Flush()
 	b, err := os.ReadFile(StatusPath(dir))
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/fluksio/fluksio-worker/agent/logging"
 )
 
 // AttachPath is where engines serve the worker WebSocket (the protocol's
@@ -24,7 +26,7 @@ const AttachPath = "/api/v1/workers/attach"
 // that does not look like an attach endpoint.
 func CompleteURL(raw string) (endpoint, warning string, err error) {
 	raw = strings.TrimSpace(raw)
-	shown := ShownURL(raw)
+	shown := logging.ShownURL(raw)
 	example := "e.g. wss://engine.example.com" + AttachPath + " or just https://engine.example.com"
 	u, perr := url.Parse(raw)
 	if perr != nil || raw == "" {

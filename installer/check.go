@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/fluksio/fluksio-worker/agent"
+	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
@@ -89,11 +90,11 @@ func check(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 		if errors.Is(err, os.ErrPermission) && !h.root() {
 			err = fmt.Errorf("%w (the config holds the token, so only its owner and root may read it: run it with sudo)", err)
 		}
-		c.fail("config", errors.New(agent.NewRedactor(cfg.Token).Scrub(err.Error())))
+		c.fail("config", errors.New(logging.NewRedactor(cfg.Token).Scrub(err.Error())))
 		fmt.Fprintln(stdout, "Fix the config first; the other checks need it.")
 		return exitFailed
 	}
-	c.ok("config", "engine %s, labels [%s], %d at a time", agent.RedactURL(cfg.URL), strings.Join(cfg.Labels, ","), cfg.Parallel)
+	c.ok("config", "engine %s, labels [%s], %d at a time", logging.ShownURL(cfg.URL), strings.Join(cfg.Labels, ","), cfg.Parallel)
 	for _, w := range cfg.Warnings {
 		fmt.Fprintf(stdout, "  note  %-10s %s\n", "config", w)
 	}
@@ -128,13 +129,13 @@ func check(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 	var refused *agent.RefusedError
 	switch {
 	case errors.As(err, &refused):
-		c.ok("engine", "%s answers", agent.RedactURL(cfg.URL))
+		c.ok("engine", "%s answers", logging.ShownURL(cfg.URL))
 		c.fail("token", fmt.Errorf("%w: ask the engine's admin for a worker token, then: sudo fluksio-worker install --token -", refused))
 	case err != nil:
-		c.fail("engine", fmt.Errorf("cannot reach %s: %w (check the URL, DNS, and that a firewall or proxy lets WebSockets out)", agent.RedactURL(cfg.URL), err))
+		c.fail("engine", fmt.Errorf("cannot reach %s: %w (check the URL, DNS, and that a firewall or proxy lets WebSockets out)", logging.ShownURL(cfg.URL), err))
 		c.skip("token", "not checked: the engine did not answer")
 	default:
-		c.ok("engine", "%s answers", agent.RedactURL(cfg.URL))
+		c.ok("engine", "%s answers", logging.ShownURL(cfg.URL))
 		c.ok("token", "accepted: the engine welcomed this worker")
 	}
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent"
+	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
@@ -366,9 +367,9 @@ func checkEngine(ctx context.Context, cfg agent.Config, stdout, stderr io.Writer
 	case errors.As(err, &refused):
 		return fmt.Errorf("%w; nothing was installed (check the token, or skip this check with --check=false)", refused)
 	case err != nil:
-		fmt.Fprintf(stderr, "fluksio-worker install: warning: could not reach the engine at %s: %v; installing anyway, the service keeps trying\n", agent.RedactURL(cfg.URL), err)
+		fmt.Fprintf(stderr, "fluksio-worker install: warning: could not reach the engine at %s: %v; installing anyway, the service keeps trying\n", logging.ShownURL(cfg.URL), err)
 	default:
-		fmt.Fprintf(stdout, "The engine at %s accepts this worker.\n", agent.RedactURL(cfg.URL))
+		fmt.Fprintf(stdout, "The engine at %s accepts this worker.\n", logging.ShownURL(cfg.URL))
 	}
 	return nil
 }

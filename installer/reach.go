@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/fluksio/fluksio-worker/agent/logging"
 )
 
 // reachCheckTimeout bounds each run-as-the-service-account check.
@@ -66,18 +68,9 @@ func runAs(ctx context.Context, acct account, path string, args ...string) error
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		if msg := strings.TrimSpace(string(out)); msg != "" {
-			return fmt.Errorf("%w: %s", err, lastLines(msg, 2))
+			return fmt.Errorf("%w: %s", err, logging.LastLines(msg, 2))
 		}
 		return err
 	}
 	return nil
-}
-
-// lastLines is the end of a command's output, for an error message.
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent"
+	"github.com/fluksio/fluksio-worker/agent/logging"
 )
 
 // StatusCommand is `fluksio-worker status`: the service manager's view and
@@ -68,10 +69,10 @@ func stateDirOf(l Layout) string {
 
 // tokenRedactor scrubs the installed worker's token, where its config can
 // be read; without it, token= parameters are still replaced.
-func tokenRedactor(l Layout) *agent.Redactor {
+func tokenRedactor(l Layout) *logging.Redactor {
 	values, _ := agent.ReadFile(l.ConfigPath)
 	token, _ := values["token"].(string)
-	return agent.NewRedactor(token)
+	return logging.NewRedactor(token)
 }
 
 // writeStatus prints the service's state and, where the status file could
@@ -102,7 +103,7 @@ func writeWorker(row func(label, format string, args ...any), state State, st ag
 	if state != Running {
 		prefix = "last seen "
 	}
-	row("engine", "%s", agent.RedactURL(st.Engine))
+	row("engine", "%s", logging.ShownURL(st.Engine))
 	switch st.State {
 	case "attached":
 		since := ""
@@ -140,7 +141,7 @@ func writeWorker(row func(label, format string, args ...any), state State, st ag
 	if st.LastError != "" {
 		// A status file written by an older worker may hold an engine's
 		// page that echoed the request URL; its token= is not shown.
-		row("error", "%s", strings.TrimSpace(agent.NewRedactor("").Scrub(st.LastError)))
+		row("error", "%s", strings.TrimSpace(logging.NewRedactor("").Scrub(st.LastError)))
 	}
 	row("process", "pid %d, fluksio-worker %s, status written %s", st.PID, st.Version, ago(now, st.Updated))
 }

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fluksio/fluksio-worker/agent/logging"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -175,7 +177,7 @@ func TestUnitSecurityExposure(t *testing.T) {
 	out, _ := exec.Command(analyze, "security", "--offline=true", "--no-pager", path).CombinedOutput()
 	m := regexp.MustCompile(`Overall exposure level for fluksio-worker.service: ([0-9.]+) (\S+)`).FindStringSubmatch(string(out))
 	if m == nil {
-		t.Skipf("this systemd-analyze cannot rate a unit file offline:\n%s", lastLines(string(out), 5))
+		t.Skipf("this systemd-analyze cannot rate a unit file offline:\n%s", logging.LastLines(string(out), 5))
 	}
 	t.Logf("systemd-analyze security: exposure %s %s", m[1], m[2])
 	if exposure, _ := strconv.ParseFloat(m[1], 64); exposure > maxExposure {

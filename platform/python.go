@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/fluksio/fluksio-worker/agent/logging"
 )
 
 // pythonCheckTimeout bounds the start-up check; a cold interpreter on a
@@ -98,7 +100,7 @@ func checkPython(ctx context.Context, path string, timeout time.Duration) (versi
 	default:
 		detail := strings.TrimSpace(stderr.String())
 		if detail != "" {
-			detail = ": " + lastLine(detail)
+			detail = ": " + logging.LastLines(detail, 1)
 		}
 		return "", fmt.Errorf("%s does not run as Python (%v%s); pass --python with a working interpreter", path, runErr, detail)
 	}
@@ -140,11 +142,4 @@ func VenvDigest(ctx context.Context, python string) string {
 	}
 	sum := sha256.Sum256(out.Bytes())
 	return hex.EncodeToString(sum[:])[:16]
-}
-
-func lastLine(s string) string {
-	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-		return s[i+1:]
-	}
-	return s
 }

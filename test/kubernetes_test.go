@@ -17,13 +17,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/agent/enginetest"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
 )
 
 // helmModule is the Helm the chart is tested with; CI installs exactly this.

@@ -1,9 +1,8 @@
-package agent
+package logging
 
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"net/url"
 	"regexp"
 	"sort"
@@ -106,15 +105,10 @@ type redactedError struct {
 func (e *redactedError) Error() string { return e.r.Scrub(e.err.Error()) }
 func (e *redactedError) Unwrap() error { return e.err }
 
-// redactError wraps err so its text is scrubbed wherever it is printed; a
-// refusal's reason, which callers print on its own, is scrubbed in place.
-func (r *Redactor) redactError(err error) error {
+// Error wraps err so its text is scrubbed wherever it is printed.
+func (r *Redactor) Error(err error) error {
 	if err == nil {
 		return nil
-	}
-	var refused *RefusedError
-	if errors.As(err, &refused) {
-		refused.Reason = r.Scrub(refused.Reason)
 	}
 	return &redactedError{err: err, r: r}
 }
@@ -139,6 +133,3 @@ func ShownURL(raw string) string {
 	}
 	return s
 }
-
-// RedactURL is ShownURL, kept under the name callers already use.
-func RedactURL(raw string) string { return ShownURL(raw) }

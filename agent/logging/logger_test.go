@@ -1,4 +1,4 @@
-package agent
+package logging
 
 import (
 	"bytes"
@@ -28,11 +28,11 @@ func TestRedactURL(t *testing.T) {
 		{"wss://e.example.com/x#frag", "wss://e.example.com/x"},
 	}
 	for _, tt := range tests {
-		if got := RedactURL(tt.in); got != tt.want {
-			t.Errorf("RedactURL(%q) = %q, want %q", tt.in, got, tt.want)
+		if got := ShownURL(tt.in); got != tt.want {
+			t.Errorf("ShownURL(%q) = %q, want %q", tt.in, got, tt.want)
 		}
 	}
-	if got := RedactURL("wss://e/x?token=s3cret\x7f%zz"); strings.Contains(got, "s3cret") {
+	if got := ShownURL("wss://e/x?token=s3cret\x7f%zz"); strings.Contains(got, "s3cret") {
 		t.Errorf("RedactURL of an unparseable URL = %q, shows the token", got)
 	}
 }
