@@ -13,6 +13,7 @@ import (
 
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
+	"github.com/fluksio/fluksio-worker/agent/protocol"
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
@@ -80,7 +81,7 @@ func New(cfg Config, log *slog.Logger, python, stateDir string) *Agent {
 		attaching: make(chan struct{}),
 	}
 	if cfg.Listen != "" {
-		a.metrics = metrics.New(Version, ProtocolVersion)
+		a.metrics = metrics.New(Version, protocol.Version)
 	}
 	a.baseEnv = runnerBaseEnv(cfg, stateDir, platform.WithoutServiceManager(os.Environ()), os.Getenv, log)
 	a.status = newStatusFile(stateDir, Status{
@@ -122,7 +123,7 @@ func closed(ch chan struct{}) bool {
 
 // Serve attaches and reattaches until the worker should stop. It returns
 // nil for a stop, a drain or an idle exit, ErrReload when the worker is to
-// re-execute itself, and a *RefusedError when the engine will not have
+// re-execute itself, and a *protocol.RefusedError when the engine will not have
 // this worker.
 func (a *Agent) Serve(ctx context.Context) error {
 	// Spares live as long as Serve: they are gone when it returns, before
@@ -139,7 +140,7 @@ func (a *Agent) Serve(ctx context.Context) error {
 		if errors.Is(err, errFinished) || closed(a.stopCh) || closed(a.drainCh) || closed(a.killCh) || closed(a.reloadCh) {
 			return a.finished()
 		}
-		var refused *RefusedError
+		var refused *protocol.RefusedError
 		var usage *UsageError
 		if errors.As(err, &refused) {
 			a.metrics.Refused()
@@ -326,7 +327,7 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 
 // hello describes this worker. The inventory and the venv digest are taken
 // afresh for each connection, as the reference agent does.
-func (a *Agent) hello(ctx context.Context) Hello {
+func (a *Agent) hello(ctx context.Context) protocol.Hello {
 	name := a.cfg.Name
 	if name == "" {
 		name, _ = os.Hostname()
@@ -339,9 +340,9 @@ func (a *Agent) hello(ctx context.Context) Hello {
 	if labels == nil {
 		labels = []string{}
 	}
-	return Hello{
-		Op:          "hello",
-		Protocol:    ProtocolVersion,
+	return protocol.Hello{
+		Op:          protocol.OpHello,
+		Protocol:    protocol.Version,
 		Name:        name,
 		Labels:      labels,
 		Python:      python,

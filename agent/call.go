@@ -4,14 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
+	"github.com/fluksio/fluksio-worker/agent/protocol"
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
@@ -62,11 +61,8 @@ type call struct {
 
 // Error answers the agent itself sends.
 const (
-	errTypeCancelled = "NodeCancelled"
-	errTypeRemote    = "RemoteError"
-	msgNodeStopped   = "the node process stopped"
-	msgStopping      = "the worker is stopping"
-	msgDraining      = "the worker is draining"
+	msgStopping = "the worker is stopping"
+	msgDraining = "the worker is draining"
 	// msgCancelledWaiting answers a cancel of a call that was still
 	// waiting for a slot: nothing of it ever ran.
 	msgCancelledWaiting = "the call was cancelled before it started"
@@ -83,28 +79,6 @@ const logLinesPerSecond = 1000
 
 // stopPoll is how often a stopping group is checked for being gone.
 const stopPoll = 10 * time.Millisecond
-
-type errorAnswer struct {
-	CallID string      `json:"call_id"`
-	OK     bool        `json:"ok"`
-	Error  errorDetail `json:"error"`
-}
-
-type errorDetail struct {
-	Type      string `json:"type"`
-	Message   string `json:"message"`
-	Short     string `json:"short"`
-	Traceback string `json:"traceback"`
-}
-
-func newErrorAnswer(callID, typ, message string) errorAnswer {
-	return errorAnswer{CallID: callID, Error: errorDetail{Type: typ, Message: message, Short: message}}
-}
-
-type heartbeat struct {
-	CallID string `json:"call_id"`
-	Event  string `json:"event"`
-}
 
 // outcome is how a runner's stdout ended.
 type outcome struct {
@@ -250,7 +224,7 @@ func (c *call) startCold(rt Runtime) (stdin io.WriteCloser, stdoutR, stderrR *os
 // goroutine sends heartbeats and the answer, so nothing of the call
 // follows its answer.
 func (c *call) supervise(ctx context.Context, outcomes <-chan outcome, stdout *runnerOutput) outcome {
-	// The first heartbeat is due heartbeatInterval after the last one the
+	// The first heartbeat is due protocol.HeartbeatInterval after the last one the
 	// call got while it waited in the queue (or after it arrived).
 	beat := time.NewTimer(time.Until(c.nextBeat()))
 	defer beat.Stop()
@@ -305,12 +279,12 @@ func (c *call) answer(ctx context.Context, end outcome) {
 	case end.err != nil:
 		c.outcome = metrics.OutcomeError
 		c.log.Error("call failed", "error", end.err)
-		c.sendAnswerJSON(newErrorAnswer(c.id, errTypeRemote, end.err.Error()))
+		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeRemoteError, end.err.Error()))
 	default:
-		typ, msg := errTypeRemote, msgNodeStopped
+		typ, msg := protocol.TypeRemoteError, protocol.MsgNodeStopped
 		c.outcome = metrics.OutcomeError
 		if reason := c.stopReason.Load(); reason != nil {
-			typ, c.outcome = errTypeCancelled, metrics.OutcomeCancelled
+			typ, c.outcome = protocol.TypeNodeCancelled, metrics.OutcomeCancelled
 			if *reason != "" {
 				msg = *reason
 			}
@@ -318,7 +292,7 @@ func (c *call) answer(ctx context.Context, end outcome) {
 			msg = c.deathMessage()
 		}
 		c.log.Warn("the runner's output ended without an answer", "type", typ, "message", msg)
-		c.sendAnswerJSON(newErrorAnswer(c.id, typ, msg))
+		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, typ, msg))
 	}
 }
 
@@ -326,19 +300,19 @@ func (c *call) answer(ctx context.Context, end outcome) {
 func (c *call) nextBeat() time.Time {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
-	return c.lastBeat.Add(heartbeatInterval)
+	return c.lastBeat.Add(protocol.HeartbeatInterval)
 }
 
-// beatIfDue sends a heartbeat if none went out for heartbeatInterval and
+// beatIfDue sends a heartbeat if none went out for protocol.HeartbeatInterval and
 // the call is not answered yet.
 func (c *call) beatIfDue(now time.Time) {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
-	if c.answered || now.Before(c.lastBeat.Add(heartbeatInterval)) {
+	if c.answered || now.Before(c.lastBeat.Add(protocol.HeartbeatInterval)) {
 		return
 	}
 	c.lastBeat = now
-	c.conn.sendJSON(heartbeat{CallID: c.id, Event: "heartbeat"})
+	c.conn.sendJSON(protocol.NewHeartbeat(c.id))
 	c.agent.metrics.HeartbeatSent()
 }
 
@@ -370,7 +344,7 @@ func (c *call) fail(err error) {
 	close(c.exited)
 	c.outcome = metrics.OutcomeError
 	c.log.Error("call could not start", "error", err)
-	c.sendAnswerJSON(newErrorAnswer(c.id, errTypeRemote, err.Error()))
+	c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeRemoteError, err.Error()))
 	c.agent.callEnded(c)
 }
 
@@ -451,12 +425,12 @@ func (c *call) relayStdout(r io.Reader) outcome {
 			garbage.Close()
 			return outcome{}
 		}
-		line, kind := classify(raw)
+		line, kind := protocol.Classify(raw)
 		switch kind {
-		case lineEvent:
+		case protocol.LineEvent:
 			c.agent.metrics.EventRelayed(len(line))
 			c.conn.send(textFrame(line))
-		case lineAnswer:
+		case protocol.LineAnswer:
 			garbage.Close()
 			// Nothing reads this pipe again, so a large answer (tens of
 			// MiB, at times) is sent from the reader's buffer without a
@@ -499,42 +473,4 @@ func exitStatus(err error) string {
 		return "0"
 	}
 	return err.Error()
-}
-
-// requestLine re-encodes a request without its env key, as one line: the
-// keys sorted, each value compacted as it came (no HTML escaping), as
-// encoding/json would write the map, but into one buffer sized up front,
-// so a request of 100 MB costs 100 MB more, not several times that.
-func requestLine(fields map[string]json.RawMessage) ([]byte, error) {
-	delete(fields, "env")
-	keys := make([]string, 0, len(fields))
-	size := 2
-	for k, v := range fields {
-		keys = append(keys, k)
-		size += len(k) + len(v) + 8
-	}
-	sort.Strings(keys)
-	buf := bytes.NewBuffer(make([]byte, 0, size))
-	buf.WriteByte('{')
-	for i, k := range keys {
-		if i > 0 {
-			buf.WriteByte(',')
-		}
-		writeKey(buf, k)
-		buf.WriteByte(':')
-		if err := json.Compact(buf, fields[k]); err != nil {
-			return nil, fmt.Errorf("the request's %q: %w", k, err)
-		}
-	}
-	buf.WriteString("}\n")
-	return buf.Bytes(), nil
-}
-
-// writeKey writes k as a JSON string without HTML escaping, as the
-// encoder with SetEscapeHTML(false) does.
-func writeKey(buf *bytes.Buffer, k string) {
-	enc := json.NewEncoder(buf)
-	enc.SetEscapeHTML(false)
-	enc.Encode(k)               // a string always encodes
-	buf.Truncate(buf.Len() - 1) // Encode's newline
 }

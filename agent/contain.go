@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fluksio/fluksio-worker/agent/protocol"
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
@@ -264,18 +265,18 @@ func (c *call) deathMessage() string {
 	select {
 	case <-c.exited:
 	case <-time.After(reapWait):
-		return msgNodeStopped
+		return protocol.MsgNodeStopped
 	}
 	c.box.mu.Lock()
 	state := c.box.state
 	c.box.mu.Unlock()
 	if state == nil {
-		return msgNodeStopped
+		return protocol.MsgNodeStopped
 	}
 	ws, ok := state.Sys().(syscall.WaitStatus)
 	switch {
 	case !ok:
-		return msgNodeStopped
+		return protocol.MsgNodeStopped
 	case ws.Signaled() && ws.Signal() == syscall.SIGKILL && c.box.cg != nil && c.box.cg.OOMKills() > 0:
 		return "the node process was killed by SIGKILL: the kernel's out-of-memory killer stopped it (its cgroup's memory.events counts an OOM kill), so the node needs more memory than it may use here"
 	case ws.Signaled() && ws.Signal() == syscall.SIGKILL:
@@ -285,7 +286,7 @@ func (c *call) deathMessage() string {
 	case ws.Exited() && ws.ExitStatus() != 0:
 		return fmt.Sprintf("the node process exited with code %d without answering", ws.ExitStatus())
 	}
-	return msgNodeStopped
+	return protocol.MsgNodeStopped
 }
 
 // callUsage is what a call cost: wall time from start to the end of its

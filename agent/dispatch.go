@@ -5,56 +5,19 @@ package agent
 // what it cannot use.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
-	"math/big"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
+	"github.com/fluksio/fluksio-worker/agent/protocol"
 	"github.com/fluksio/fluksio-worker/platform"
 )
-
-// message is the part of an engine message the agent reads itself.
-type message struct {
-	fields map[string]json.RawMessage
-	op     string
-	callID string
-}
-
-func parseMessage(data []byte) (message, error) {
-	m := message{}
-	if err := json.Unmarshal(data, &m.fields); err != nil || m.fields == nil {
-		return m, errors.New("not a JSON object")
-	}
-	if raw, ok := m.fields["op"]; ok {
-		json.Unmarshal(raw, &m.op)
-	}
-	m.callID = callIDText(m.fields["call_id"])
-	return m, nil
-}
-
-// callIDText is the call_id as text, as the reference agent's str() made
-// it: a string as it is, a number as written, null or absent as "".
-func callIDText(raw json.RawMessage) string {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s
-	}
-	var n json.Number
-	if json.Unmarshal(raw, &n) == nil {
-		return n.String()
-	}
-	return ""
-}
 
 // attachment is what one connection's messages are handled with.
 type attachment struct {
@@ -79,67 +42,67 @@ const maxLoggedID = 128
 // handle acts on one engine message. Bad input is logged and skipped:
 // it never takes the connection down.
 func (a *Agent) handle(at *attachment, data []byte) {
-	m, err := parseMessage(data)
+	m, err := protocol.ParseMessage(data)
 	if err != nil {
 		at.noise.Log(slog.LevelWarn, "ignoring a message from the engine that is not a JSON object", "message", logging.Cut(data, 200))
 		return
 	}
-	switch m.op {
-	case "run", "compile":
-		if m.callID == "" {
-			at.noise.Log(slog.LevelWarn, "ignoring a call without call_id", "op", m.op, "message", logging.Cut(data, 200))
+	switch m.Op {
+	case protocol.OpRun, protocol.OpCompile:
+		if m.CallID == "" {
+			at.noise.Log(slog.LevelWarn, "ignoring a call without call_id", "op", m.Op, "message", logging.Cut(data, 200))
 			return
 		}
 		a.startCall(at, m)
-	case "cancel":
-		a.cancel(at, m.callID)
+	case protocol.OpCancel:
+		a.cancel(at, m.CallID)
 	default:
-		at.noise.Log(slog.LevelWarn, "ignoring a message with an unknown op", "op", logging.Cut(m.op, maxLoggedID))
+		at.noise.Log(slog.LevelWarn, "ignoring a message with an unknown op", "op", logging.Cut(m.Op, maxLoggedID))
 	}
 }
 
-func (a *Agent) startCall(at *attachment, m message) {
-	log := a.log.With("call_id", logging.Cut(m.callID, maxLoggedID))
+func (a *Agent) startCall(at *attachment, m protocol.Message) {
+	log := a.log.With("call_id", logging.Cut(m.CallID, maxLoggedID))
 	refuse := func(typ, msg string) {
-		at.noise.Log(slog.LevelWarn, "call refused", "call_id", logging.Cut(m.callID, maxLoggedID), "op", m.op, "reason", msg)
+		at.noise.Log(slog.LevelWarn, "call refused", "call_id", logging.Cut(m.CallID, maxLoggedID), "op", m.Op, "reason", msg)
 		a.metrics.CallDeclined(declineReason(msg))
-		at.conn.sendJSON(newErrorAnswer(m.callID, typ, msg))
+		at.conn.sendJSON(protocol.NewErrorAnswer(m.CallID, typ, msg))
 	}
 	switch {
 	case closed(a.stopCh) || closed(a.killCh):
-		refuse(errTypeCancelled, msgStopping)
+		refuse(protocol.TypeNodeCancelled, msgStopping)
 		return
 	case closed(a.drainCh), a.maxCallsTaken():
-		refuse(errTypeCancelled, msgDraining)
+		refuse(protocol.TypeNodeCancelled, msgDraining)
 		return
 	case a.reloading():
-		refuse(errTypeCancelled, msgReloading)
+		refuse(protocol.TypeNodeCancelled, msgReloading)
 		return
 	}
-	env, err := requestEnv(m.fields["env"])
+	env, err := requestEnv(m.Fields["env"])
 	if err != nil {
-		refuse(errTypeRemote, err.Error())
+		refuse(protocol.TypeRemoteError, err.Error())
 		return
 	}
-	request, err := requestLine(m.fields)
+	request, err := protocol.RequestLine(m.Fields)
 	if err != nil {
-		refuse(errTypeRemote, "could not re-encode the request: "+err.Error())
+		refuse(protocol.TypeRemoteError, "could not re-encode the request: "+err.Error())
 		return
 	}
 	now := time.Now()
 	c := &call{
-		id: m.callID, op: m.op, request: request, size: len(request) + envSize(env), env: env,
+		id: m.CallID, op: m.Op, request: request, size: len(request) + envSize(env), env: env,
 		agent: a, conn: at.conn, log: log, arrived: now, lastBeat: now,
 		started: make(chan struct{}), exited: make(chan struct{}),
 	}
 	a.mu.Lock()
-	if other, dup := a.calls[m.callID]; dup {
+	if other, dup := a.calls[m.CallID]; dup {
 		state := "running"
 		if other.queued {
 			state = "waiting for a free slot"
 		}
 		a.mu.Unlock()
-		refuse(errTypeRemote, fmt.Sprintf("a call with call_id %q is already %s on this worker; this duplicate was not started", logging.Cut(m.callID, maxLoggedID), state))
+		refuse(protocol.TypeRemoteError, fmt.Sprintf("a call with call_id %q is already %s on this worker; this duplicate was not started", logging.Cut(m.CallID, maxLoggedID), state))
 		return
 	}
 	start := a.slots < a.cfg.Parallel
@@ -150,21 +113,21 @@ func (a *Agent) startCall(at *attachment, m message) {
 	case !a.queue.fits(c.size):
 		msg := a.queue.fullError(a.cfg.Parallel)
 		a.mu.Unlock()
-		refuse(errTypeRemote, msg)
+		refuse(protocol.TypeRemoteError, msg)
 		return
 	default:
 		a.queue.push(c)
 	}
-	a.calls[m.callID] = c
+	a.calls[m.CallID] = c
 	running, waiting := a.countsLocked()
 	a.mu.Unlock()
 	a.publishCounts(running, waiting)
 	a.notify()
 	if !start {
-		log.Info("call queued: every --parallel slot is busy", "op", m.op, "parallel", a.cfg.Parallel, "waiting", waiting)
+		log.Info("call queued: every --parallel slot is busy", "op", m.Op, "parallel", a.cfg.Parallel, "waiting", waiting)
 		return
 	}
-	log.Info("call started", "op", m.op)
+	log.Info("call started", "op", m.Op)
 	at.calls.Add(1)
 	go a.runSlot(at, c)
 }
@@ -183,7 +146,7 @@ func (a *Agent) cancel(at *attachment, id string) {
 		at.noise.Log(slog.LevelInfo, "cancel for a call that is not running here", "call_id", logging.Cut(id, maxLoggedID))
 	case waiting:
 		c.log.Info("cancelled while waiting for a slot; it was never started")
-		c.sendAnswerJSON(newErrorAnswer(c.id, errTypeCancelled, msgCancelledWaiting))
+		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeNodeCancelled, msgCancelledWaiting))
 		a.callEnded(c)
 	default:
 		c.log.Info("cancelling")
@@ -259,7 +222,7 @@ func requestEnv(raw json.RawMessage) ([]string, error) {
 	env := make([]string, 0, len(extra))
 	mask := os.Getenv("CUDA_VISIBLE_DEVICES")
 	for k, v := range extra {
-		value := pythonStr(v)
+		value := protocol.EnvText(v)
 		if k == "CUDA_VISIBLE_DEVICES" && mask != "" && value != "" {
 			value = platform.RemapCUDA(mask, value)
 		}
@@ -274,49 +237,4 @@ func envSize(env []string) int {
 		n += len(kv)
 	}
 	return n
-}
-
-// pythonStr renders a JSON value as Python's str() renders the decoded
-// value, which is how the reference agent turned env values into text:
-// strings as they are, True/False/None, integers exactly, floats in
-// Python's repr.
-func pythonStr(raw json.RawMessage) string {
-	raw = bytes.TrimSpace(raw)
-	switch string(raw) {
-	case "true":
-		return "True"
-	case "false":
-		return "False"
-	case "null":
-		return "None"
-	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s
-	}
-	if !bytes.ContainsAny(raw, ".eE") {
-		if n, ok := new(big.Int).SetString(string(raw), 10); ok {
-			return n.String()
-		}
-	}
-	if f, err := strconv.ParseFloat(string(raw), 64); err == nil {
-		return pythonFloat(f)
-	}
-	return string(raw)
-}
-
-// pythonFloat is Python's repr of a float: the shortest digits that read
-// back the same, fixed notation for exponents -4 to 15 (with ".0" on whole
-// numbers), scientific beyond.
-func pythonFloat(f float64) string {
-	sci := strconv.FormatFloat(f, 'e', -1, 64)
-	exp, _ := strconv.Atoi(sci[strings.IndexByte(sci, 'e')+1:])
-	if exp < -4 || exp >= 16 {
-		return sci
-	}
-	s := strconv.FormatFloat(f, 'f', -1, 64)
-	if !strings.Contains(s, ".") {
-		s += ".0"
-	}
-	return s
 }

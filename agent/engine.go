@@ -15,16 +15,11 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/fluksio/fluksio-worker/agent/logging"
-	"github.com/fluksio/fluksio-worker/platform"
+	"github.com/fluksio/fluksio-worker/agent/protocol"
 )
 
-// Protocol constants, each from the protocol or the reference agent.
+// Connection constants: keepalive, handshake and write bounds.
 const (
-	// ProtocolVersion is sent in hello; engines speaking version 2 read it.
-	ProtocolVersion = 2
-	// heartbeatInterval: while a call runs, the engine hears from it at
-	// least this often, so it can tell working from wedged.
-	heartbeatInterval = 10 * time.Second
 	// pingInterval and pongWait: a WebSocket ping every 20 s, and a peer
 	// that has not answered within 20 s more is gone (a NAT that dropped the
 	// connection sends no FIN, so only this notices).
@@ -41,26 +36,6 @@ const (
 	// closeWait is how long a clean close waits for the engine's close frame.
 	closeWait = 2 * time.Second
 )
-
-// RefusedError is the engine saying no: a refusal answer to hello, or HTTP
-// 401/403 on the handshake. Retrying would not change it, so the worker
-// exits 1.
-type RefusedError struct{ Reason string }
-
-func (e *RefusedError) Error() string { return "the engine refused this worker: " + e.Reason }
-
-// Hello is the first message of every connection: who this worker is and
-// what it holds.
-type Hello struct {
-	Op          string             `json:"op"`
-	Protocol    int                `json:"protocol"`
-	Name        string             `json:"name"`
-	Labels      []string           `json:"labels"`
-	Python      string             `json:"python"`
-	MaxParallel int                `json:"max_parallel"`
-	VenvDigest  string             `json:"venv_digest"`
-	Inventory   platform.Inventory `json:"inventory"`
-}
 
 // dialEngine opens the WebSocket with the token as the ?token= query
 // parameter (engines read it there) and as a bearer header. Its errors
@@ -79,7 +54,7 @@ func scrubError(token string, err error) error {
 		return nil
 	}
 	r := logging.NewRedactor(token)
-	var refused *RefusedError
+	var refused *protocol.RefusedError
 	if errors.As(err, &refused) {
 		refused.Reason = r.Scrub(refused.Reason)
 	}
@@ -113,7 +88,7 @@ func dial(ctx context.Context, cfg Config) (*websocket.Conn, *batchConn, error) 
 	ws, resp, err := dialer.DialContext(ctx, u.String(), header)
 	if err != nil {
 		if resp != nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) {
-			return nil, nil, &RefusedError{Reason: fmt.Sprintf("HTTP %s%s (check the token)", resp.Status, bodySnippet(resp))}
+			return nil, nil, &protocol.RefusedError{Reason: fmt.Sprintf("HTTP %s%s (check the token)", resp.Status, bodySnippet(resp))}
 		}
 		if resp != nil && resp.StatusCode >= 300 && resp.StatusCode < 400 && resp.Header.Get("Location") != "" {
 			// A WebSocket upgrade does not follow redirects (it would
@@ -153,7 +128,7 @@ func bodySnippet(resp *http.Response) string {
 // string, is a failed attempt, retried with backoff like a lost
 // connection: an engine behind a misbehaving proxy, or mid-upgrade, must
 // not stop the worker for good.
-func greet(ws *websocket.Conn, hello Hello) (name string, err error) {
+func greet(ws *websocket.Conn, hello protocol.Hello) (name string, err error) {
 	b, _ := json.Marshal(hello)
 	ws.SetWriteDeadline(time.Now().Add(handshakeTimeout))
 	if err := ws.WriteMessage(websocket.TextMessage, b); err != nil {
@@ -164,7 +139,7 @@ func greet(ws *websocket.Conn, hello Hello) (name string, err error) {
 	if err != nil {
 		return "", fmt.Errorf("waiting for the engine's welcome: %w", err)
 	}
-	name, err = parseWelcome(data)
+	name, err = protocol.ParseWelcome(data)
 	if err != nil {
 		return "", err
 	}
@@ -172,39 +147,6 @@ func greet(ws *websocket.Conn, hello Hello) (name string, err error) {
 		name = hello.Name // an engine that does not say keeps ours
 	}
 	ws.SetWriteDeadline(time.Time{})
-	return name, nil
-}
-
-// parseWelcome reads the engine's answer to hello: the name it gave this
-// worker, a *RefusedError, or an error for an answer that makes no sense.
-func parseWelcome(data []byte) (string, error) {
-	var answer map[string]json.RawMessage
-	if err := json.Unmarshal(data, &answer); err != nil || answer == nil {
-		return "", fmt.Errorf("the engine answered hello with something that is not a JSON object (%.200q); "+
-			"is --url the engine's worker endpoint?", data)
-	}
-	var op string
-	if err := json.Unmarshal(answer["op"], &op); err != nil || op == "" {
-		return "", fmt.Errorf("the engine answered hello without an op (%.200q); is --url the engine's worker endpoint?", data)
-	}
-	if op != "welcome" {
-		reason := "refused"
-		var text string
-		var v any
-		switch raw := answer["reason"]; {
-		case json.Unmarshal(raw, &text) == nil && text != "":
-			reason = text
-		case raw != nil && json.Unmarshal(raw, &v) == nil && v != nil:
-			reason = string(raw)
-		}
-		return "", &RefusedError{Reason: logging.Cut(reason, 500)}
-	}
-	var name string
-	if raw, ok := answer["name"]; ok && string(raw) != "null" {
-		if err := json.Unmarshal(raw, &name); err != nil {
-			return "", fmt.Errorf("the engine's welcome gave a name that is not a string (%.200s)", raw)
-		}
-	}
 	return name, nil
 }
 

@@ -3,11 +3,9 @@ package agent
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"sync"
 	"unicode/utf8"
 )
@@ -92,125 +90,6 @@ func (lr *lineReader) skipLine(err error) error {
 		return err
 	}
 	return nil
-}
-
-// lineKind is what a runner line is to the agent.
-type lineKind int
-
-const (
-	lineGarbage lineKind = iota // not a JSON object: logged here, never forwarded
-	lineEvent                   // has a truthy "event": progress, forwarded
-	lineAnswer                  // the first line without one: forwarded, ends the call
-)
-
-// classify trims a runner line and says what it is. The protocol keys only
-// on "event" being truthy (in Python's sense), so nothing else is decoded.
-func classify(line []byte) ([]byte, lineKind) {
-	line = bytes.TrimSpace(line)
-	if len(line) == 0 || line[0] != '{' || !json.Valid(line) {
-		return line, lineGarbage
-	}
-	if truthy(topLevelValue(line, "event")) {
-		return line, lineEvent
-	}
-	return line, lineAnswer
-}
-
-// topLevelValue returns the raw value of key in a valid JSON object, nil
-// when absent. Keys match exactly, and the last duplicate wins, as in
-// Python's json.loads(line).get(key) (encoding/json would match "Event" and
-// "EVENT" too).
-func topLevelValue(obj []byte, key string) json.RawMessage {
-	var found json.RawMessage
-	i := 1 // past '{'
-	for {
-		i = skipSpace(obj, i)
-		if i >= len(obj) || obj[i] == '}' {
-			return found
-		}
-		keyEnd := skipValue(obj, i)
-		rawKey := obj[i:keyEnd]
-		i = skipSpace(obj, keyEnd) + 1 // past ':'
-		i = skipSpace(obj, i)
-		valueEnd := skipValue(obj, i)
-		if keyEquals(rawKey, key) {
-			found = obj[i:valueEnd]
-		}
-		i = skipSpace(obj, valueEnd)
-		if i < len(obj) && obj[i] == ',' {
-			i++
-		}
-	}
-}
-
-func keyEquals(rawKey []byte, key string) bool {
-	if bytes.IndexByte(rawKey, '\\') < 0 {
-		return len(rawKey) == len(key)+2 && string(rawKey[1:len(rawKey)-1]) == key
-	}
-	var decoded string
-	return json.Unmarshal(rawKey, &decoded) == nil && decoded == key
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipValue returns the end of the JSON value starting at i; b is valid
-// JSON, so only strings and nesting need care.
-func skipValue(b []byte, i int) int {
-	depth := 0
-	for ; i < len(b); i++ {
-		switch c := b[i]; c {
-		case '"':
-			for i++; i < len(b) && b[i] != '"'; i++ {
-				if b[i] == '\\' {
-					i++
-				}
-			}
-			if depth == 0 {
-				return i + 1
-			}
-		case '{', '[':
-			depth++
-		case '}', ']':
-			if depth == 0 {
-				return i
-			}
-			depth--
-			if depth == 0 {
-				return i + 1
-			}
-		case ',', ' ', '\t', '\n', '\r', ':':
-			if depth == 0 {
-				return i
-			}
-		}
-	}
-	return i
-}
-
-// truthy is Python's truth value of a JSON value: null, false, 0, "", []
-// and {} are false.
-func truthy(raw json.RawMessage) bool {
-	v := bytes.TrimSpace(raw)
-	if len(v) == 0 {
-		return false
-	}
-	switch v[0] {
-	case 'n', 'f':
-		return false
-	case 't':
-		return true
-	case '"':
-		return len(v) > 2
-	case '[', '{':
-		return len(bytes.TrimSpace(v[1:len(v)-1])) > 0
-	}
-	f, err := strconv.ParseFloat(string(v), 64)
-	return err != nil || f != 0
 }
 
 // textFrame makes a line safe to send as a WebSocket text frame, which must

@@ -10,97 +10,9 @@ import (
 	"testing"
 	"testing/iotest"
 	"unicode/utf8"
+
+	"github.com/fluksio/fluksio-worker/agent/protocol"
 )
-
-func TestTruthy(t *testing.T) {
-	falsy := []string{"", "null", "false", "0", "-0", "0.0", "-0.0", "0e10", "0E-3", "1e-400", `""`, "[]", "[ ]", "{}", "{ \n }", " 0 ", " null "}
-	truthful := []string{"true", "1", "-1", "0.5", "1e-300", "1e400", "-1e400", `"x"`, `"0"`, `"false"`, `" "`, `"\u0000"`, "[0]", "[[]]", `{"a":null}`, " true "}
-	for _, v := range falsy {
-		if truthy(json.RawMessage(v)) {
-			t.Errorf("truthy(%s) = true; Python says false", v)
-		}
-	}
-	for _, v := range truthful {
-		if !truthy(json.RawMessage(v)) {
-			t.Errorf("truthy(%s) = false; Python says true", v)
-		}
-	}
-}
-
-func TestClassify(t *testing.T) {
-	tests := []struct {
-		line string
-		kind lineKind
-		out  string // the trimmed line classify returns
-	}{
-		{`{"call_id":"c1","event":"stream","values":{"loss":0.25}}`, lineEvent, ""},
-		{`{"call_id":"c1","event":"heartbeat"}`, lineEvent, ""},
-		{`{"call_id":"c1","ok":true,"outputs":{"final":0.1}}`, lineAnswer, ""},
-		{`{"call_id":"c1","ok":false,"error":{"type":"ValueError"}}`, lineAnswer, ""},
-		{`{}`, lineAnswer, ""},
-		// Falsy events are answers, as in the reference's .get("event").
-		{`{"call_id":"c1","event":null,"ok":true}`, lineAnswer, ""},
-		{`{"call_id":"c1","event":"","ok":true}`, lineAnswer, ""},
-		{`{"call_id":"c1","event":0,"ok":true}`, lineAnswer, ""},
-		{`{"call_id":"c1","event":false,"ok":true}`, lineAnswer, ""},
-		{`{"call_id":"c1","event":[],"ok":true}`, lineAnswer, ""},
-		{`{"call_id":"c1","event":{},"ok":true}`, lineAnswer, ""},
-		{`{"event":1}`, lineEvent, ""},
-		{`{"event":{"kind":"x"}}`, lineEvent, ""},
-		// The last of duplicate keys counts, as in Python's json.
-		{`{"event":"log","event":null}`, lineAnswer, ""},
-		{`{"event":null,"event":"log"}`, lineEvent, ""},
-		// Surrounding blanks and a CR are trimmed.
-		{"  {\"event\":\"log\"}\r", lineEvent, `{"event":"log"}`},
-		{"\t{\"ok\":true}  ", lineAnswer, `{"ok":true}`},
-		// Not JSON objects: never forwarded.
-		{"", lineGarbage, ""},
-		{"   ", lineGarbage, ""},
-		{"epoch 1 loss 0.3", lineGarbage, ""},
-		{`["event","log"]`, lineGarbage, ""},
-		{`"event"`, lineGarbage, ""},
-		{`null`, lineGarbage, ""},
-		{`{"event":"log"`, lineGarbage, ""},
-		{`{"event":"log"} trailing`, lineGarbage, ""},
-		{`{"event":"log"}{"ok":true}`, lineGarbage, ""},
-		{`{"event": NaN}`, lineGarbage, ""},
-		{`{event: "log"}`, lineGarbage, ""},
-		{"\x1b[2K{\"event\":\"log\"}", lineGarbage, ""},
-	}
-	for _, tt := range tests {
-		out, kind := classify([]byte(tt.line))
-		if kind != tt.kind {
-			t.Errorf("classify(%q) kind = %d, want %d (0 garbage, 1 event, 2 answer)", tt.line, kind, tt.kind)
-		}
-		want := tt.out
-		if want == "" {
-			want = strings.TrimSpace(tt.line)
-		}
-		if string(out) != want {
-			t.Errorf("classify(%q) line = %q, want %q", tt.line, out, want)
-		}
-	}
-}
-
-// Only the exact key "event" marks progress: the reference reads it with
-// dict.get("event"), which is case-sensitive. An answer that happens to
-// carry an "Event" or "EVENT" field is still the answer.
-func TestClassifyEventKeyIsCaseSensitive(t *testing.T) {
-	tests := []struct {
-		line string
-		kind lineKind
-	}{
-		{`{"call_id":"c1","ok":true,"outputs":{},"Event":"done"}`, lineAnswer},
-		{`{"call_id":"c1","ok":true,"EVENT":1}`, lineAnswer},
-		{`{"call_id":"c1","event":null,"Event":"log"}`, lineAnswer},
-		{`{"call_id":"c1","event":"log","EVENT":null}`, lineEvent},
-	}
-	for _, tt := range tests {
-		if _, kind := classify([]byte(tt.line)); kind != tt.kind {
-			t.Errorf("classify(%s) kind = %d, want %d (1 event, 2 answer)", tt.line, kind, tt.kind)
-		}
-	}
-}
 
 func TestTextFrame(t *testing.T) {
 	valid := []byte(`{"event":"log","line":"héllo ✓"}`)
@@ -293,18 +205,18 @@ func TestLineReaderBoundIsExact(t *testing.T) {
 
 func TestLineReaderCRLF(t *testing.T) {
 	lr := newLineReader(strings.NewReader("{\"event\":\"log\"}\r\nnot json\r\n{\"ok\":true}\r\n"), DefaultMaxLine)
-	var kinds []lineKind
+	var kinds []protocol.LineKind
 	var frames []string
 	for {
 		raw, err := lr.Next()
 		if err != nil {
 			break
 		}
-		l, kind := classify(raw)
+		l, kind := protocol.Classify(raw)
 		kinds = append(kinds, kind)
 		frames = append(frames, string(textFrame(l)))
 	}
-	if len(kinds) != 3 || kinds[0] != lineEvent || kinds[1] != lineGarbage || kinds[2] != lineAnswer {
+	if len(kinds) != 3 || kinds[0] != protocol.LineEvent || kinds[1] != protocol.LineGarbage || kinds[2] != protocol.LineAnswer {
 		t.Errorf("kinds = %v, want event, garbage, answer", kinds)
 	}
 	if len(frames) == 3 && (frames[0] != `{"event":"log"}` || frames[2] != `{"ok":true}`) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
+	"github.com/fluksio/fluksio-worker/agent/protocol"
 )
 
 // PulseInterval is how often the worker's main loop pulses (see Pulse)
@@ -147,17 +148,13 @@ func (a *Agent) countAnswerLocked() {
 	}
 }
 
-// answerOutcome reads how a runner's answer ended: "ok" truthy is ok, an
-// error of type NodeCancelled is cancelled, anything else an error. Only
-// the top-level keys are scanned, as for events.
+// answerOutcome is the metrics label of how a runner's answer ended.
 func answerOutcome(answer []byte) string {
-	if truthy(topLevelValue(answer, "ok")) {
+	switch protocol.ReadOutcome(answer) {
+	case protocol.Succeeded:
 		return metrics.OutcomeOK
-	}
-	if e := topLevelValue(answer, "error"); len(e) > 0 && e[0] == '{' {
-		if string(topLevelValue(e, "type")) == `"`+errTypeCancelled+`"` {
-			return metrics.OutcomeCancelled
-		}
+	case protocol.Cancelled:
+		return metrics.OutcomeCancelled
 	}
 	return metrics.OutcomeError
 }

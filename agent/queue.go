@@ -9,6 +9,8 @@ package agent
 import (
 	"fmt"
 	"time"
+
+	"github.com/fluksio/fluksio-worker/agent/protocol"
 )
 
 // The queue's bounds. The engine is told max_parallel in hello, so a
@@ -27,7 +29,7 @@ const (
 )
 
 // beatCheckInterval is how often waiting calls are checked for a heartbeat
-// that is due; each still gets one heartbeatInterval after the last.
+// that is due; each still gets one protocol.HeartbeatInterval after the last.
 const beatCheckInterval = time.Second
 
 // callQueue is a FIFO of waiting calls. A call cancelled while waiting is
@@ -191,7 +193,7 @@ func (a *Agent) answerWaiting(reason string) {
 		a.log.Info("answering the calls waiting for a slot; none of them started", "calls", len(waiting), "reason", reason)
 	}
 	for _, c := range waiting {
-		c.sendAnswerJSON(newErrorAnswer(c.id, errTypeCancelled, reason))
+		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeNodeCancelled, reason))
 		a.callEnded(c)
 	}
 }

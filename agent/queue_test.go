@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -67,49 +66,6 @@ func TestCallQueueBound(t *testing.T) {
 	var big callQueue
 	if !big.fits(maxQueuedBytes) || big.fits(maxQueuedBytes+1) {
 		t.Error("the byte bound is not maxQueuedBytes")
-	}
-}
-
-func TestParseWelcome(t *testing.T) {
-	tests := []struct {
-		answer  string
-		name    string
-		refusal string // "" when not a refusal
-		failed  bool   // a failed attempt, to retry
-	}{
-		{`{"op":"welcome","name":"box"}`, "box", "", false},
-		{`{"op":"welcome"}`, "", "", false},
-		{`{"op":"welcome","name":null}`, "", "", false},
-		{`{"op":"refused","reason":"pool full"}`, "", "pool full", false},
-		{`{"op":"refused"}`, "", "refused", false},
-		{`{"op":"error","reason":{"code":7}}`, "", `{"code":7}`, false},
-		{`{"op":"welcome","name":5}`, "", "", true},
-		{`{"op":"welcome","name":["a"]}`, "", "", true},
-		{`[]`, "", "", true},
-		{`null`, "", "", true},
-		{`"welcome"`, "", "", true},
-		{`<html>502</html>`, "", "", true},
-		{`{}`, "", "", true},
-		{`{"op":5}`, "", "", true},
-		{`{"reason":"no op"}`, "", "", true},
-	}
-	for _, tt := range tests {
-		name, err := parseWelcome([]byte(tt.answer))
-		var refused *RefusedError
-		switch {
-		case tt.refusal != "":
-			if !errors.As(err, &refused) || refused.Reason != tt.refusal {
-				t.Errorf("%s: got %q, %v; want a refusal %q", tt.answer, name, err, tt.refusal)
-			}
-		case tt.failed:
-			if err == nil || errors.As(err, &refused) {
-				t.Errorf("%s: got %q, %v; want a failed attempt (retried), not a refusal", tt.answer, name, err)
-			}
-		default:
-			if err != nil || name != tt.name {
-				t.Errorf("%s: got %q, %v; want welcome %q", tt.answer, name, err, tt.name)
-			}
-		}
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/fluksio/fluksio-worker/agent/logging"
+	"github.com/fluksio/fluksio-worker/agent/protocol"
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
@@ -139,7 +140,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 }
 
 func exitCode(log interface{ Error(string, ...any) }, err error) int {
-	var refused *RefusedError
+	var refused *protocol.RefusedError
 	var usage *UsageError
 	switch {
 	case err == nil:
@@ -250,7 +251,7 @@ func InventoryCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	enc.Encode(struct {
-		Hello
+		protocol.Hello
 		Containment string `json:"containment"`
 	}{hello, mode})
 	return ExitOK
@@ -258,7 +259,7 @@ func InventoryCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 
 // Probe dials the engine, says hello and waits for the welcome, then
 // closes: the check `install` and `check` make. The error wraps a
-// *RefusedError when the engine said no.
+// *protocol.RefusedError when the engine said no.
 func Probe(ctx context.Context, cfg Config) error {
 	a := &Agent{cfg: cfg}
 	if python, _, err := platform.FindPython(ctx, cfg.Python); err == nil {

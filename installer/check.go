@@ -12,6 +12,7 @@ import (
 
 	"github.com/fluksio/fluksio-worker/agent"
 	"github.com/fluksio/fluksio-worker/agent/logging"
+	"github.com/fluksio/fluksio-worker/agent/protocol"
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
@@ -126,7 +127,7 @@ func check(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 	pctx, cancel := context.WithTimeout(ctx, engineCheckTimeout)
 	err = agent.Probe(pctx, cfg)
 	cancel()
-	var refused *agent.RefusedError
+	var refused *protocol.RefusedError
 	switch {
 	case errors.As(err, &refused):
 		c.ok("engine", "%s answers", logging.ShownURL(cfg.URL))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fluksio/fluksio-worker/agent"
 	"github.com/fluksio/fluksio-worker/agent/logging"
+	"github.com/fluksio/fluksio-worker/agent/protocol"
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
@@ -362,7 +363,7 @@ func checkEngine(ctx context.Context, cfg agent.Config, stdout, stderr io.Writer
 	ctx, cancel := context.WithTimeout(ctx, engineCheckTimeout)
 	defer cancel()
 	err := agent.Probe(ctx, cfg)
-	var refused *agent.RefusedError
+	var refused *protocol.RefusedError
 	switch {
 	case errors.As(err, &refused):
 		return fmt.Errorf("%w; nothing was installed (check the token, or skip this check with --check=false)", refused)

@@ -41,8 +41,10 @@ for py in "${pythons[@]}"; do
 done
 
 echo "== fuzz (10 s each)"
-for fuzzer in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' agent/*_test.go | cut -d' ' -f2); do
-  go test -run '^$' -fuzz "^${fuzzer}\$" -fuzztime 10s ./agent/
+for file in $(grep -rl --include='*_test.go' '^func Fuzz' agent platform installer); do
+  for fuzzer in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$file" | cut -d' ' -f2); do
+    go test -run '^$' -fuzz "^${fuzzer}\$" -fuzztime 10s "./$(dirname "$file")/"
+  done
 done
 
 echo "== go test -race"

@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/fluksio/fluksio-worker/agent/protocol"
 )
 
 // Options configure an Engine.
@@ -258,7 +260,7 @@ func (e *Engine) attach(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ws.SetReadDeadline(time.Time{})
-	if err := ws.WriteJSON(map[string]any{"op": "welcome", "name": hello.Name}); err != nil {
+	if err := ws.WriteJSON(map[string]any{"op": protocol.OpWelcome, "name": hello.Name}); err != nil {
 		ws.Close()
 		return
 	}

@@ -9,22 +9,14 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/fluksio/fluksio-worker/agent/protocol"
 )
 
-// Hello is a worker's first message.
+// Hello is a worker's first message as the engine got it: the protocol's
+// hello, and its bytes as they came.
 type Hello struct {
-	Op          string   `json:"op"`
-	Protocol    int      `json:"protocol"`
-	Name        string   `json:"name"`
-	Labels      []string `json:"labels"`
-	Python      string   `json:"python"`
-	MaxParallel int      `json:"max_parallel"`
-	VenvDigest  string   `json:"venv_digest"`
-	Inventory   struct {
-		CPUs  int  `json:"cpus"`
-		GPUs  int  `json:"gpus"`
-		RAMMB *int `json:"ram_mb"`
-	} `json:"inventory"`
+	protocol.Hello
 	Raw []byte `json:"-"`
 }
 
@@ -34,15 +26,7 @@ type Message struct {
 	CallID string
 	Event  string
 	OK     bool
-	Error  *Error
-}
-
-// Error is an error answer's error object.
-type Error struct {
-	Type      string `json:"type"`
-	Message   string `json:"message"`
-	Short     string `json:"short"`
-	Traceback string `json:"traceback"`
+	Error  *protocol.ErrorDetail
 }
 
 // IsAnswer reports whether the message ends its call.
@@ -53,10 +37,10 @@ func (m Message) Decode(v any) error { return json.Unmarshal(m.Raw, v) }
 
 func parse(raw []byte) (Message, error) {
 	var head struct {
-		CallID json.RawMessage `json:"call_id"`
-		Event  json.RawMessage `json:"event"`
-		OK     bool            `json:"ok"`
-		Error  *Error          `json:"error"`
+		CallID json.RawMessage       `json:"call_id"`
+		Event  json.RawMessage       `json:"event"`
+		OK     bool                  `json:"ok"`
+		Error  *protocol.ErrorDetail `json:"error"`
 	}
 	if err := json.Unmarshal(raw, &head); err != nil {
 		return Message{}, err
@@ -200,7 +184,7 @@ func (w *Worker) Run(req map[string]any) (*Call, error) {
 		return nil, fmt.Errorf("Run needs a string call_id")
 	}
 	if _, ok := req["op"]; !ok {
-		req["op"] = "run"
+		req["op"] = protocol.OpRun
 	}
 	c := w.Expect(id)
 	return c, w.Send(req)
@@ -218,7 +202,7 @@ func (w *Worker) Expect(id string) *Call {
 
 // Cancel sends a cancel for the call.
 func (w *Worker) Cancel(id string) error {
-	return w.Send(map[string]any{"op": "cancel", "call_id": id})
+	return w.Send(map[string]any{"op": protocol.OpCancel, "call_id": id})
 }
 
 // Stray returns the next frame that belonged to no registered call.
