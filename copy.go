@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/fluksio/fluksio-worker/agent/config"
 )
 
 // copyCommand copies this binary into a directory: the worker's image holds
@@ -28,22 +30,22 @@ a shared volume; the worker image has no shell to run cp with.
 		if errors.Is(err, flag.ErrHelp) {
 			// Asked for: on stdout, exit 0 (the manual and completions read it).
 			fmt.Fprint(stdout, usage)
-			return 0
+			return config.ExitOK
 		}
 		fmt.Fprintf(stderr, "fluksio-worker copy: %v\n\n%s", err, usage)
-		return 2
+		return config.ExitUsage
 	}
 	if fs.NArg() != 1 {
 		fmt.Fprint(stderr, usage)
-		return 2
+		return config.ExitUsage
 	}
 	dst, err := copySelf(fs.Arg(0))
 	if err != nil {
 		fmt.Fprintf(stderr, "fluksio-worker copy: %v\n", err)
-		return 1
+		return config.ExitFailed
 	}
 	fmt.Fprintf(stdout, "copied fluksio-worker %s to %s\n", version, dst)
-	return 0
+	return config.ExitOK
 }
 
 // copySelf writes the running executable to dir/fluksio-worker through a

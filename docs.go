@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/agent"
 	"github.com/fluksio/fluksio-worker/agent/clidoc"
+	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/installer"
 )
 
@@ -25,14 +25,14 @@ func cli(ctx context.Context) (clidoc.CLI, error) {
 		About:        about,
 		Examples:     quickStart,
 		TableCommand: "run",
-		Options:      agent.Options,
+		Options:      config.Options,
 	}
 	for _, s := range synopsis {
 		c.Synopsis = append(c.Synopsis, s[0])
 	}
 	for _, cmd := range commands() {
 		var help, errs bytes.Buffer
-		if code := cmd.run(ctx, []string{"--help"}, &help, &errs); code != agent.ExitOK || help.Len() == 0 {
+		if code := cmd.run(ctx, []string{"--help"}, &help, &errs); code != config.ExitOK || help.Len() == 0 {
 			return c, fmt.Errorf("'%s --help' exited %d, printing no help: %s", cmd.name, code, errs.String())
 		}
 		c.Commands = append(c.Commands, clidoc.Command{
@@ -61,11 +61,11 @@ func manualDate() time.Time {
 func completionCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 		writeCompletionUsage(stdout)
-		return agent.ExitOK
+		return config.ExitOK
 	}
 	if len(args) != 1 {
 		fmt.Fprintln(stderr, "fluksio-worker completion: name one shell: bash, zsh or fish (see 'fluksio-worker completion --help')")
-		return agent.ExitUsage
+		return config.ExitUsage
 	}
 	c, err := cli(ctx)
 	if err == nil {
@@ -73,9 +73,9 @@ func completionCommand(ctx context.Context, args []string, stdout, stderr io.Wri
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "fluksio-worker completion: %v\n", err)
-		return agent.ExitUsage
+		return config.ExitUsage
 	}
-	return agent.ExitOK
+	return config.ExitOK
 }
 
 func writeCompletionUsage(w io.Writer) {
@@ -98,7 +98,7 @@ Exit status: 0 printed, 2 no such shell.
 func manCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
 		fmt.Fprintln(stderr, "usage: fluksio-worker man > fluksio-worker.1")
-		return agent.ExitUsage
+		return config.ExitUsage
 	}
 	c, err := cli(ctx)
 	if err == nil {
@@ -106,9 +106,9 @@ func manCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "fluksio-worker man: %v\n", err)
-		return agent.ExitRefused
+		return config.ExitRefused
 	}
-	return agent.ExitOK
+	return config.ExitOK
 }
 
 // manualFiles are the files the manual explains, where Linux keeps them.

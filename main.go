@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/fluksio/fluksio-worker/agent"
+	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/installer"
 )
 
@@ -56,15 +57,15 @@ func main() {
 func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		usage(stderr)
-		return 2
+		return config.ExitUsage
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
 		usage(stdout)
-		return 0
+		return config.ExitOK
 	case "-version", "--version", "version":
 		fmt.Fprintf(stdout, "fluksio-worker %s\n", version)
-		return 0
+		return config.ExitOK
 	case "man":
 		// Not in the list: the release build runs it to write the manual
 		// page the packages carry (packaging/generate.sh).
@@ -82,7 +83,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	fmt.Fprintf(stderr, "fluksio-worker: unknown command %q\n\n", args[0])
 	usage(stderr)
-	return 2
+	return config.ExitUsage
 }
 
 // about opens --help and the manual's DESCRIPTION.

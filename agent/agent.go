@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
@@ -27,7 +28,7 @@ const (
 // the stop, drain and idle decisions. One Agent serves until it is told to
 // stop, is refused, drained or idle.
 type Agent struct {
-	cfg      Config
+	cfg      config.Config
 	log      *slog.Logger
 	python   string // absolute path of the interpreter
 	stateDir string
@@ -63,7 +64,7 @@ type Agent struct {
 }
 
 // New prepares an agent. python is the resolved interpreter.
-func New(cfg Config, log *slog.Logger, python, stateDir string) *Agent {
+func New(cfg config.Config, log *slog.Logger, python, stateDir string) *Agent {
 	a := &Agent{
 		cfg:      cfg,
 		log:      log,
@@ -141,7 +142,7 @@ func (a *Agent) Serve(ctx context.Context) error {
 			return a.finished()
 		}
 		var refused *protocol.RefusedError
-		var usage *UsageError
+		var usage *config.UsageError
 		if errors.As(err, &refused) {
 			a.metrics.Refused()
 		}
@@ -348,12 +349,8 @@ func (a *Agent) hello(ctx context.Context) protocol.Hello {
 		Python:      python,
 		MaxParallel: a.cfg.Parallel,
 		VenvDigest:  platform.VenvDigest(ctx, a.python),
-		Inventory:   platform.DetectInventory(a.cfg.overrides()),
+		Inventory:   platform.DetectInventory(a.cfg.Overrides()),
 	}
-}
-
-func (c Config) overrides() platform.Overrides {
-	return platform.Overrides{CPUs: c.CPUs, GPUs: c.GPUs, RAMMB: c.RAMMB}
 }
 
 // armIdle points the idle timer at the moment this worker becomes idle.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 )
@@ -41,7 +42,7 @@ const (
 // parameter (engines read it there) and as a bearer header. Its errors
 // never show the token: the URL is shown without its query, and what the
 // engine answered (a page that echoes the request URL) is scrubbed.
-func dialEngine(ctx context.Context, cfg Config) (*websocket.Conn, *batchConn, error) {
+func dialEngine(ctx context.Context, cfg config.Config) (*websocket.Conn, *batchConn, error) {
 	ws, raw, err := dial(ctx, cfg)
 	return ws, raw, scrubError(cfg.Token, err)
 }
@@ -61,15 +62,15 @@ func scrubError(token string, err error) error {
 	return r.Error(err)
 }
 
-func dial(ctx context.Context, cfg Config) (*websocket.Conn, *batchConn, error) {
+func dial(ctx context.Context, cfg config.Config) (*websocket.Conn, *batchConn, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil {
 		// Not the parser's error: it quotes the URL whole.
-		return nil, nil, usagef("--url %s is not a URL; e.g. wss://engine.example.com%s", logging.ShownURL(cfg.URL), AttachPath)
+		return nil, nil, config.Usagef("--url %s is not a URL; e.g. wss://engine.example.com%s", logging.ShownURL(cfg.URL), config.AttachPath)
 	}
 	tlsConfig, err := cfg.TLSConfig()
 	if err != nil {
-		return nil, nil, &UsageError{err}
+		return nil, nil, &config.UsageError{Err: err}
 	}
 	q := u.Query()
 	q.Set("token", cfg.Token)
@@ -102,7 +103,7 @@ func dial(ctx context.Context, cfg Config) (*websocket.Conn, *batchConn, error) 
 		if resp != nil {
 			return nil, nil, fmt.Errorf("connecting to %s: HTTP %s%s", shown, resp.Status, bodySnippet(resp))
 		}
-		return nil, nil, fmt.Errorf("connecting to %s: %w", shown, unknownAuthorityHint(err))
+		return nil, nil, fmt.Errorf("connecting to %s: %w", shown, config.ExplainTLSError(err))
 	}
 	// No message-size limit: answers of tens of MiB are normal.
 	ws.SetReadLimit(0)

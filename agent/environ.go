@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+
+	"github.com/fluksio/fluksio-worker/agent/config"
 )
 
 // runnerBaseEnv is the environment every runner starts from, before its
@@ -14,11 +16,11 @@ import (
 // nothing to node code, which gets the token only as
 // FLUKSIO_ARTIFACT_TOKEN. FLUKSIO_ARTIFACT_URL and FLUKSIO_ARTIFACT_TOKEN
 // are this worker's to set, whatever the environment held.
-func runnerBaseEnv(cfg Config, stateDir string, environ []string, getenv func(string) string, log *slog.Logger) []string {
+func runnerBaseEnv(cfg config.Config, stateDir string, environ []string, getenv func(string) string, log *slog.Logger) []string {
 	env := make([]string, 0, len(environ)+5)
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, EnvPrefix) || name == "FLUKSIO_ARTIFACT_URL" || name == "FLUKSIO_ARTIFACT_TOKEN" {
+		if strings.HasPrefix(name, config.EnvPrefix) || name == "FLUKSIO_ARTIFACT_URL" || name == "FLUKSIO_ARTIFACT_TOKEN" {
 			continue
 		}
 		env = append(env, kv)
@@ -29,7 +31,7 @@ func runnerBaseEnv(cfg Config, stateDir string, environ []string, getenv func(st
 	if getenv("FLUKSIO_ARTIFACT_CACHE") == "" {
 		// Loaded artifacts are cached where this worker can surely write
 		// (a service may not write its account's home), not in ~/.cache,
-		// in the directory ResolveStateDir made private.
+		// in the directory config.ResolveStateDir made private.
 		env = append(env, "FLUKSIO_ARTIFACT_CACHE="+filepath.Join(stateDir, "artifacts"))
 	}
 	if cfg.CAFile != "" {

@@ -11,6 +11,7 @@ import (
 	"testing/iotest"
 	"unicode/utf8"
 
+	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 )
 
@@ -136,13 +137,13 @@ func TestLineReaderBufferBoundaries(t *testing.T) {
 		input.WriteString(l + "\n")
 		want = append(want, ok(l))
 	}
-	runLines(t, input.String(), DefaultMaxLine, want)
+	runLines(t, input.String(), config.DefaultMaxLine, want)
 }
 
 func TestLineReaderLinesOfSeveralMiB(t *testing.T) {
 	big := fill(5<<20+123, 'x')
 	bigger := fill(9<<20, 'y')
-	runLines(t, "before\n"+big+"\n"+bigger+"\nafter\n", DefaultMaxLine, []lineResult{ok("before"), ok(big), ok(bigger), ok("after")})
+	runLines(t, "before\n"+big+"\n"+bigger+"\nafter\n", config.DefaultMaxLine, []lineResult{ok("before"), ok(big), ok(bigger), ok("after")})
 }
 
 func TestLineReaderFinalLineWithoutNewline(t *testing.T) {
@@ -160,7 +161,7 @@ func TestLineReaderFinalLineWithoutNewline(t *testing.T) {
 		{"a\n" + big, []lineResult{ok("a"), ok(big)}},
 	}
 	for _, tt := range tests {
-		runLines(t, tt.input, DefaultMaxLine, tt.want)
+		runLines(t, tt.input, config.DefaultMaxLine, tt.want)
 	}
 }
 
@@ -204,7 +205,7 @@ func TestLineReaderBoundIsExact(t *testing.T) {
 }
 
 func TestLineReaderCRLF(t *testing.T) {
-	lr := newLineReader(strings.NewReader("{\"event\":\"log\"}\r\nnot json\r\n{\"ok\":true}\r\n"), DefaultMaxLine)
+	lr := newLineReader(strings.NewReader("{\"event\":\"log\"}\r\nnot json\r\n{\"ok\":true}\r\n"), config.DefaultMaxLine)
 	var kinds []protocol.LineKind
 	var frames []string
 	for {

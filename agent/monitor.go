@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
@@ -116,7 +117,7 @@ func (a *Agent) detached() {
 func (a *Agent) ListenMonitoring() (*metrics.Server, error) {
 	srv, err := metrics.Listen(a.cfg.Listen, a.metrics, a.Health)
 	if err != nil {
-		return nil, &UsageError{err}
+		return nil, &config.UsageError{Err: err}
 	}
 	a.status.Update(func(s *Status) { s.Listen = srv.Addr() })
 	return srv, nil

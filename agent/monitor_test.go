@@ -7,12 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 )
 
 func monitoredAgent(t *testing.T) *Agent {
 	t.Helper()
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.URL = "wss://engine.example.com/api/v1/workers/attach?token=s3cret-tok"
 	cfg.Token = "s3cret-tok"
 	cfg.HealthGrace = time.Minute

@@ -32,6 +32,8 @@ import (
 	"slices"
 	"syscall"
 	"time"
+
+	"github.com/fluksio/fluksio-worker/agent/config"
 )
 
 // msgReloading declines calls that arrive while a reload waits.
@@ -43,11 +45,6 @@ const msgReloadTimeout = "the worker is reloading and --reload-timeout ran out"
 
 // ErrReload is what Serve returns when the worker is to re-execute itself.
 var ErrReload = errors.New("reload")
-
-// ExitReloadFailed is `run`'s exit status when a reload could not
-// re-execute the binary (say, it was removed). Not 1: a service manager
-// must restart it (systemd's RestartPreventExitStatus=1 is for refusals).
-const ExitReloadFailed = 3
 
 // Reload asks for a graceful reload; asking again while one waits does
 // nothing more.
@@ -191,7 +188,7 @@ func Executable() (string, error) {
 func (a *Agent) reexec(exe string, exeErr error, reloading func()) int {
 	if exeErr != nil {
 		a.log.Error("cannot reload", "error", exeErr)
-		return ExitReloadFailed
+		return config.ExitReloadFailed
 	}
 	a.log.Info("reloading: executing the binary on disk", "path", exe)
 	a.status.Update(func(s *Status) { s.State = "reloading"; s.Reload = nil })
@@ -207,7 +204,7 @@ func (a *Agent) reexec(exe string, exeErr error, reloading func()) int {
 		"path", exe, "error", err)
 	a.status.Update(func(s *Status) { s.State = "stopped"; s.LastError = "reload: " + err.Error() })
 	a.status.Flush()
-	return ExitReloadFailed
+	return config.ExitReloadFailed
 }
 
 // logReloadRequest says what a SIGHUP does in the worker's current state.

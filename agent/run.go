@@ -9,12 +9,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/gorilla/websocket"
 
+	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 	"github.com/fluksio/fluksio-worker/platform"
@@ -23,32 +23,25 @@ import (
 // Version is the binary's version, set by main.
 var Version = "dev"
 
-// Exit codes of `run`.
-const (
-	ExitOK      = 0 // stopped, drained or idle
-	ExitRefused = 1 // the engine refused this worker, or it failed
-	ExitUsage   = 2 // a usage or configuration error
-)
-
 // RunCommand is `fluksio-worker run`: attach and serve in the foreground
 // until stopped (SIGTERM/SIGINT), drained (SIGQUIT), idle (--max-idle) or
 // refused. SIGHUP reloads: it re-executes this binary in place once the
 // running calls finish (reload.go).
 func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cfg, err := Load(args, os.Getenv)
+	cfg, err := config.Load(args, os.Getenv)
 	if err == nil {
 		err = cfg.Resolve()
 	}
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		WriteRunUsage(stdout)
-		return ExitOK
-	case errors.Is(err, ErrVersion):
+		return config.ExitOK
+	case errors.Is(err, config.ErrVersion):
 		fmt.Fprintf(stdout, "fluksio-worker %s\n", Version)
-		return ExitOK
+		return config.ExitOK
 	case err != nil:
 		fmt.Fprintf(stderr, "fluksio-worker: %s\n", logging.NewRedactor(cfg.Token).Scrub(err.Error()))
-		return ExitUsage
+		return config.ExitUsage
 	}
 	log := logging.NewLogger(stderr, cfg.LogFormat, cfg.LogLevel, cfg.Token)
 	for _, w := range cfg.Warnings {
@@ -58,12 +51,12 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	python, pyVersion, err := platform.FindPython(ctx, cfg.Python)
 	if err != nil {
 		log.Error("cannot run node code: " + err.Error())
-		return ExitUsage
+		return config.ExitUsage
 	}
-	stateDir, err := ResolveStateDir(cfg, os.Getenv)
+	stateDir, err := config.ResolveStateDir(cfg, os.Getenv)
 	if err != nil {
 		log.Error(err.Error())
-		return ExitUsage
+		return config.ExitUsage
 	}
 	// Resolved now: after an upgrade replaced the file, the path is what
 	// a reload executes.
@@ -77,7 +70,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		srv, err := a.ListenMonitoring()
 		if err != nil {
 			log.Error(err.Error())
-			return ExitUsage
+			return config.ExitUsage
 		}
 		defer srv.Close()
 		log.Info("serving /metrics and /healthz", "listen", srv.Addr())
@@ -133,7 +126,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 				case <-served:
 				case <-time.After(time.Second):
 				}
-				return ExitOK
+				return config.ExitOK
 			}
 		}
 	}
@@ -141,19 +134,19 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 
 func exitCode(log interface{ Error(string, ...any) }, err error) int {
 	var refused *protocol.RefusedError
-	var usage *UsageError
+	var usage *config.UsageError
 	switch {
 	case err == nil:
-		return ExitOK
+		return config.ExitOK
 	case errors.As(err, &refused):
 		log.Error(refused.Error() + "; not retrying (a new token or an engine-side change is needed)")
-		return ExitRefused
+		return config.ExitRefused
 	case errors.As(err, &usage):
 		log.Error(err.Error())
-		return ExitUsage
+		return config.ExitUsage
 	default:
 		log.Error(err.Error())
-		return ExitRefused
+		return config.ExitRefused
 	}
 }
 
@@ -178,19 +171,16 @@ Every option can also be set as the environment variable shown, or as a key
 of the same name in the --config file; flags win over variables, variables
 over the file.
 
-Options:
+config.Options:
   --config PATH  [FLUKSIO_WORKER_CONFIG]
         read settings from a TOML file: url = "wss://...", labels = ["gpu"]
 `)
-	for _, o := range Options {
-		head := "  --" + o.Name + " " + o.Arg
+	for _, o := range config.Options {
+		head := "--" + o.Name + " " + o.Arg
 		if o.Env() != "" {
 			head += "  [" + o.Env() + "]"
 		}
-		fmt.Fprintln(w, head)
-		for _, line := range wrap(o.Help, 70) {
-			fmt.Fprintln(w, "        "+line)
-		}
+		config.WriteOption(w, head, o.Help)
 	}
 	fmt.Fprint(w, `  --version
         print the version
@@ -206,34 +196,17 @@ the engine; 2 bad usage; 3 a reload could not execute the binary.
 `)
 }
 
-// wrap breaks text into lines of at most width characters, at spaces.
-func wrap(text string, width int) []string {
-	var lines []string
-	line := ""
-	for _, word := range strings.Fields(text) {
-		if line != "" && len(line)+1+len(word) > width {
-			lines = append(lines, line)
-			line = ""
-		}
-		if line != "" {
-			line += " "
-		}
-		line += word
-	}
-	return append(lines, line)
-}
-
 // InventoryCommand is `fluksio-worker inventory`: what this machine would
 // advertise in hello, as JSON.
 func InventoryCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cfg, err := Load(args, os.Getenv)
+	cfg, err := config.Load(args, os.Getenv)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		fmt.Fprintln(stdout, "Usage: fluksio-worker inventory [--cpus N] [--gpus N] [--ram-mb MB] [--labels A,B] [--python P] [--config PATH]\n\nPrints what this worker would tell the engine it holds, as JSON.")
-		return ExitOK
+		return config.ExitOK
 	case err != nil:
 		fmt.Fprintf(stderr, "fluksio-worker: %v\n", err)
-		return ExitUsage
+		return config.ExitUsage
 	}
 	a := &Agent{cfg: cfg}
 	if python, _, err := platform.FindPython(ctx, cfg.Python); err == nil {
@@ -254,13 +227,13 @@ func InventoryCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 		protocol.Hello
 		Containment string `json:"containment"`
 	}{hello, mode})
-	return ExitOK
+	return config.ExitOK
 }
 
 // Probe dials the engine, says hello and waits for the welcome, then
 // closes: the check `install` and `check` make. The error wraps a
 // *protocol.RefusedError when the engine said no.
-func Probe(ctx context.Context, cfg Config) error {
+func Probe(ctx context.Context, cfg config.Config) error {
 	a := &Agent{cfg: cfg}
 	if python, _, err := platform.FindPython(ctx, cfg.Python); err == nil {
 		a.python = python

@@ -13,8 +13,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
+
+	"github.com/fluksio/fluksio-worker/agent/config"
 )
 
 // embeddedRuntime is the runner each call's Python process executes unless
@@ -42,7 +43,7 @@ type Runtime struct {
 // "embedded" writes the built-in runner to the state directory (once per
 // content hash); "auto" first asks the engine for its runner and caches
 // what it serves, falling back to the built-in one.
-func EnsureRuntime(ctx context.Context, cfg Config, stateDir string, log *slog.Logger) (Runtime, error) {
+func EnsureRuntime(ctx context.Context, cfg config.Config, stateDir string, log *slog.Logger) (Runtime, error) {
 	switch cfg.Runtime {
 	case "", "auto":
 		body, err := fetchRuntime(ctx, cfg)
@@ -64,45 +65,16 @@ func EnsureRuntime(ctx context.Context, cfg Config, stateDir string, log *slog.L
 				return Runtime{Path: path, Hash: hex.EncodeToString(sum[:]), Source: "file"}, nil
 			}
 		}
-		return Runtime{}, &UsageError{fmt.Errorf("--runtime %s: %w (use auto, embedded or a readable file)", cfg.Runtime, err)}
+		return Runtime{}, &config.UsageError{Err: fmt.Errorf("--runtime %s: %w (use auto, embedded or a readable file)", cfg.Runtime, err)}
 	}
 }
 
 var errNoServedRuntime = errors.New("the engine serves no runner")
 
-// HTTPBase is the engine's HTTP address beside the socket, the way the
-// protocol derives the artifact URL: ws->http, wss->https, and the tail
-// /workers/attach replaced by the endpoint asked for.
-func HTTPBase(socketURL, endpoint string) string {
-	base := socketURL
-	if i := strings.IndexByte(base, '?'); i >= 0 {
-		base = base[:i]
-	}
-	switch {
-	case strings.HasPrefix(base, "wss://"):
-		base = "https://" + base[len("wss://"):]
-	case strings.HasPrefix(base, "ws://"):
-		base = "http://" + base[len("ws://"):]
-	}
-	if i := strings.LastIndex(base, "/workers/attach"); i >= 0 {
-		base = base[:i]
-	}
-	return base + endpoint
-}
-
-// ArtifactBase is where node code saves and loads artifacts
-// (FLUKSIO_ARTIFACT_URL): --artifact-url, else derived from --url.
-func (c Config) ArtifactBase() string {
-	if c.ArtifactURL != "" {
-		return c.ArtifactURL
-	}
-	return HTTPBase(c.URL, "/artifacts")
-}
-
-func fetchRuntime(ctx context.Context, cfg Config) ([]byte, error) {
+func fetchRuntime(ctx context.Context, cfg config.Config) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, runtimeFetchTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, HTTPBase(cfg.URL, "/workers/runtime"), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, config.HTTPBase(cfg.URL, "/workers/runtime"), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -119,7 +91,7 @@ func fetchRuntime(ctx context.Context, cfg Config) ([]byte, error) {
 	if err != nil {
 		// A *url.Error quotes the URL, which carries no token here, but the
 		// text is scrubbed all the same where it is logged.
-		return nil, unknownAuthorityHint(err)
+		return nil, config.ExplainTLSError(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusNotFound {
@@ -150,9 +122,9 @@ func cacheRuntime(stateDir string, content []byte, source string) (Runtime, erro
 	path := filepath.Join(dir, hash+".py")
 	rt := Runtime{Path: path, Hash: hash, Source: source}
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
-		return rt, usagef("cannot create the state directory %s: %v (set --state-dir to a writable directory)", stateDir, err)
+		return rt, config.Usagef("cannot create the state directory %s: %v (set --state-dir to a writable directory)", stateDir, err)
 	}
-	if err := privateSubdir(dir); err != nil {
+	if err := config.PrivateSubdir(dir); err != nil {
 		return rt, err
 	}
 	if cachedRuntimeOK(path, content) {
@@ -171,7 +143,7 @@ func cachedRuntimeOK(path string, content []byte) bool {
 	if err != nil || !st.Mode().IsRegular() || st.Size() != int64(len(content)) || st.Mode().Perm()&0o022 != 0 {
 		return false
 	}
-	if owner, ok := fileOwner(st); ok && owner != os.Geteuid() {
+	if owner, ok := config.FileOwner(st); ok && owner != os.Geteuid() {
 		return false
 	}
 	have, err := os.ReadFile(path)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -14,42 +15,13 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fluksio/fluksio-worker/agent/config"
 )
-
-func TestHTTPBase(t *testing.T) {
-	tests := []struct{ url, endpoint, want string }{
-		{"wss://h/api/v1/workers/attach", "/artifacts", "https://h/api/v1/artifacts"},
-		{"ws://h:8080/api/v1/workers/attach", "/artifacts", "http://h:8080/api/v1/artifacts"},
-		{"wss://h/api/v1/workers/attach?token=s3cret&pool=a", "/artifacts", "https://h/api/v1/artifacts"},
-		{"wss://h/api/v1/workers/attach", "/workers/runtime", "https://h/api/v1/workers/runtime"},
-		{"wss://h/fluksio/api/v1/workers/attach/", "/artifacts", "https://h/fluksio/api/v1/artifacts"},
-		{"wss://h/custom", "/artifacts", "https://h/custom/artifacts"},
-	}
-	for _, tt := range tests {
-		if got := HTTPBase(tt.url, tt.endpoint); got != tt.want {
-			t.Errorf("HTTPBase(%q, %q) = %q, want %q", tt.url, tt.endpoint, got, tt.want)
-		}
-	}
-}
-
-func TestArtifactBase(t *testing.T) {
-	cfg := Config{URL: "wss://h/api/v1/workers/attach"}
-	if got := cfg.ArtifactBase(); got != "https://h/api/v1/artifacts" {
-		t.Errorf("derived artifact URL = %q", got)
-	}
-	cfg.URL = "wss://h/api/v1/workers/attach?token=s3cret"
-	if got := cfg.ArtifactBase(); got != "https://h/api/v1/artifacts" {
-		t.Errorf("derived artifact URL with a query = %q (the token must not travel in it)", got)
-	}
-	cfg.ArtifactURL = "https://store.example.com/a"
-	if got := cfg.ArtifactBase(); got != "https://store.example.com/a" {
-		t.Errorf("--artifact-url ignored: %q", got)
-	}
-}
 
 // The runner's environment carries the artifact endpoint and the token.
 func TestRunnerEnvironmentHasArtifactEndpoint(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.URL = "wss://h/api/v1/workers/attach"
 	cfg.Token = "tok-1"
 	a := New(cfg, slog.New(slog.DiscardHandler), "/usr/bin/python3", t.TempDir())
@@ -78,7 +50,7 @@ func sha(b []byte) string {
 
 // engineServing is an engine that serves GET /api/v1/workers/runtime as
 // handler says, counting requests.
-func engineServing(t *testing.T, handler http.HandlerFunc) (Config, *atomic.Int32) {
+func engineServing(t *testing.T, handler http.HandlerFunc) (config.Config, *atomic.Int32) {
 	t.Helper()
 	var hits atomic.Int32
 	mux := http.NewServeMux()
@@ -92,7 +64,7 @@ func engineServing(t *testing.T, handler http.HandlerFunc) (Config, *atomic.Int3
 	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.URL = "ws" + strings.TrimPrefix(srv.URL, "http") + "/api/v1/workers/attach?pool=x"
 	cfg.Token = "tok-1"
 	return cfg, &hits
@@ -182,7 +154,7 @@ func TestEnsureRuntimeAutoWithEngineUnreachable(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	addr := srv.Listener.Addr().String()
 	srv.Close()
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.URL = "ws://" + addr + "/api/v1/workers/attach"
 	cfg.Token = "tok-1"
 	log, logged := captureLog()
@@ -218,7 +190,7 @@ func TestEnsureRuntimeFile(t *testing.T) {
 	if err := os.WriteFile(script, content, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Runtime = script
 	rt, err := EnsureRuntime(context.Background(), cfg, t.TempDir(), slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -230,7 +202,10 @@ func TestEnsureRuntimeFile(t *testing.T) {
 
 	cfg.Runtime = filepath.Join(dir, "missing.py")
 	_, err = EnsureRuntime(context.Background(), cfg, t.TempDir(), slog.New(slog.DiscardHandler))
-	wantUsageError(t, err, "--runtime", "missing.py", "auto, embedded")
+	var usage *config.UsageError
+	if !errors.As(err, &usage) || !strings.Contains(err.Error(), "--runtime") || !strings.Contains(err.Error(), "missing.py") || !strings.Contains(err.Error(), "auto, embedded") {
+		t.Errorf("error = %v (%T), want a usage error naming --runtime, missing.py and auto, embedded", err, err)
+	}
 }
 
 func TestCacheRuntimeWritesOncePerContent(t *testing.T) {
@@ -312,37 +287,10 @@ func TestCacheRuntimeUnwritableStateDir(t *testing.T) {
 		t.Errorf("cacheRuntime in an unwritable state dir: %v; want an error saying to set --state-dir", err)
 	}
 
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Runtime = "embedded"
 	_, err = EnsureRuntime(context.Background(), cfg, notDir, slog.New(slog.DiscardHandler))
 	if err == nil || !strings.Contains(err.Error(), "--state-dir") {
 		t.Errorf("EnsureRuntime in an unwritable state dir: %v; want an error saying to set --state-dir", err)
-	}
-}
-
-func TestResolveStateDir(t *testing.T) {
-	base := t.TempDir()
-	cfg := DefaultConfig()
-	cfg.StateDir = filepath.Join(base, "flag", "state")
-	dir, err := ResolveStateDir(cfg, envMap(map[string]string{"STATE_DIRECTORY": filepath.Join(base, "systemd")}))
-	if err != nil || dir != cfg.StateDir {
-		t.Errorf("--state-dir: %q, %v", dir, err)
-	}
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		t.Errorf("the state directory was not created: %v", err)
-	}
-
-	cfg.StateDir = ""
-	systemd := filepath.Join(base, "systemd")
-	dir, err = ResolveStateDir(cfg, envMap(map[string]string{"STATE_DIRECTORY": systemd + ":" + filepath.Join(base, "other")}))
-	if err != nil || dir != systemd {
-		t.Errorf("$STATE_DIRECTORY: %q, %v; want its first entry %q", dir, err, systemd)
-	}
-
-	notDir := filepath.Join(base, "file")
-	os.WriteFile(notDir, nil, 0o644)
-	cfg.StateDir = filepath.Join(notDir, "state")
-	if _, err := ResolveStateDir(cfg, envMap(nil)); err == nil || !strings.Contains(err.Error(), "--state-dir") {
-		t.Errorf("unusable state dir: %v; want an error saying to set --state-dir", err)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/platform"
@@ -51,14 +52,14 @@ func SelftestCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			writeSelftestUsage(stdout)
-			return ExitOK
+			return config.ExitOK
 		}
 		fmt.Fprintf(stderr, "fluksio-worker selftest: %v (see 'fluksio-worker selftest --help')\n", err)
-		return ExitUsage
+		return config.ExitUsage
 	}
 	if fs.NArg() > 0 || *steps < 1 {
 		fmt.Fprintln(stderr, "fluksio-worker selftest: takes only --python P, --steps N (>= 1) and --verbose")
-		return ExitUsage
+		return config.ExitUsage
 	}
 	// SIGTERM (a CI runner's timeout, systemd) ends the self-test as SIGINT
 	// does, through the cleanup below: its engine, worker and temporary
@@ -87,10 +88,10 @@ func SelftestCommand(ctx context.Context, args []string, stdout, stderr io.Write
 		if !*verbose && agentLog.Len() > 0 {
 			fmt.Fprintf(stderr, "\nThe worker's log:\n%s", logging.LastLines(agentLog.String(), 60)+"\n")
 		}
-		return ExitRefused
+		return config.ExitRefused
 	}
 	st.report()
-	return ExitOK
+	return config.ExitOK
 }
 
 func writeSelftestUsage(w io.Writer) {
@@ -102,7 +103,7 @@ example node (a small training loop) through the embedded runtime on the
 chosen Python: compile, a generator node whose metrics stream live, and an
 artifact saved and loaded back. Exits 0 only if all of it worked.
 
-Options:
+config.Options:
   --python P   the interpreter nodes will run on (default: python3 on PATH)
   --steps N    training steps of the example (default 5)
   --verbose    show the worker's own log as it runs
@@ -147,7 +148,7 @@ func (st *selftest) run(ctx context.Context, python, token string, log *slog.Log
 	}
 	defer eng.Close()
 
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.URL = eng.AttachURL()
 	cfg.Token = token
 	cfg.Name = "selftest"

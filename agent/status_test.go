@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 )
 
@@ -199,7 +200,7 @@ func TestReadStatusErrors(t *testing.T) {
 // token must never be in it, even when it came in the URL.
 func TestStatusFileHasNoToken(t *testing.T) {
 	dir := t.TempDir()
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.URL = "wss://e/api/v1/workers/attach?token=tok-in-url"
 	cfg.Token = "tok-in-url"
 	a := New(cfg, slog.New(slog.DiscardHandler), "/usr/bin/python3", dir)

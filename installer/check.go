@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/fluksio/fluksio-worker/agent"
+	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 	"github.com/fluksio/fluksio-worker/platform"
@@ -47,7 +48,7 @@ func check(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 	configPath := fs.String("config", "", "")
 	userService := fs.Bool("user-service", false, "")
 	var runArgs []string
-	for _, o := range agent.Options {
+	for _, o := range config.Options {
 		name := o.Name
 		fs.Func(name, "", func(v string) error {
 			runArgs = append(runArgs, "--"+name+"="+v)
@@ -83,7 +84,7 @@ func check(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 	if *configPath != "" {
 		runArgs = append([]string{"--config", *configPath}, runArgs...)
 	}
-	cfg, err := agent.Load(runArgs, getenv)
+	cfg, err := config.Load(runArgs, getenv)
 	if err == nil {
 		err = cfg.Resolve()
 	}
@@ -93,7 +94,7 @@ func check(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 		}
 		c.fail("config", errors.New(logging.NewRedactor(cfg.Token).Scrub(err.Error())))
 		fmt.Fprintln(stdout, "Fix the config first; the other checks need it.")
-		return exitFailed
+		return config.ExitFailed
 	}
 	c.ok("config", "engine %s, labels [%s], %d at a time", logging.ShownURL(cfg.URL), strings.Join(cfg.Labels, ","), cfg.Parallel)
 	for _, w := range cfg.Warnings {
@@ -141,10 +142,10 @@ func check(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 	}
 
 	if c.failed {
-		return exitFailed
+		return config.ExitFailed
 	}
 	fmt.Fprintln(stdout, "All good.")
-	return exitOK
+	return config.ExitOK
 }
 
 // checkServiceAccount checks that the account the service runs as can run
@@ -172,7 +173,7 @@ func checkServiceAccount(ctx context.Context, c *checklist, l Layout, python str
 
 // checkRuntime fetches or extracts the runner script the way `run` would,
 // into a scratch directory, so the check leaves the service's state alone.
-func checkRuntime(ctx context.Context, c *checklist, cfg agent.Config) {
+func checkRuntime(ctx context.Context, c *checklist, cfg config.Config) {
 	scratch, err := os.MkdirTemp("", "fluksio-worker-check-")
 	if err != nil {
 		c.fail("runtime", err)
@@ -220,9 +221,9 @@ It changes nothing here: the engine sees a hello and a goodbye.
 
 Options:
 `)
-	writeOption(w, "--config FILE", "check the worker this config describes, instead of the installed service's")
-	writeOption(w, "--user-service", userServiceHelp)
-	writeOption(w, "--url, --token-file, … ", "any option of 'fluksio-worker run', to check a worker that is not installed, or to try a change before installing it")
+	config.WriteOption(w, "--config FILE", "check the worker this config describes, instead of the installed service's")
+	config.WriteOption(w, "--user-service", userServiceHelp)
+	config.WriteOption(w, "--url, --token-file, … ", "any option of 'fluksio-worker run', to check a worker that is not installed, or to try a change before installing it")
 	fmt.Fprint(w, `
 Exit status: 0 all good, 1 an item failed, 2 bad options.
 `)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
-	"github.com/fluksio/fluksio-worker/agent"
+	"github.com/fluksio/fluksio-worker/agent/config"
 )
 
 // configHeader opens every config install writes. Comments a person adds
@@ -37,7 +37,7 @@ const (
 // readConfig returns the keys of an existing config, or none if there is no
 // file yet.
 func readConfig(path string) (map[string]any, error) {
-	values, err := agent.ReadFile(path)
+	values, err := config.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return map[string]any{}, nil
 	}
@@ -60,7 +60,7 @@ func encodeConfig(values map[string]any) ([]byte, error) {
 // loadConfig checks the keys the way `run --config` will read them, through
 // the agent's own loader, and returns what the service will run with. Only
 // these keys count: not the installer's environment.
-func loadConfig(values map[string]any) (agent.Config, error) {
+func loadConfig(values map[string]any) (config.Config, error) {
 	keys := make([]string, 0, len(values))
 	for k := range values {
 		keys = append(keys, k)
@@ -68,18 +68,18 @@ func loadConfig(values map[string]any) (agent.Config, error) {
 	sort.Strings(keys)
 	var args []string
 	for _, k := range keys {
-		o, ok := agent.OptionByName(k)
+		o, ok := config.OptionByName(k)
 		if !ok {
-			return agent.Config{}, fmt.Errorf("unknown config key %q (known keys are the long options of 'fluksio-worker run --help')", k)
+			return config.Config{}, fmt.Errorf("unknown config key %q (known keys are the long options of 'fluksio-worker run --help')", k)
 		}
-		text, err := agent.ValueText(values[k])
+		text, err := config.ValueText(values[k])
 		if err != nil {
-			return agent.Config{}, fmt.Errorf("config key %s: %w", k, err)
+			return config.Config{}, fmt.Errorf("config key %s: %w", k, err)
 		}
 		args = append(args, "--"+o.Name+"="+text)
 	}
 	noEnv := func(string) string { return "" }
-	cfg, err := agent.Load(args, noEnv)
+	cfg, err := config.Load(args, noEnv)
 	if err != nil {
 		return cfg, err
 	}
@@ -91,7 +91,7 @@ func loadConfig(values map[string]any) (agent.Config, error) {
 // rest as text. `run` reads all of them back the same way.
 func flagValue(name, text string) any {
 	if name == "labels" {
-		return agent.SplitLabels(text)
+		return config.SplitLabels(text)
 	}
 	if n, err := strconv.ParseInt(text, 10, 64); err == nil && name != "name" && name != "token" {
 		return n

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/fluksio/fluksio-worker/agent"
+	"github.com/fluksio/fluksio-worker/agent/config"
 )
 
 func TestWriteConfigProtectsTheFile(t *testing.T) {
@@ -123,7 +123,7 @@ func TestLoadConfigReadsWhatRunReads(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "config.toml")
 	os.WriteFile(path, data, 0o600)
-	want, err := agent.Load([]string{"--config", path}, func(string) string { return "" })
+	want, err := config.Load([]string{"--config", path}, func(string) string { return "" })
 	if err == nil {
 		err = want.Resolve()
 	}

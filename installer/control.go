@@ -4,6 +4,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+
+	"github.com/fluksio/fluksio-worker/agent/config"
 )
 
 // control runs start, stop or restart: one service-manager verb on the
@@ -16,7 +18,7 @@ func control(h host, name string, args []string, stdout, stderr io.Writer, help 
 	}
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "fluksio-worker %s: %v\n", name, err)
-		return exitFailed
+		return config.ExitFailed
 	}
 	l, err := installedLayout(h, fs, *userService)
 	if err != nil {
@@ -24,7 +26,7 @@ func control(h host, name string, args []string, stdout, stderr io.Writer, help 
 	}
 	if !exists(l.UnitPath) {
 		fmt.Fprintf(stderr, "fluksio-worker %s: the worker is not installed as a service here (no %s); see 'fluksio-worker install --help'\n", name, l.UnitPath)
-		return exitNotInstalled
+		return config.ExitNotInstalled
 	}
 	if err := h.needRoot(l, name+"ing"); err != nil {
 		return fail(err)
@@ -37,13 +39,13 @@ func control(h host, name string, args []string, stdout, stderr io.Writer, help 
 		return fail(err)
 	}
 	fmt.Fprintf(stdout, "%s the %s. See: fluksio-worker status%s\n", done, l.Kind(), userServiceArg(l))
-	return exitOK
+	return config.ExitOK
 }
 
 // writeControlUsage is the help of start, stop and restart.
 func writeControlUsage(name, what string) func(io.Writer) {
 	return func(w io.Writer) {
 		fmt.Fprintf(w, "Usage: sudo fluksio-worker %s [--user-service]\n\n%s\n\nOptions:\n", name, what)
-		writeOption(w, "--user-service", userServiceHelp)
+		config.WriteOption(w, "--user-service", userServiceHelp)
 	}
 }

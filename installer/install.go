@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent"
+	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 	"github.com/fluksio/fluksio-worker/platform"
@@ -54,7 +55,7 @@ const attachWait = 20 * time.Second
 func parseInstall(args []string) (installRequest, error) {
 	req := installRequest{given: map[string]string{}}
 	fs := flag.NewFlagSet("install", flag.ContinueOnError)
-	for _, o := range agent.Options {
+	for _, o := range config.Options {
 		name := o.Name
 		fs.Func(name, "", func(v string) error {
 			if _, seen := req.given[name]; !seen {
@@ -93,7 +94,7 @@ func parseInstall(args []string) (installRequest, error) {
 		case "url":
 			_, _, err = completeURL(v)
 		default:
-			o, _ := agent.OptionByName(name)
+			o, _ := config.OptionByName(name)
 			if err = o.Check(v); err != nil {
 				err = fmt.Errorf("--%s %q: %w", name, v, err)
 			}
@@ -112,11 +113,11 @@ func install(ctx context.Context, h host, args []string, stdout, stderr io.Write
 	}
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "fluksio-worker install: %v\n", err)
-		var usage *agent.UsageError
+		var usage *config.UsageError
 		if errors.As(err, &usage) {
-			return exitUsage
+			return config.ExitUsage
 		}
-		return exitFailed
+		return config.ExitFailed
 	}
 	l, err := h.layout(req.userService)
 	if err != nil {
@@ -228,7 +229,7 @@ func install(ctx context.Context, h host, args []string, stdout, stderr io.Write
 		default:
 			fmt.Fprintln(stdout, "Not started (--no-start). Start it with: fluksio-worker start"+userServiceArg(l))
 		}
-		return exitOK
+		return config.ExitOK
 	}
 	started := time.Now()
 	// systemd's restart also starts a stopped unit; Install left a launchd
@@ -256,11 +257,11 @@ func install(ctx context.Context, h host, args []string, stdout, stderr io.Write
 		fmt.Fprintf(stdout, "\nThe worker reloads once its running calls finish; watch 'fluksio-worker status%s'.\n", userServiceArg(l))
 	case state != Running:
 		fmt.Fprintf(stderr, "fluksio-worker install: the service is installed but not running; see %s\n", l.LogHint())
-		return exitFailed
+		return config.ExitFailed
 	case stErr != nil || st.State != "attached":
 		fmt.Fprintf(stderr, "fluksio-worker install: the service runs but has not attached yet; watch 'fluksio-worker status%s' and %s\n", userServiceArg(l), l.LogHint())
 	}
-	return exitOK
+	return config.ExitOK
 }
 
 // installSettings builds the config's keys: those of the existing config,
@@ -278,7 +279,7 @@ func installSettings(ctx context.Context, h host, l Layout, req installRequest) 
 		case "url":
 			endpoint, warning, err := completeURL(v)
 			if err != nil {
-				return nil, nil, &agent.UsageError{Err: err}
+				return nil, nil, &config.UsageError{Err: err}
 			}
 			if warning != "" {
 				warnings = append(warnings, warning)
@@ -298,7 +299,7 @@ func installSettings(ctx context.Context, h host, l Layout, req installRequest) 
 			// relative path against its own directory: keep the one meant.
 			abs, err := filepath.Abs(v)
 			if err != nil {
-				return nil, nil, &agent.UsageError{Err: fmt.Errorf("--%s %s: %w", name, v, err)}
+				return nil, nil, &config.UsageError{Err: fmt.Errorf("--%s %s: %w", name, v, err)}
 			}
 			values[name] = abs
 		default:
@@ -306,12 +307,12 @@ func installSettings(ctx context.Context, h host, l Layout, req installRequest) 
 		}
 	}
 	if _, ok := values["url"]; !ok {
-		return nil, nil, &agent.UsageError{Err: errors.New("--url is required: the engine's address, e.g. --url https://engine.example.com")}
+		return nil, nil, &config.UsageError{Err: errors.New("--url is required: the engine's address, e.g. --url https://engine.example.com")}
 	}
 	_, hasToken := values["token"]
 	_, hasTokenFile := values["token-file"]
 	if !hasToken && !hasTokenFile {
-		return nil, nil, &agent.UsageError{Err: errors.New("a token is required: --token - (paste it, or pipe it in), --token-file PATH, or --token TOKEN")}
+		return nil, nil, &config.UsageError{Err: errors.New("a token is required: --token - (paste it, or pipe it in), --token-file PATH, or --token TOKEN")}
 	}
 	python, _ := values["python"].(string)
 	path, _, err := platform.FindPython(ctx, python)
@@ -329,11 +330,11 @@ func installSettings(ctx context.Context, h host, l Layout, req installRequest) 
 func readToken(h host, flagName, v string) (string, error) {
 	switch {
 	case flagName == "token-file":
-		return agent.ReadTokenFile(v)
+		return config.ReadTokenFile(v)
 	case v == "-":
 		return readTokenFrom(h.Stdin)
 	case v == "":
-		return "", &agent.UsageError{Err: errors.New("--token is empty")}
+		return "", &config.UsageError{Err: errors.New("--token is empty")}
 	}
 	return v, nil
 }
@@ -359,7 +360,7 @@ func executable(h host) (string, error) {
 // installed. A refusal stops the install: the service would exit 1 at once.
 // An engine that cannot be reached now may be down for a moment, and the
 // service keeps trying, so that is a warning.
-func checkEngine(ctx context.Context, cfg agent.Config, stdout, stderr io.Writer) error {
+func checkEngine(ctx context.Context, cfg config.Config, stdout, stderr io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, engineCheckTimeout)
 	defer cancel()
 	err := agent.Probe(ctx, cfg)
@@ -376,7 +377,7 @@ func checkEngine(ctx context.Context, cfg agent.Config, stdout, stderr io.Writer
 }
 
 // renderServiceFile renders the unit or plist for this install.
-func renderServiceFile(l Layout, exe string, acct account, cfg agent.Config) (string, error) {
+func renderServiceFile(l Layout, exe string, acct account, cfg config.Config) (string, error) {
 	p := serviceParams{Executable: exe, ConfigPath: l.ConfigPath, CancelGrace: cfg.CancelGrace}
 	if !l.UserService {
 		p.Account = acct.Name
@@ -481,20 +482,20 @@ Examples:
 
 Service options:
 `)
-	writeOption(w, "--user NAME", "the account the service runs as. Default: the one it already runs as; for a first install on Linux, the system account fluksio-worker, created if missing and added to the video and render groups so it can use the GPUs; on macOS, the account that ran sudo.")
-	writeOption(w, "--user-service", "install for the current user only, without root: a systemd user unit (Linux) or a LaunchAgent (macOS), with its config in your home directory (~/.config/fluksio-worker on Linux).")
-	writeOption(w, "--no-start", "write the config and the service, but do not start or restart it.")
-	writeOption(w, "--check=false", "do not ask the engine first. By default an engine that refuses the token stops the install, and one that cannot be reached is only a warning.")
-	writeOption(w, "--refresh-unit", "only rewrite the service file from this binary (package upgrades run this); the config is left alone.")
+	config.WriteOption(w, "--user NAME", "the account the service runs as. Default: the one it already runs as; for a first install on Linux, the system account fluksio-worker, created if missing and added to the video and render groups so it can use the GPUs; on macOS, the account that ran sudo.")
+	config.WriteOption(w, "--user-service", "install for the current user only, without root: a systemd user unit (Linux) or a LaunchAgent (macOS), with its config in your home directory (~/.config/fluksio-worker on Linux).")
+	config.WriteOption(w, "--no-start", "write the config and the service, but do not start or restart it.")
+	config.WriteOption(w, "--check=false", "do not ask the engine first. By default an engine that refuses the token stops the install, and one that cannot be reached is only a warning.")
+	config.WriteOption(w, "--refresh-unit", "only rewrite the service file from this binary (package upgrades run this); the config is left alone.")
 	fmt.Fprint(w, `
 Worker options (written to the config; as in 'fluksio-worker run --help'):
 `)
-	for _, o := range agent.Options {
+	for _, o := range config.Options {
 		help := o.Help
 		if h, ok := installHelp[o.Name]; ok {
 			help = h
 		}
-		writeOption(w, "--"+o.Name+" "+o.Arg, help)
+		config.WriteOption(w, "--"+o.Name+" "+o.Arg, help)
 	}
 	fmt.Fprint(w, `
 Afterwards: 'fluksio-worker status' shows what the worker is doing,

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fluksio/fluksio-worker/agent"
+	"github.com/fluksio/fluksio-worker/agent/config"
 )
 
 // testHost is a host whose paths all lie under a temporary home.
@@ -36,14 +36,14 @@ func runInstall(t *testing.T, h host, args ...string) (code int, stdout, stderr 
 
 func TestInstallWithoutRootSaysSudo(t *testing.T) {
 	code, _, stderr := runInstall(t, testHost(t, 1000), "--url", "https://e.example.com", "--token", "t")
-	if code != exitFailed || !strings.Contains(stderr, "run it with sudo") || !strings.Contains(stderr, "--user-service") {
+	if code != config.ExitFailed || !strings.Contains(stderr, "run it with sudo") || !strings.Contains(stderr, "--user-service") {
 		t.Errorf("exit %d, stderr %q", code, stderr)
 	}
 }
 
 func TestInstallUserServiceRefusesRoot(t *testing.T) {
 	code, _, stderr := runInstall(t, testHost(t, 0), "--user-service", "--url", "https://e.example.com", "--token", "t")
-	if code != exitFailed || !strings.Contains(stderr, "without sudo") {
+	if code != config.ExitFailed || !strings.Contains(stderr, "without sudo") {
 		t.Errorf("exit %d, stderr %q", code, stderr)
 	}
 }
@@ -60,7 +60,7 @@ func TestInstallRejectsBadOptions(t *testing.T) {
 		{[]string{"extra"}, "unexpected argument"},
 	} {
 		code, _, stderr := runInstall(t, testHost(t, 0), tc.args...)
-		if code != exitUsage || !strings.Contains(stderr, tc.says) {
+		if code != config.ExitUsage || !strings.Contains(stderr, tc.says) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tc.args, code, stderr, tc.says)
 		}
 	}
@@ -197,7 +197,7 @@ func TestBadValuesAreCaughtBeforeWriting(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--parallel") {
 		t.Errorf("parallel 0: %v", err)
 	}
-	var usage *agent.UsageError
+	var usage *config.UsageError
 	if !errors.As(err, &usage) {
 		t.Errorf("a bad value should be a usage error (exit 2): %T", err)
 	}

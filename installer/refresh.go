@@ -9,7 +9,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/fluksio/fluksio-worker/agent"
+	"github.com/fluksio/fluksio-worker/agent/config"
 )
 
 // refreshUnit is `install --refresh-unit`, which the package's postinst
@@ -21,7 +21,7 @@ import (
 func refreshUnit(_ context.Context, h host, l Layout, stdout, stderr io.Writer) int {
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "fluksio-worker install --refresh-unit: %v\n", err)
-		return exitFailed
+		return config.ExitFailed
 	}
 	old, err := os.ReadFile(l.UnitPath)
 	if errors.Is(err, os.ErrNotExist) {
@@ -40,8 +40,8 @@ func refreshUnit(_ context.Context, h host, l Layout, stdout, stderr io.Writer) 
 	}
 	// The cancel grace shapes the stop timeout; a config that no longer
 	// loads keeps the default and is for `run` to report.
-	cfg := agent.DefaultConfig()
-	if values, err := agent.ReadFile(l.ConfigPath); err == nil {
+	cfg := config.DefaultConfig()
+	if values, err := config.ReadFile(l.ConfigPath); err == nil {
 		if c, err := loadConfig(values); err == nil {
 			cfg = c
 		}
@@ -52,13 +52,13 @@ func refreshUnit(_ context.Context, h host, l Layout, stdout, stderr io.Writer) 
 	}
 	if text == string(old) {
 		fmt.Fprintf(stdout, "%s is up to date.\n", l.UnitPath)
-		return exitOK
+		return config.ExitOK
 	}
 	if err := writeFileAtomic(l.UnitPath, []byte(text), 0o644, keepOwner); err != nil {
 		return fail(err)
 	}
 	fmt.Fprintf(stdout, "Rewrote %s; reload the service manager and restart the worker to use it.\n", l.UnitPath)
-	return exitOK
+	return config.ExitOK
 }
 
 // unitAccount reads the account a service file runs as: User= in a systemd

@@ -18,13 +18,6 @@ const (
 	Running
 )
 
-// Exit codes of `status`, as `systemctl status` and LSB init scripts use them.
-const (
-	exitRunning      = 0
-	exitStopped      = 3
-	exitNotInstalled = 4
-)
-
 func (s State) String() string {
 	switch s {
 	case Running:

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent"
+	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 )
 
@@ -30,36 +31,36 @@ func status(_ context.Context, h host, args []string, stdout, stderr io.Writer) 
 	l, err := installedLayout(h, fs, *userService)
 	if err != nil {
 		fmt.Fprintf(stderr, "fluksio-worker status: %v\n", err)
-		return exitFailed
+		return config.ExitFailed
 	}
 	if !exists(l.UnitPath) {
 		fmt.Fprintf(stdout, "fluksio-worker is not installed as a service here (no %s).\nInstall it with: sudo fluksio-worker install --help\n", l.UnitPath)
-		return exitNotInstalled
+		return config.ExitNotInstalled
 	}
 	m, err := newManager(l, "")
 	if err != nil {
 		fmt.Fprintf(stderr, "fluksio-worker status: %v\n", err)
-		return exitFailed
+		return config.ExitFailed
 	}
 	state, err := m.State()
 	if err != nil {
 		fmt.Fprintf(stderr, "fluksio-worker status: %v\n", err)
-		return exitFailed
+		return config.ExitFailed
 	}
 	st, stErr := agent.ReadStatus(stateDirOf(l))
 	st.LastError = tokenRedactor(l).Scrub(st.LastError)
 	writeStatus(stdout, l, state, st, stErr)
 	if state == Running {
-		return exitRunning
+		return config.ExitOK
 	}
-	return exitStopped
+	return config.ExitStopped
 }
 
 // stateDirOf is where the installed worker keeps its status: the config's
 // state-dir, or the layout's default where the config cannot be read (it is
 // 0600, and status may be run without sudo).
 func stateDirOf(l Layout) string {
-	if values, err := agent.ReadFile(l.ConfigPath); err == nil {
+	if values, err := config.ReadFile(l.ConfigPath); err == nil {
 		if dir, ok := values["state-dir"].(string); ok && dir != "" {
 			return dir
 		}
@@ -70,7 +71,7 @@ func stateDirOf(l Layout) string {
 // tokenRedactor scrubs the installed worker's token, where its config can
 // be read; without it, token= parameters are still replaced.
 func tokenRedactor(l Layout) *logging.Redactor {
-	values, _ := agent.ReadFile(l.ConfigPath)
+	values, _ := config.ReadFile(l.ConfigPath)
 	token, _ := values["token"].(string)
 	return logging.NewRedactor(token)
 }
@@ -202,7 +203,7 @@ readable by the service account and root.
 
 Options:
 `)
-	writeOption(w, "--user-service", userServiceHelp)
+	config.WriteOption(w, "--user-service", userServiceHelp)
 	fmt.Fprint(w, `
 Exit status, as systemctl's: 0 running, 3 stopped (or failed), 4 not installed.
 `)

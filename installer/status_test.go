@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent"
+	"github.com/fluksio/fluksio-worker/agent/config"
 )
 
 func TestStatusShowsTheWorkerWithoutItsToken(t *testing.T) {
@@ -58,7 +59,7 @@ func TestStatusOfNothingInstalledExits4(t *testing.T) {
 	if exists("/etc/systemd/system/fluksio-worker.service") {
 		t.Skip("the worker is installed on this machine")
 	}
-	if code := status(context.Background(), h, nil, &out, io.Discard); code != exitNotInstalled {
+	if code := status(context.Background(), h, nil, &out, io.Discard); code != config.ExitNotInstalled {
 		t.Errorf("exit %d, want 4:\n%s", code, out.String())
 	}
 	if !strings.Contains(out.String(), "not installed") {
@@ -111,13 +112,13 @@ func TestEveryCommandExplainsItself(t *testing.T) {
 			t.Errorf("%s --help does not start with its usage:\n%s", name, text)
 		}
 		for i, line := range strings.Split(text, "\n") {
-			if len(line) > helpWidth {
+			if len(line) > config.HelpWidth {
 				t.Errorf("%s --help line %d is %d columns wide: %q", name, i+1, len(line), line)
 			}
 		}
 		var code int
 		errOut.Reset()
-		if code = cmd(context.Background(), []string{"--no-such-flag"}, io.Discard, &errOut); code != exitUsage {
+		if code = cmd(context.Background(), []string{"--no-such-flag"}, io.Discard, &errOut); code != config.ExitUsage {
 			t.Errorf("%s --no-such-flag: exit %d, want 2", name, code)
 		}
 		if !strings.Contains(errOut.String(), "--help") {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/fluksio/fluksio-worker/agent/config"
 )
 
 // UninstallCommand is `fluksio-worker uninstall [--purge]`: stop, disable
@@ -25,7 +27,7 @@ func uninstall(_ context.Context, h host, args []string, stdout, stderr io.Write
 	}
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "fluksio-worker uninstall: %v\n", err)
-		return exitFailed
+		return config.ExitFailed
 	}
 	l, err := installedLayout(h, fs, *userService)
 	if err != nil {
@@ -60,7 +62,7 @@ func uninstall(_ context.Context, h host, args []string, stdout, stderr io.Write
 		if exists(l.ConfigPath) {
 			fmt.Fprintf(stdout, "Kept %s and %s; 'fluksio-worker uninstall --purge%s' removes them.\n", l.ConfigPath, stateDir, userServiceArg(l))
 		}
-		return exitOK
+		return config.ExitOK
 	}
 	for _, dir := range purgeDirs(l, stateDir) {
 		if !exists(dir) {
@@ -74,7 +76,7 @@ func uninstall(_ context.Context, h host, args []string, stdout, stderr io.Write
 	if stateDir != l.StateDir && exists(stateDir) {
 		fmt.Fprintf(stdout, "Left %s: the config chose it, and it may hold more than the worker's files; remove it yourself if it is the worker's alone.\n", stateDir)
 	}
-	return exitOK
+	return config.ExitOK
 }
 
 // purgeDirs are the directories --purge removes: the config directory
@@ -101,8 +103,8 @@ the worker's state stay, so a later install picks them up, unless --purge.
 
 Options:
 `)
-	writeOption(w, "--purge", "also remove the config (with the token), the worker's state directory and, on macOS, its logs. The fluksio-worker system account stays, as files it owns may remain.")
-	writeOption(w, "--user-service", userServiceHelp)
+	config.WriteOption(w, "--purge", "also remove the config (with the token), the worker's state directory and, on macOS, its logs. The fluksio-worker system account stays, as files it owns may remain.")
+	config.WriteOption(w, "--user-service", userServiceHelp)
 	fmt.Fprint(w, `
 Exit status: 0 removed (or nothing was installed), 1 failed.
 `)

@@ -1,9 +1,9 @@
 package installer
 
-import "github.com/fluksio/fluksio-worker/agent"
+import "github.com/fluksio/fluksio-worker/agent/config"
 
-// completeURL is agent.CompleteURL: install completes a URL exactly as run
+// completeURL is config.CompleteURL: install completes a URL exactly as run
 // and check do.
 func completeURL(raw string) (endpoint, warning string, err error) {
-	return agent.CompleteURL(raw)
+	return config.CompleteURL(raw)
 }

@@ -5,32 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
+
+	"github.com/fluksio/fluksio-worker/agent/config"
 )
-
-// helpWidth is the terminal width help text is wrapped for.
-const helpWidth = 80
-
-// writeOption prints one option of a command's help: the flag, then its
-// explanation wrapped and indented under it.
-func writeOption(w io.Writer, flagText, help string) {
-	const indent = "        "
-	fmt.Fprintf(w, "  %s\n", flagText)
-	line := indent
-	for _, word := range strings.Fields(help) {
-		if len(line)+1+len(word) > helpWidth && line != indent {
-			fmt.Fprintln(w, line)
-			line = indent
-		}
-		if line != indent {
-			line += " "
-		}
-		line += word
-	}
-	if line != indent {
-		fmt.Fprintln(w, line)
-	}
-}
 
 // parseFlags parses a command's flags. It returns errHelp for -h/--help
 // and a message that points at --help for anything else wrong.
@@ -50,13 +27,6 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 
 var errHelp = flag.ErrHelp
 
-// Exit codes shared by the commands; status adds its own (see service.go).
-const (
-	exitOK     = 0
-	exitFailed = 1
-	exitUsage  = 2
-)
-
 // flagGiven says whether a flag was on the command line (as opposed to
 // holding its default).
 func flagGiven(fs *flag.FlagSet, name string) bool {
@@ -74,8 +44,8 @@ func flagGiven(fs *flag.FlagSet, name string) bool {
 func usageExit(err error, help func(io.Writer), stdout, stderr io.Writer) int {
 	if errors.Is(err, errHelp) {
 		help(stdout)
-		return exitOK
+		return config.ExitOK
 	}
 	fmt.Fprintf(stderr, "fluksio-worker: %v\n", err)
-	return exitUsage
+	return config.ExitUsage
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/agent"
+	"github.com/fluksio/fluksio-worker/agent/config"
 )
 
 func TestInventoryCommandPrintsTheHello(t *testing.T) {
@@ -49,7 +49,7 @@ func TestCommandLine(t *testing.T) {
 	if code := w.wait(10 * time.Second); code != 0 {
 		t.Errorf("run --help: exit %d", code)
 	}
-	for _, o := range agent.Options {
+	for _, o := range config.Options {
 		if !strings.Contains(w.logs.String(), "--"+o.Name+" ") {
 			t.Errorf("run --help does not document --%s", o.Name)
 		}

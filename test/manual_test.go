@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fluksio/fluksio-worker/agent"
+	"github.com/fluksio/fluksio-worker/agent/config"
 )
 
 // TestManualPage: `fluksio-worker man` (what the packages install as
@@ -58,7 +58,7 @@ func TestManualPage(t *testing.T) {
 		}
 	}
 	options := section("OPTIONS")
-	for _, o := range agent.Options {
+	for _, o := range config.Options {
 		entry := "--" + o.Name + " " + o.Arg
 		i := strings.Index(options, entry+"\n")
 		if i < 0 {

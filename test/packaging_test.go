@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/agent"
+	"github.com/fluksio/fluksio-worker/agent/config"
 )
 
 // goreleaserModule is the GoReleaser the release config is tested with; CI
@@ -87,7 +87,7 @@ func TestConfigExample(t *testing.T) {
 		}
 		uncommented.WriteString(line + "\n")
 	}
-	for _, o := range agent.Options {
+	for _, o := range config.Options {
 		if o.Name != "token" && !shown[o.Name] {
 			t.Errorf("packaging/config.example.toml does not show %q (%s)", o.Name, o.Help)
 		}
@@ -96,8 +96,8 @@ func TestConfigExample(t *testing.T) {
 	if err := os.WriteFile(tmp, []byte(uncommented.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := agent.DefaultConfig()
-	if err := agent.ApplyFile(&cfg, tmp); err != nil {
+	cfg := config.DefaultConfig()
+	if err := config.ApplyFile(&cfg, tmp); err != nil {
 		t.Errorf("the example, uncommented, is not a valid config: %v", err)
 	}
 }

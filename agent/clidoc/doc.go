@@ -2,7 +2,7 @@
 // page fluksio-worker(1) and the bash, zsh and fish completions. Both are
 // generated from what drives --help, so neither can drift from it: the
 // command list (main.go), each command's own --help text, and the options
-// table of run (agent.Options) with each option's variable and config key.
+// table of run (config.Options) with each option's variable and config key.
 //
 // Nothing here lists a command or an option by hand. A new option in the
 // table, a new command in the list, or a new flag in a command's help shows
@@ -12,7 +12,7 @@ package clidoc
 import (
 	"time"
 
-	"github.com/fluksio/fluksio-worker/agent"
+	"github.com/fluksio/fluksio-worker/agent/config"
 )
 
 // CLI is the whole command line, as main wires it.
@@ -27,11 +27,11 @@ type CLI struct {
 	// does.
 	Examples [][2]string
 	Commands []Command
-	// TableCommand is the command whose options are agent.Options (run):
+	// TableCommand is the command whose options are config.Options (run):
 	// the manual lists them once, under OPTIONS, with their variables and
 	// config keys, rather than again in that command's section.
 	TableCommand string
-	Options      []agent.Option
+	Options      []config.Option
 }
 
 // Command is one command of the list.

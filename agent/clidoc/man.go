@@ -6,7 +6,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/fluksio/fluksio-worker/agent"
+	"github.com/fluksio/fluksio-worker/agent/config"
 )
 
 // File is a path the manual's FILES section explains.
@@ -142,7 +142,7 @@ func WriteMan(w io.Writer, c CLI, files []File) error {
 }
 
 // tableOption is the table's option an entry of the help documents, or nil.
-func tableOption(options []agent.Option, b block) *agent.Option {
+func tableOption(options []config.Option, b block) *config.Option {
 	fs := flagsIn(b.flags)
 	if len(fs) != 1 {
 		return nil
@@ -248,7 +248,7 @@ func (m *roff) block(b block) {
 }
 
 // option is one option of the table, with where else it can be set.
-func (m *roff) option(o agent.Option) {
+func (m *roff) option(o config.Option) {
 	m.req(".TP")
 	m.line(flagText("--" + o.Name + " " + o.Arg))
 	m.line(text(o.Help))

@@ -1,4 +1,4 @@
-package agent
+package config
 
 import (
 	"fmt"
@@ -73,4 +73,33 @@ func CompleteURL(raw string) (endpoint, warning string, err error) {
 		warning = fmt.Sprintf("--url path %q does not end in /workers/attach; engines serve workers at %s", u.Path, AttachPath)
 	}
 	return u.String(), warning, nil
+}
+
+// ArtifactBase is where node code saves and loads artifacts
+// (FLUKSIO_ARTIFACT_URL): --artifact-url, else derived from --url.
+func (c Config) ArtifactBase() string {
+	if c.ArtifactURL != "" {
+		return c.ArtifactURL
+	}
+	return HTTPBase(c.URL, "/artifacts")
+}
+
+// HTTPBase is the engine's HTTP address beside the socket, the way the
+// protocol derives the artifact URL: ws->http, wss->https, and the tail
+// /workers/attach replaced by the endpoint asked for.
+func HTTPBase(socketURL, endpoint string) string {
+	base := socketURL
+	if i := strings.IndexByte(base, '?'); i >= 0 {
+		base = base[:i]
+	}
+	switch {
+	case strings.HasPrefix(base, "wss://"):
+		base = "https://" + base[len("wss://"):]
+	case strings.HasPrefix(base, "ws://"):
+		base = "http://" + base[len("ws://"):]
+	}
+	if i := strings.LastIndex(base, "/workers/attach"); i >= 0 {
+		base = base[:i]
+	}
+	return base + endpoint
 }

@@ -1,4 +1,4 @@
-package agent
+package config
 
 import (
 	"errors"
@@ -17,6 +17,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/fluksio/fluksio-worker/agent/logging"
+	"github.com/fluksio/fluksio-worker/platform"
 )
 
 // Config is everything `run` needs, wherever it came from. The installer
@@ -254,7 +255,7 @@ type UsageError struct{ Err error }
 func (e *UsageError) Error() string { return e.Err.Error() }
 func (e *UsageError) Unwrap() error { return e.Err }
 
-func usagef(format string, args ...any) error {
+func Usagef(format string, args ...any) error {
 	return &UsageError{fmt.Errorf(format, args...)}
 }
 
@@ -284,10 +285,10 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		if errors.Is(err, flag.ErrHelp) {
 			return cfg, err
 		}
-		return cfg, usagef("%v (see 'fluksio-worker run --help')", err)
+		return cfg, Usagef("%v (see 'fluksio-worker run --help')", err)
 	}
 	if fs.NArg() > 0 {
-		return cfg, usagef("unexpected argument %q (see 'fluksio-worker run --help')", fs.Arg(0))
+		return cfg, Usagef("unexpected argument %q (see 'fluksio-worker run --help')", fs.Arg(0))
 	}
 	if showVersion {
 		return cfg, ErrVersion
@@ -306,14 +307,14 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		}
 		if v := getenv(o.Env()); v != "" {
 			if err := o.set(&cfg, v); err != nil {
-				return cfg, usagef("%s=%q: %v", o.Env(), v, err)
+				return cfg, Usagef("%s=%q: %v", o.Env(), v, err)
 			}
 		}
 	}
 	for i, name := range order {
 		o, _ := OptionByName(name)
 		if err := o.set(&cfg, flagValues[i]); err != nil {
-			return cfg, usagef("--%s %q: %v", name, flagValues[i], err)
+			return cfg, Usagef("--%s %q: %v", name, flagValues[i], err)
 		}
 	}
 	return cfg, nil
@@ -327,7 +328,7 @@ var ErrVersion = errors.New("version requested")
 // URL is completed (CompleteURL) and checked whole.
 func (c *Config) Resolve() error {
 	if c.URL == "" {
-		return usagef("--url is required: the engine's worker endpoint, e.g. wss://engine.example.com/api/v1/workers/attach")
+		return Usagef("--url is required: the engine's worker endpoint, e.g. wss://engine.example.com/api/v1/workers/attach")
 	}
 	endpoint, warning, err := CompleteURL(c.URL)
 	if err != nil {
@@ -348,7 +349,7 @@ func (c *Config) Resolve() error {
 		}
 	}
 	if c.Token == "" {
-		return usagef("a token is required: --token-file PATH, FLUKSIO_WORKER_TOKEN, token in the --config file, or --token")
+		return Usagef("a token is required: --token-file PATH, FLUKSIO_WORKER_TOKEN, token in the --config file, or --token")
 	}
 	if len(c.Token) < logging.MinRedactLen {
 		c.Warnings = append(c.Warnings, fmt.Sprintf("the token is %d characters long; one shorter than %d cannot be told apart from ordinary words, so it is kept out of URLs the worker shows but not searched for in other text it writes: ask the engine's admin for a longer token", len(c.Token), logging.MinRedactLen))
@@ -403,7 +404,7 @@ func ApplyFile(cfg *Config, path string) error {
 	for _, k := range keys {
 		o, ok := OptionByName(k)
 		if !ok {
-			return usagef("%s: unknown key %q (known keys are the long flags of 'fluksio-worker run --help')", path, k)
+			return Usagef("%s: unknown key %q (known keys are the long flags of 'fluksio-worker run --help')", path, k)
 		}
 		text, err := ValueText(values[k])
 		if err == nil && configRelative[o.Name] && text != "" && !filepath.IsAbs(text) {
@@ -413,7 +414,7 @@ func ApplyFile(cfg *Config, path string) error {
 			err = o.set(cfg, text)
 		}
 		if err != nil {
-			return usagef("%s: %s: %v", path, k, err)
+			return Usagef("%s: %s: %v", path, k, err)
 		}
 	}
 	if _, hasToken := values["token"]; hasToken {
@@ -572,4 +573,8 @@ func ParseBytes(v string) (int64, error) {
 		return 0, fmt.Errorf("expected a size in bytes, e.g. 268435456 or 256MiB")
 	}
 	return n * mult, nil
+}
+
+func (c Config) Overrides() platform.Overrides {
+	return platform.Overrides{CPUs: c.CPUs, GPUs: c.GPUs, RAMMB: c.RAMMB}
 }

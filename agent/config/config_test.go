@@ -1,4 +1,4 @@
-package agent
+package config
 
 import (
 	"errors"
@@ -377,7 +377,7 @@ func TestGPUsVariableKeepsTheProtocolOrder(t *testing.T) {
 		CPUs:       func() int { return 4 },
 		MemoryMB:   func() (int, bool) { return 1024, true },
 	}
-	if got := probe.Inventory(cfg.overrides()).GPUs; got != 1 {
+	if got := probe.Inventory(cfg.Overrides()).GPUs; got != 1 {
 		t.Errorf("SLURM_GPUS_ON_NODE=1 FLUKSIO_WORKER_GPUS=4: advertises %d GPUs, want 1 (SLURM_GPUS_ON_NODE comes first)", got)
 	}
 

@@ -1,4 +1,4 @@
-package agent
+package config
 
 import (
 	"errors"
@@ -44,15 +44,15 @@ func ResolveStateDir(cfg Config, getenv func(string) string) (string, error) {
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return "", usagef("the state directory %s: %v (set --state-dir to an absolute path)", dir, err)
+		return "", Usagef("the state directory %s: %v (set --state-dir to an absolute path)", dir, err)
 	}
 	if err := os.MkdirAll(abs, 0o700); err != nil {
-		return "", usagef("cannot create the state directory %s: %v (set --state-dir to a directory this user can create)", abs, err)
+		return "", Usagef("cannot create the state directory %s: %v (set --state-dir to a directory this user can create)", abs, err)
 	}
 	// Checked and used from here on by its real path, so a symbolic link
 	// changed later does not move the worker elsewhere.
 	if abs, err = filepath.EvalSymlinks(abs); err != nil {
-		return "", usagef("the state directory %s: %v (set --state-dir)", dir, err)
+		return "", Usagef("the state directory %s: %v (set --state-dir)", dir, err)
 	}
 	if err := checkPrivateDir(abs, "the state directory"); err != nil {
 		return "", err
@@ -61,7 +61,7 @@ func ResolveStateDir(cfg Config, getenv func(string) string) (string, error) {
 		return "", err
 	}
 	for _, sub := range stateSubdirs {
-		if err := privateSubdir(filepath.Join(abs, sub)); err != nil {
+		if err := PrivateSubdir(filepath.Join(abs, sub)); err != nil {
 			return "", err
 		}
 	}
@@ -69,7 +69,7 @@ func ResolveStateDir(cfg Config, getenv func(string) string) (string, error) {
 	// rather than at the first connection.
 	probe, err := os.CreateTemp(abs, ".write-check-*")
 	if err != nil {
-		return "", usagef("cannot write to the state directory %s: %v (set --state-dir to a writable directory)", abs, err)
+		return "", Usagef("cannot write to the state directory %s: %v (set --state-dir to a writable directory)", abs, err)
 	}
 	probe.Close()
 	os.Remove(probe.Name())
@@ -94,11 +94,11 @@ func userCacheDir(getenv func(string) string) (string, error) {
 	return filepath.Join(home, ".cache"), nil
 }
 
-// privateSubdir creates dir 0700 if it is missing and checks it is private.
-func privateSubdir(dir string) error {
+// PrivateSubdir creates dir 0700 if it is missing and checks it is private.
+func PrivateSubdir(dir string) error {
 	what := "the " + filepath.Base(dir) + " cache"
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return usagef("cannot create %s %s: %v (set --state-dir to a writable directory)", what, dir, err)
+		return Usagef("cannot create %s %s: %v (set --state-dir to a writable directory)", what, dir, err)
 	}
 	return checkPrivateDir(dir, what)
 }
@@ -108,18 +108,18 @@ func privateSubdir(dir string) error {
 func checkPrivateDir(dir, what string) error {
 	st, err := os.Lstat(dir)
 	if err != nil {
-		return usagef("%s %s: %v (set --state-dir)", what, dir, err)
+		return Usagef("%s %s: %v (set --state-dir)", what, dir, err)
 	}
 	if !st.IsDir() {
-		return usagef("%s %s is not a directory (%s); remove it, or set --state-dir to another directory", what, dir, st.Mode().Type())
+		return Usagef("%s %s is not a directory (%s); remove it, or set --state-dir to another directory", what, dir, st.Mode().Type())
 	}
 	uid := os.Geteuid()
-	if owner, ok := fileOwner(st); ok && owner != uid {
-		return usagef("%s %s belongs to uid %d, not to uid %d that this worker runs as, so that user could plant code the worker runs. "+
+	if owner, ok := FileOwner(st); ok && owner != uid {
+		return Usagef("%s %s belongs to uid %d, not to uid %d that this worker runs as, so that user could plant code the worker runs. "+
 			"Use a directory of your own (--state-dir DIR), or, if it is meant for this worker, remove it and let the worker create it", what, dir, owner, uid)
 	}
 	if perm := st.Mode().Perm(); perm&0o022 != 0 {
-		return usagef("%s %s is mode %04o: users other than its owner may write in it and plant code the worker runs. Make it private: chmod 700 %s (or set --state-dir to another directory)", what, dir, perm, dir)
+		return Usagef("%s %s is mode %04o: users other than its owner may write in it and plant code the worker runs. Make it private: chmod 700 %s (or set --state-dir to another directory)", what, dir, perm, dir)
 	}
 	return nil
 }
@@ -134,13 +134,13 @@ func checkAncestors(dir string) error {
 		if err != nil {
 			return nil // not ours to judge; creating the directory worked
 		}
-		owner, ok := fileOwner(st)
+		owner, ok := FileOwner(st)
 		perm := st.Mode()
 		switch {
 		case ok && owner != uid && owner != 0:
-			return usagef("the state directory %s is inside %s, which belongs to uid %d, who could replace it and plant code the worker runs; set --state-dir to a directory under one only you (or root) control", dir, parent, owner)
+			return Usagef("the state directory %s is inside %s, which belongs to uid %d, who could replace it and plant code the worker runs; set --state-dir to a directory under one only you (or root) control", dir, parent, owner)
 		case perm.Perm()&0o002 != 0 && perm&fs.ModeSticky == 0:
-			return usagef("the state directory %s is inside %s, which every user may write (mode %04o, no sticky bit), so it could be replaced; set --state-dir to a directory under one only you (or root) control", dir, parent, perm.Perm())
+			return Usagef("the state directory %s is inside %s, which every user may write (mode %04o, no sticky bit), so it could be replaced; set --state-dir to a directory under one only you (or root) control", dir, parent, perm.Perm())
 		}
 		if parent == filepath.Dir(parent) {
 			return nil
@@ -148,8 +148,8 @@ func checkAncestors(dir string) error {
 	}
 }
 
-// fileOwner is the uid owning a file, where the system says.
-func fileOwner(st fs.FileInfo) (int, bool) {
+// FileOwner is the uid owning a file, where the system says.
+func FileOwner(st fs.FileInfo) (int, bool) {
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
 		return int(sys.Uid), true
 	}
