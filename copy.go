@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/fluksio/fluksio-worker/agent/config"
+	"github.com/fluksio/fluksio-worker/platform"
 )
 
 // copyCommand copies this binary into a directory: the worker's image holds
@@ -48,8 +49,8 @@ a shared volume; the worker image has no shell to run cp with.
 	return config.ExitOK
 }
 
-// copySelf writes the running executable to dir/fluksio-worker through a
-// temporary file and a rename, so a reader never sees half a binary.
+// copySelf writes the running executable to dir/fluksio-worker atomically,
+// so a reader never sees half a binary.
 func copySelf(dir string) (string, error) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -63,22 +64,6 @@ func copySelf(dir string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	tmp, err := os.CreateTemp(dir, ".fluksio-worker-*")
-	if err != nil {
-		return "", err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := io.Copy(tmp, src); err != nil {
-		tmp.Close()
-		return "", err
-	}
-	if err := tmp.Chmod(0o755); err != nil {
-		tmp.Close()
-		return "", err
-	}
-	if err := tmp.Close(); err != nil {
-		return "", err
-	}
 	dst := filepath.Join(dir, "fluksio-worker")
-	return dst, os.Rename(tmp.Name(), dst)
+	return dst, platform.CopyFileAtomic(dst, src, 0o755, platform.KeepOwner)
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/config"
+	"github.com/fluksio/fluksio-worker/platform"
 )
 
 // embeddedRuntime is the runner each call's Python process executes unless
@@ -130,7 +131,7 @@ func cacheRuntime(stateDir string, content []byte, source string) (Runtime, erro
 	if cachedRuntimeOK(path, content) {
 		return rt, nil
 	}
-	if err := writeFileAtomic(path, content, 0o600); err != nil {
+	if err := platform.WriteFileAtomic(path, content, 0o600, platform.KeepOwner); err != nil {
 		return rt, fmt.Errorf("cannot write the runner script: %w (set --state-dir to a writable directory with free space)", err)
 	}
 	return rt, nil

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/logging"
+	"github.com/fluksio/fluksio-worker/platform"
 )
 
 // Status is what the running worker says about itself in
@@ -120,33 +121,7 @@ func (s *statusFile) writeLocked() {
 	b, _ := json.MarshalIndent(shown, "", "  ")
 	// Private like everything in the state directory; `status` reads it
 	// as the service account or root.
-	if err := writeFileAtomic(s.path, append(b, '\n'), 0o600); err != nil && s.onError != nil {
+	if err := platform.WriteFileAtomic(s.path, append(b, '\n'), 0o600, platform.KeepOwner); err != nil && s.onError != nil {
 		s.onError(err)
 	}
-}
-
-// writeFileAtomic writes through a temporary file in the same directory and
-// a rename, so a reader never sees half a file and a full disk leaves the
-// old one in place.
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(mode)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/fluksio/fluksio-worker/agent/config"
+	"github.com/fluksio/fluksio-worker/platform"
 )
 
 // systemBundles are where Linux distributions and macOS keep the system's
@@ -42,7 +43,7 @@ func nodeCABundle(cfg config.Config, stateDir string, getenv func(string) string
 	}
 	bundle := append(append(base, '\n'), extra...)
 	path := filepath.Join(stateDir, "ca-bundle.pem")
-	if err := writeFileAtomic(path, bundle, 0o600); err != nil {
+	if err := platform.WriteFileAtomic(path, bundle, 0o600, platform.KeepOwner); err != nil {
 		return "", err
 	}
 	return path, nil

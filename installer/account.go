@@ -10,6 +10,8 @@ import (
 	"os/user"
 	"strconv"
 	"strings"
+
+	"github.com/fluksio/fluksio-worker/platform"
 )
 
 // account is the user a system service runs as.
@@ -19,7 +21,7 @@ type account struct {
 	Home     string
 }
 
-func (a account) owner() owner { return owner{a.UID, a.GID} }
+func (a account) owner() platform.Owner { return platform.Owner{UID: a.UID, GID: a.GID} }
 
 // gpuGroups own the GPU device nodes on Linux (/dev/nvidia* and /dev/dri/*
 // are group video or render on Debian, Ubuntu and RHEL), so the service

@@ -13,6 +13,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/fluksio/fluksio-worker/agent/config"
+	"github.com/fluksio/fluksio-worker/platform"
 )
 
 // configHeader opens every config install writes. Comments a person adds
@@ -101,15 +102,11 @@ func flagValue(name, text string) any {
 
 // owner is who a written file or directory belongs to; -1 keeps what the
 // process creating it gets.
-type owner struct{ UID, GID int }
-
-var keepOwner = owner{-1, -1}
-
-// writeConfig replaces the config at path atomically (see writeFileAtomic)
+// writeConfig replaces the config at path atomically (see platform.WriteFileAtomic)
 // as a 0600 file of the given owner, so no reader (the service starting, or
 // a person) ever sees half a file, or a token in a file others may read.
-// The directory is created with dirMode, its group set to the file owner's.
-func writeConfig(path string, data []byte, file owner, dirMode fs.FileMode) error {
+// The directory is created with dirMode, its group set to the file platform.Owner's.
+func writeConfig(path string, data []byte, file platform.Owner, dirMode fs.FileMode) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, dirMode); err != nil {
 		return fmt.Errorf("creating %s: %w", dir, err)
@@ -124,52 +121,5 @@ func writeConfig(path string, data []byte, file owner, dirMode fs.FileMode) erro
 			return fmt.Errorf("securing %s: %w", dir, err)
 		}
 	}
-	return writeFileAtomic(path, data, configFileMode, file)
-}
-
-// writeFileAtomic replaces path with data: a temporary file in the same
-// directory is written, synced, given its mode and owner, and only then
-// renamed over path. A reader sees the old file or the new one, whole and
-// already protected; a full disk or a crash leaves the old one.
-func writeFileAtomic(path string, data []byte, mode fs.FileMode, file owner) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-			err = fmt.Errorf("writing %s: %w", path, err)
-		}
-	}()
-	// CreateTemp makes the file 0600, so the data is never readable by
-	// others, even before this chmod.
-	if err := f.Chmod(mode); err != nil {
-		return err
-	}
-	if file.UID >= 0 || file.GID >= 0 {
-		if err := f.Chown(file.UID, file.GID); err != nil {
-			return err
-		}
-	}
-	if _, err := f.Write(data); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	// The rename is durable only once the directory is synced.
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
+	return platform.WriteFileAtomic(path, data, configFileMode, file)
 }

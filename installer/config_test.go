@@ -11,14 +11,15 @@ import (
 	"testing"
 
 	"github.com/fluksio/fluksio-worker/agent/config"
+	"github.com/fluksio/fluksio-worker/platform"
 )
 
 func TestWriteConfigProtectsTheFile(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "etc", "fluksio-worker")
 	path := filepath.Join(dir, "config.toml")
-	who := keepOwner
+	who := platform.KeepOwner
 	if os.Geteuid() == 0 {
-		who = owner{UID: 4242, GID: 4343} // as root, hand it to someone else
+		who = platform.Owner{UID: 4242, GID: 4343} // as root, hand it to someone else
 	}
 	// A permissive umask must not leak into the modes.
 	old := syscall.Umask(0)
@@ -34,7 +35,7 @@ func TestWriteConfigProtectsTheFile(t *testing.T) {
 	if dst.Mode().Perm() != 0o750 {
 		t.Errorf("config dir mode %v, want 0750", dst.Mode().Perm())
 	}
-	if who != keepOwner {
+	if who != platform.KeepOwner {
 		sys := st.Sys().(*syscall.Stat_t)
 		if int(sys.Uid) != who.UID || int(sys.Gid) != who.GID {
 			t.Errorf("config owned by %d:%d, want %d:%d", sys.Uid, sys.Gid, who.UID, who.GID)
@@ -46,7 +47,7 @@ func TestWriteConfigProtectsTheFile(t *testing.T) {
 	}
 	// An existing directory that is too open is tightened.
 	os.Chmod(dir, 0o777)
-	if err := writeConfig(path, []byte("x = 1\n"), keepOwner, systemConfigDirMode); err != nil {
+	if err := writeConfig(path, []byte("x = 1\n"), platform.KeepOwner, systemConfigDirMode); err != nil {
 		t.Fatal(err)
 	}
 	if m := stat(t, dir).Mode().Perm(); m != 0o750 {
@@ -64,7 +65,7 @@ func TestWriteConfigIsAtomic(t *testing.T) {
 		bytes.Repeat([]byte("# padding so a torn write would show\n"), 3000),
 		bytes.Repeat([]byte("# another version, of another length\n"), 1000),
 	}
-	if err := writeConfig(path, versions[0], keepOwner, userConfigDirMode); err != nil {
+	if err := writeConfig(path, versions[0], platform.KeepOwner, userConfigDirMode); err != nil {
 		t.Fatal(err)
 	}
 	stop := make(chan struct{})
@@ -86,7 +87,7 @@ func TestWriteConfigIsAtomic(t *testing.T) {
 		}
 	}()
 	for i := 0; i < 200; i++ {
-		if err := writeConfig(path, versions[i%2], keepOwner, userConfigDirMode); err != nil {
+		if err := writeConfig(path, versions[i%2], platform.KeepOwner, userConfigDirMode); err != nil {
 			t.Fatal(err)
 		}
 	}

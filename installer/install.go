@@ -194,7 +194,7 @@ func install(ctx context.Context, h host, args []string, stdout, stderr io.Write
 		return fail(err)
 	}
 
-	fileOwner, dirMode := keepOwner, userConfigDirMode
+	fileOwner, dirMode := platform.KeepOwner, userConfigDirMode
 	if !l.UserService {
 		fileOwner, dirMode = acct.owner(), systemConfigDirMode
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/fluksio/fluksio-worker/agent/config"
+	"github.com/fluksio/fluksio-worker/platform"
 )
 
 // refreshUnit is `install --refresh-unit`, which the package's postinst
@@ -54,7 +55,7 @@ func refreshUnit(_ context.Context, h host, l Layout, stdout, stderr io.Writer) 
 		fmt.Fprintf(stdout, "%s is up to date.\n", l.UnitPath)
 		return config.ExitOK
 	}
-	if err := writeFileAtomic(l.UnitPath, []byte(text), 0o644, keepOwner); err != nil {
+	if err := platform.WriteFileAtomic(l.UnitPath, []byte(text), 0o644, platform.KeepOwner); err != nil {
 		return fail(err)
 	}
 	fmt.Fprintf(stdout, "Rewrote %s; reload the service manager and restart the worker to use it.\n", l.UnitPath)
