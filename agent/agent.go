@@ -15,6 +15,7 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
+	"github.com/fluksio/fluksio-worker/agent/status"
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
@@ -33,9 +34,10 @@ type Agent struct {
 	python   string // absolute path of the interpreter
 	stateDir string
 	baseEnv  []string
-	status   *statusFile
-	metrics  *metrics.Metrics // nil without --listen
-	warm     *warmPool        // spare runners; nil with --warm 0 (warm.go)
+	status   *status.File
+	redact   *logging.Redactor // the token out of text the worker shows
+	metrics  *metrics.Metrics  // nil without --listen
+	warm     *warmPool         // spare runners; nil with --warm 0 (warm.go)
 
 	attaching  chan struct{} // closed when the first attempt to attach starts
 	attachOnce sync.Once
@@ -85,13 +87,13 @@ func New(cfg config.Config, log *slog.Logger, python, stateDir string) *Agent {
 		a.metrics = metrics.New(Version, protocol.Version)
 	}
 	a.baseEnv = runnerBaseEnv(cfg, stateDir, platform.WithoutServiceManager(os.Environ()), os.Getenv, log)
-	a.status = newStatusFile(stateDir, Status{
+	a.redact = logging.NewRedactor(cfg.Token)
+	a.status = status.NewFile(stateDir, status.Status{
 		PID:     os.Getpid(),
 		Version: Version,
 		Engine:  logging.ShownURL(cfg.URL),
 		State:   "connecting",
-	}, func(err error) { log.Debug("could not write the status file", "error", err) })
-	a.status.redact = logging.NewRedactor(cfg.Token)
+	}, a.redact, func(err error) { log.Debug("could not write the status file", "error", err) })
 	return a
 }
 
@@ -132,7 +134,7 @@ func (a *Agent) Serve(ctx context.Context) error {
 	a.warm = newWarmPool(a)
 	defer func() {
 		a.warm.close()
-		a.status.Update(func(s *Status) { s.State = "stopped" })
+		a.status.Update(func(s *status.Status) { s.State = "stopped" })
 		a.status.Flush()
 	}()
 	backoff := backoffMin
@@ -147,7 +149,7 @@ func (a *Agent) Serve(ctx context.Context) error {
 			a.metrics.Refused()
 		}
 		if errors.As(err, &refused) || errors.As(err, &usage) {
-			a.status.Update(func(s *Status) { s.State = "refused"; s.LastError = err.Error() })
+			a.status.Update(func(s *status.Status) { s.State = "refused"; s.LastError = err.Error() })
 			return err
 		}
 		if ctx.Err() != nil {
@@ -160,7 +162,7 @@ func (a *Agent) Serve(ctx context.Context) error {
 		// Jitter spreads a fleet's reconnections after an engine restart.
 		wait := backoff/2 + rand.N(backoff/2+1)
 		a.log.Warn("disconnected; retrying", "error", err, "retry_in", wait.Round(time.Millisecond).String())
-		a.status.Update(func(s *Status) { s.State = "connecting"; s.Name = ""; s.LastError = err.Error() })
+		a.status.Update(func(s *status.Status) { s.State = "connecting"; s.Name = ""; s.LastError = err.Error() })
 		backoff = min(backoff*2, backoffMax)
 		if a.waitOffline(ctx, wait) {
 			return a.finished()
@@ -236,7 +238,7 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 	a.welcomed()
 	a.log.Info("attached", "engine", logging.ShownURL(a.cfg.URL), "name", name, "labels", hello.Labels,
 		"runtime", rt.Source, "runtime_hash", rt.Hash[:12])
-	a.status.Update(func(s *Status) {
+	a.status.Update(func(s *status.Status) {
 		s.State, s.Name, s.Since, s.LastError = "attached", name, since.UTC(), ""
 		if closed(a.drainCh) {
 			s.State = "draining"
@@ -298,12 +300,12 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 		case <-stopC:
 			stopC = nil
 			a.log.Info("stopping: running calls are being stopped")
-			a.status.Update(func(s *Status) { s.State = "stopping" })
+			a.status.Update(func(s *status.Status) { s.State = "stopping" })
 			a.stopAll(msgStopping)
 		case <-drainC:
 			drainC = nil
 			a.log.Info("draining: running calls finish, new calls are refused")
-			a.status.Update(func(s *Status) { s.State = "draining" })
+			a.status.Update(func(s *status.Status) { s.State = "draining" })
 		case <-reload.asked:
 			reload.begin()
 		case <-reload.expired:

@@ -16,6 +16,7 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
+	"github.com/fluksio/fluksio-worker/agent/status"
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
@@ -159,7 +160,7 @@ func (a *Agent) cancel(at *attachment, id string) {
 func (a *Agent) publishCounts(running, waiting int) {
 	a.metrics.SetRunning(running)
 	a.metrics.SetQueued(waiting)
-	a.status.Update(func(s *Status) { s.CallsRunning, s.CallsQueued = running, waiting })
+	a.status.Update(func(s *status.Status) { s.CallsRunning, s.CallsQueued = running, waiting })
 }
 
 // countsLocked is how many calls run (the engine awaits their answers)
@@ -189,7 +190,7 @@ func (a *Agent) callEnded(c *call) {
 		a.metrics.CallFinished(c.op, c.outcome, time.Since(c.begun))
 	}
 	a.publishCounts(running, waiting)
-	a.status.Update(func(s *Status) { s.CallsDone = done })
+	a.status.Update(func(s *status.Status) { s.CallsDone = done })
 	a.notify()
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
+	"github.com/fluksio/fluksio-worker/agent/status"
 )
 
 // PulseInterval is how often the worker's main loop pulses (see Pulse)
@@ -40,7 +41,7 @@ func (a *Agent) Pulse() string {
 
 // statusLine is one line for `systemctl status`: attached as which name to
 // which engine (never the token), or why not; the calls running and done.
-func statusLine(st Status, running int, done int64) string {
+func statusLine(st status.Status, running int, done int64) string {
 	var what string
 	switch {
 	case st.Name != "" && st.State == "attached":
@@ -63,7 +64,7 @@ func statusLine(st Status, running int, done int64) string {
 // has never been able to take a call.
 func (a *Agent) Health() (ok bool, reason string) {
 	ok, reason = a.health(time.Now())
-	return ok, a.status.redact.Scrub(reason)
+	return ok, a.redact.Scrub(reason)
 }
 
 func (a *Agent) health(now time.Time) (bool, string) {
@@ -119,7 +120,7 @@ func (a *Agent) ListenMonitoring() (*metrics.Server, error) {
 	if err != nil {
 		return nil, &config.UsageError{Err: err}
 	}
-	a.status.Update(func(s *Status) { s.Listen = srv.Addr() })
+	a.status.Update(func(s *status.Status) { s.Listen = srv.Addr() })
 	return srv, nil
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/logging"
+	"github.com/fluksio/fluksio-worker/agent/status"
 )
 
 func monitoredAgent(t *testing.T) *Agent {
@@ -35,14 +36,14 @@ func TestHealthStates(t *testing.T) {
 		t.Errorf("before the first welcome: %v %q; want unhealthy, not attached yet", ok, why)
 	}
 
-	a.status.Update(func(s *Status) { s.State, s.Name = "attached", "gpu-01" })
+	a.status.Update(func(s *status.Status) { s.State, s.Name = "attached", "gpu-01" })
 	if ok, why := at(0); !ok || !strings.HasPrefix(why, `ok: attached as "gpu-01" to wss://engine.example.com/`) {
 		t.Errorf("attached: %v %q", ok, why)
 	}
 
 	// The connection is lost: healthy within the grace, not after.
 	a.detachedAt.Store(now.UnixNano())
-	a.status.Update(func(s *Status) {
+	a.status.Update(func(s *status.Status) {
 		s.State, s.Name, s.LastError = "connecting", "", "connecting to "+logging.ShownURL(a.cfg.URL)+": refused (token s3cret-tok)"
 	})
 	if ok, why := at(30 * time.Second); !ok || !strings.Contains(why, "reconnecting") {
@@ -58,7 +59,7 @@ func TestHealthStates(t *testing.T) {
 	}
 
 	// A main loop that stopped pulsing is unhealthy, attached or not.
-	a.status.Update(func(s *Status) { s.State, s.Name = "attached", "gpu-01" })
+	a.status.Update(func(s *status.Status) { s.State, s.Name = "attached", "gpu-01" })
 	a.loopBeat.Store(now.UnixNano())
 	if ok, why := a.health(now.Add(loopStale + time.Second)); ok || !strings.Contains(why, "main loop has not run") {
 		t.Errorf("without a pulse for over %s: %v %q", loopStale, ok, why)
@@ -68,14 +69,14 @@ func TestHealthStates(t *testing.T) {
 func TestStatusLine(t *testing.T) {
 	engine := "wss://engine.example.com/api/v1/workers/attach?token=REDACTED"
 	for _, tc := range []struct {
-		st   Status
+		st   status.Status
 		want string
 	}{
-		{Status{State: "attached", Name: "gpu-01", Engine: engine}, `attached as "gpu-01" to ` + engine + "; calls: 2 running, 7 done"},
-		{Status{State: "draining", Name: "gpu-01", Engine: engine}, `draining, attached as "gpu-01" to ` + engine + "; calls: 2 running, 7 done"},
-		{Status{State: "connecting", Engine: engine, LastError: "connection lost: EOF\nmore"}, "not attached to " + engine + ", retrying: connection lost: EOF; calls: 2 running, 7 done"},
-		{Status{State: "connecting", Engine: engine}, "connecting to " + engine + "; calls: 2 running, 7 done"},
-		{Status{State: "refused", Engine: engine, LastError: "the engine refused this worker: pool full"}, "refused by " + engine + ": the engine refused this worker: pool full; calls: 2 running, 7 done"},
+		{status.Status{State: "attached", Name: "gpu-01", Engine: engine}, `attached as "gpu-01" to ` + engine + "; calls: 2 running, 7 done"},
+		{status.Status{State: "draining", Name: "gpu-01", Engine: engine}, `draining, attached as "gpu-01" to ` + engine + "; calls: 2 running, 7 done"},
+		{status.Status{State: "connecting", Engine: engine, LastError: "connection lost: EOF\nmore"}, "not attached to " + engine + ", retrying: connection lost: EOF; calls: 2 running, 7 done"},
+		{status.Status{State: "connecting", Engine: engine}, "connecting to " + engine + "; calls: 2 running, 7 done"},
+		{status.Status{State: "refused", Engine: engine, LastError: "the engine refused this worker: pool full"}, "refused by " + engine + ": the engine refused this worker: pool full; calls: 2 running, 7 done"},
 	} {
 		if got := statusLine(tc.st, 2, 7); got != tc.want {
 			t.Errorf("%+v:\n got %q\nwant %q", tc.st, got, tc.want)

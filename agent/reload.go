@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/config"
+	"github.com/fluksio/fluksio-worker/agent/status"
 )
 
 // msgReloading declines calls that arrive while a reload waits.
@@ -104,9 +105,9 @@ func (r *reloadWait) begin() {
 	a.log.Info("reloading once the running calls finish; new calls are declined",
 		"calls", running, "reload_timeout", limit)
 	since := time.Now().UTC()
-	a.status.Update(func(s *Status) {
+	a.status.Update(func(s *status.Status) {
 		s.State = "reloading"
-		s.Reload = &ReloadStatus{Since: since, Waiting: running}
+		s.Reload = &status.Reload{Since: since, Waiting: running}
 		if r.timer != nil {
 			s.Reload.Deadline = since.Add(a.cfg.ReloadTimeout)
 		}
@@ -119,7 +120,7 @@ func (r *reloadWait) changed() {
 		return
 	}
 	running := r.a.runningIDs()
-	r.a.status.Update(func(s *Status) {
+	r.a.status.Update(func(s *status.Status) {
 		if s.Reload != nil {
 			s.Reload.Waiting = running
 		}
@@ -141,13 +142,6 @@ func (r *reloadWait) stop() {
 	if r.timer != nil {
 		r.timer.Stop()
 	}
-}
-
-// ReloadStatus is a waiting reload, in the status file.
-type ReloadStatus struct {
-	Since    time.Time `json:"since"`
-	Deadline time.Time `json:"deadline,omitzero"` // zero: no --reload-timeout
-	Waiting  []string  `json:"waiting"`           // the call_ids it waits for
 }
 
 func (a *Agent) runningIDs() []string {
@@ -191,7 +185,7 @@ func (a *Agent) reexec(exe string, exeErr error, reloading func()) int {
 		return config.ExitReloadFailed
 	}
 	a.log.Info("reloading: executing the binary on disk", "path", exe)
-	a.status.Update(func(s *Status) { s.State = "reloading"; s.Reload = nil })
+	a.status.Update(func(s *status.Status) { s.State = "reloading"; s.Reload = nil })
 	a.status.Flush()
 	// A SIGHUP between the exec and the new process's signal handler would
 	// kill it (the default action), and systemd counts death by SIGHUP as
@@ -202,7 +196,7 @@ func (a *Agent) reexec(exe string, exeErr error, reloading func()) int {
 	err := syscall.Exec(exe, os.Args, os.Environ())
 	a.log.Error("cannot reload: executing the binary failed; exiting so the service manager restarts it",
 		"path", exe, "error", err)
-	a.status.Update(func(s *Status) { s.State = "stopped"; s.LastError = "reload: " + err.Error() })
+	a.status.Update(func(s *status.Status) { s.State = "stopped"; s.LastError = "reload: " + err.Error() })
 	a.status.Flush()
 	return config.ExitReloadFailed
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
+	"github.com/fluksio/fluksio-worker/agent/status"
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
@@ -65,7 +66,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	log.Info("starting", "version", Version, "engine", logging.ShownURL(cfg.URL), "python", python,
 		"python_version", pyVersion, "state_dir", stateDir, "parallel", cfg.Parallel, "containment", contain)
 	a := New(cfg, log, python, stateDir)
-	a.status.Update(func(s *Status) { s.Containment = contain })
+	a.status.Update(func(s *status.Status) { s.Containment = contain })
 	if cfg.Listen != "" {
 		srv, err := a.ListenMonitoring()
 		if err != nil {

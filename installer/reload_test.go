@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/agent"
+	"github.com/fluksio/fluksio-worker/agent/status"
 )
 
 // TestReloadApplies: install reloads a running service only when the unit
@@ -49,9 +49,9 @@ func TestReloadApplies(t *testing.T) {
 // calls, and whether --reload-timeout will stop them.
 func TestStatusShowsAWaitingReload(t *testing.T) {
 	l, _ := layoutFor("linux", false, dirs{})
-	st := agent.Status{
+	st := status.Status{
 		PID: 4711, Version: "1.2.3", State: "reloading", Name: "gpu-box", CallsRunning: 2,
-		Reload:  &agent.ReloadStatus{Since: time.Now().Add(-time.Minute), Waiting: []string{"c1", "c7"}},
+		Reload:  &status.Reload{Since: time.Now().Add(-time.Minute), Waiting: []string{"c1", "c7"}},
 		Updated: time.Now(),
 	}
 	var out bytes.Buffer

@@ -10,19 +10,19 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/agent"
 	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/logging"
+	"github.com/fluksio/fluksio-worker/agent/status"
 )
 
 // StatusCommand is `fluksio-worker status`: the service manager's view and
 // the worker's own (from the status file it keeps in its state directory).
 // Exit status as systemctl's: 0 running, 3 stopped, 4 not installed.
 func StatusCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return status(ctx, thisHost(), args, stdout, stderr)
+	return showStatus(ctx, thisHost(), args, stdout, stderr)
 }
 
-func status(_ context.Context, h host, args []string, stdout, stderr io.Writer) int {
+func showStatus(_ context.Context, h host, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	userService := fs.Bool("user-service", false, "")
 	if err := parseFlags(fs, args); err != nil {
@@ -47,7 +47,7 @@ func status(_ context.Context, h host, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintf(stderr, "fluksio-worker status: %v\n", err)
 		return config.ExitFailed
 	}
-	st, stErr := agent.ReadStatus(stateDirOf(l))
+	st, stErr := status.Read(stateDirOf(l))
 	st.LastError = tokenRedactor(l).Scrub(st.LastError)
 	writeStatus(stdout, l, state, st, stErr)
 	if state == Running {
@@ -78,7 +78,7 @@ func tokenRedactor(l Layout) *logging.Redactor {
 
 // writeStatus prints the service's state and, where the status file could
 // be read, what the worker says about itself.
-func writeStatus(w io.Writer, l Layout, state State, st agent.Status, stErr error) {
+func writeStatus(w io.Writer, l Layout, state State, st status.Status, stErr error) {
 	fmt.Fprintf(w, "fluksio-worker: %s (%s)\n", state, l.Kind())
 	row := func(label, format string, args ...any) {
 		fmt.Fprintf(w, "  %-9s %s\n", label+":", fmt.Sprintf(format, args...))
@@ -98,7 +98,7 @@ func writeStatus(w io.Writer, l Layout, state State, st agent.Status, stErr erro
 	row("logs", "%s", l.LogHint())
 }
 
-func writeWorker(row func(label, format string, args ...any), state State, st agent.Status) {
+func writeWorker(row func(label, format string, args ...any), state State, st status.Status) {
 	now := time.Now()
 	prefix := ""
 	if state != Running {
@@ -162,13 +162,13 @@ func ago(now, t time.Time) string {
 // waitAttached watches a freshly started service until its worker says it
 // is attached (in a status written after started), the service stops, or
 // the wait runs out; it returns what it saw last.
-func waitAttached(ctx context.Context, m *manager, stateDir string, started time.Time, wait time.Duration) (State, agent.Status, error) {
+func waitAttached(ctx context.Context, m *manager, stateDir string, started time.Time, wait time.Duration) (State, status.Status, error) {
 	deadline := time.Now().Add(wait)
 	// A status file from before the restart says nothing about this worker.
 	fresh := started.Add(-time.Second)
 	for {
 		state, _ := m.State()
-		st, err := agent.ReadStatus(stateDir)
+		st, err := status.Read(stateDir)
 		if err == nil && st.Updated.Before(fresh) {
 			err = fmt.Errorf("%w: the status file predates this start", fs.ErrNotExist)
 		}

@@ -5,12 +5,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fluksio/fluksio-worker/agent"
+	"github.com/fluksio/fluksio-worker/agent/status"
 )
 
 func TestStatusShowsTheListenAddress(t *testing.T) {
 	l, _ := layoutFor("linux", false, dirs{})
-	st := agent.Status{PID: 4711, State: "attached", Name: "gpu-box", Engine: "wss://e.example.com/api/v1/workers/attach"}
+	st := status.Status{PID: 4711, State: "attached", Name: "gpu-box", Engine: "wss://e.example.com/api/v1/workers/attach"}
 	var out bytes.Buffer
 	writeStatus(&out, l, Running, st, nil)
 	if strings.Contains(out.String(), "/metrics") {

@@ -9,13 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/agent"
 	"github.com/fluksio/fluksio-worker/agent/config"
+	"github.com/fluksio/fluksio-worker/agent/status"
 )
 
 func TestStatusShowsTheWorkerWithoutItsToken(t *testing.T) {
 	l, _ := layoutFor("linux", false, dirs{})
-	st := agent.Status{
+	st := status.Status{
 		PID: 4711, Version: "1.2.3", State: "attached", Name: "gpu-box",
 		Engine:       "wss://e.example.com/api/v1/workers/attach?token=s3cret",
 		Since:        time.Now().Add(-90 * time.Second),
@@ -46,7 +46,7 @@ func TestStatusShowsTheWorkerWithoutItsToken(t *testing.T) {
 	}
 
 	out.Reset()
-	writeStatus(&out, l, Running, agent.Status{}, &fs.PathError{Op: "open", Path: "/var/lib/fluksio-worker/status.json", Err: fs.ErrPermission})
+	writeStatus(&out, l, Running, status.Status{}, &fs.PathError{Op: "open", Path: "/var/lib/fluksio-worker/status.json", Err: fs.ErrPermission})
 	if !strings.Contains(out.String(), "sudo fluksio-worker status") {
 		t.Errorf("without permission, status should say to use sudo:\n%s", out.String())
 	}
@@ -59,7 +59,7 @@ func TestStatusOfNothingInstalledExits4(t *testing.T) {
 	if exists("/etc/systemd/system/fluksio-worker.service") {
 		t.Skip("the worker is installed on this machine")
 	}
-	if code := status(context.Background(), h, nil, &out, io.Discard); code != config.ExitNotInstalled {
+	if code := showStatus(context.Background(), h, nil, &out, io.Discard); code != config.ExitNotInstalled {
 		t.Errorf("exit %d, want 4:\n%s", code, out.String())
 	}
 	if !strings.Contains(out.String(), "not installed") {

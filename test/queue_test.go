@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/agent"
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
+	"github.com/fluksio/fluksio-worker/agent/status"
 )
 
 // At most --parallel runner processes exist at once, however many calls
@@ -305,7 +305,7 @@ func TestTenThousandCallsAtParallelOne(t *testing.T) {
 		t.Errorf("%d runner processes, want 1 (--parallel 1)", len(kids))
 	}
 	eventually(t, 10*time.Second, "the status file to count the waiting calls", func() bool {
-		st, err := agent.ReadStatus(state)
+		st, err := status.Read(state)
 		return err == nil && st.CallsQueued == waiting && st.CallsRunning == 1
 	})
 

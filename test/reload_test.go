@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/agent"
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
+	"github.com/fluksio/fluksio-worker/agent/status"
 )
 
 // reloadable is a worker run from its own copy of the binary, which the
@@ -52,9 +52,9 @@ func (r *reloadable) upgrade(t *testing.T) {
 	}
 }
 
-func (r *reloadable) status(t *testing.T) agent.Status {
+func (r *reloadable) status(t *testing.T) status.Status {
 	t.Helper()
-	st, err := agent.ReadStatus(r.stateDir)
+	st, err := status.Read(r.stateDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestReloadLetsCallsFinish(t *testing.T) {
 	r.signal(syscall.SIGHUP)
 	r.signal(syscall.SIGHUP) // a second reload while one waits
 	eventually(t, 5*time.Second, "status to show the reload waiting for c1", func() bool {
-		st, err := agent.ReadStatus(r.stateDir)
+		st, err := status.Read(r.stateDir)
 		return err == nil && st.State == "reloading" && st.Reload != nil && slices.Equal(st.Reload.Waiting, []string{"c1"})
 	})
 

@@ -1,0 +1,141 @@
+// Package status owns the status file a running worker keeps in its
+// state directory (status.json): what state it is in, its engine, its
+// calls, a reload it waits on, and its last error, never the token. The
+// worker writes it atomically at most once a second; `fluksio-worker
+// status`, `check` and the health probe read it.
+package status
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/agent/logging"
+	"github.com/fluksio/fluksio-worker/platform"
+)
+
+// Status is what the running worker says about itself in
+// <state-dir>/status.json, for `fluksio-worker status` to show. It never
+// holds the token.
+type Status struct {
+	PID          int       `json:"pid"`
+	Version      string    `json:"version"`
+	Engine       string    `json:"engine"`
+	State        string    `json:"state"` // connecting, attached, draining, reloading, stopping, stopped
+	Name         string    `json:"name,omitempty"`
+	Since        time.Time `json:"since,omitzero"`
+	CallsRunning int       `json:"calls_running"`
+	CallsQueued  int       `json:"calls_queued"` // waiting for one of the --parallel slots
+	CallsDone    int64     `json:"calls_done"`
+	LastError    string    `json:"last_error,omitempty"`
+	Reload       *Reload   `json:"reload,omitempty"`      // a reload waiting for calls
+	Listen       string    `json:"listen,omitempty"`      // where /metrics and /healthz are served
+	Containment  string    `json:"containment,omitempty"` // how calls' processes are kept together (contain.go)
+	Updated      time.Time `json:"updated"`
+}
+
+// Path is where the worker with this state directory keeps its status.
+func Path(stateDir string) string { return filepath.Join(stateDir, "status.json") }
+
+// Read reads the status a worker left in stateDir.
+func Read(stateDir string) (Status, error) {
+	var st Status
+	b, err := os.ReadFile(Path(stateDir))
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("reading %s: %w", Path(stateDir), err)
+	}
+	return st, nil
+}
+
+// writeInterval bounds how often the status file is rewritten: a worker
+// doing hundreds of calls a second must not spend its time renaming files.
+const writeInterval = time.Second
+
+// File keeps Status on disk, written atomically, at most once per
+// writeInterval; Flush writes what is pending at once.
+type File struct {
+	path    string
+	mu      sync.Mutex
+	st      Status
+	last    time.Time
+	pending *time.Timer
+	onError func(error)
+	// redact scrubs the token from the text fields: a last error may quote
+	// an engine's page that echoes the request URL.
+	redact *logging.Redactor
+}
+
+// NewFile starts keeping st in stateDir's status file; redact scrubs its
+// text fields, and onError, when set, hears of failed writes.
+func NewFile(stateDir string, st Status, redact *logging.Redactor, onError func(error)) *File {
+	s := &File{path: Path(stateDir), st: st, redact: redact, onError: onError}
+	s.Update(func(*Status) {})
+	return s
+}
+
+// Update changes the status and schedules a write.
+func (s *File) Update(change func(*Status)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	change(&s.st)
+	if s.pending != nil {
+		return
+	}
+	wait := writeInterval - time.Since(s.last)
+	if wait <= 0 {
+		s.writeLocked()
+		return
+	}
+	s.pending = time.AfterFunc(wait, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.pending = nil
+		s.writeLocked()
+	})
+}
+
+// Get returns the current status.
+func (s *File) Get() Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st
+}
+
+// Flush writes the current status now.
+func (s *File) Flush() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pending != nil {
+		s.pending.Stop()
+		s.pending = nil
+	}
+	s.writeLocked()
+}
+
+func (s *File) writeLocked() {
+	s.last = time.Now()
+	s.st.Updated = s.last.UTC()
+	shown := s.st
+	shown.Engine = logging.ShownURL(shown.Engine)
+	shown.LastError = s.redact.Scrub(shown.LastError)
+	shown.Name = s.redact.Scrub(shown.Name)
+	b, _ := json.MarshalIndent(shown, "", "  ")
+	// Private like everything in the state directory; `status` reads it
+	// as the service account or root.
+	if err := platform.WriteFileAtomic(s.path, append(b, '\n'), 0o600, platform.KeepOwner); err != nil && s.onError != nil {
+		s.onError(err)
+	}
+}
+
+// Reload is a waiting reload, in the status file.
+type Reload struct {
+	Since    time.Time `json:"since"`
+	Deadline time.Time `json:"deadline,omitzero"` // zero: no --reload-timeout
+	Waiting  []string  `json:"waiting"`           // the call_ids it waits for
+}
