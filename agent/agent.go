@@ -15,6 +15,7 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
+	"github.com/fluksio/fluksio-worker/agent/runtime"
 	"github.com/fluksio/fluksio-worker/agent/status"
 	"github.com/fluksio/fluksio-worker/platform"
 )
@@ -220,7 +221,7 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 		}
 		cancelPrepare()
 	}()
-	rt, err := EnsureRuntime(prepare, a.cfg, a.stateDir, a.log)
+	rt, err := runtime.Ensure(prepare, a.cfg, a.stateDir, a.log)
 	if err != nil {
 		return false, err
 	}

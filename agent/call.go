@@ -19,6 +19,7 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
+	"github.com/fluksio/fluksio-worker/agent/runtime"
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
@@ -474,3 +475,6 @@ func exitStatus(err error) string {
 	}
 	return err.Error()
 }
+
+// Runtime is the runner script a call executes.
+type Runtime = runtime.Script

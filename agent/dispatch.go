@@ -16,6 +16,7 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
+	"github.com/fluksio/fluksio-worker/agent/runtime"
 	"github.com/fluksio/fluksio-worker/agent/status"
 	"github.com/fluksio/fluksio-worker/platform"
 )
@@ -24,7 +25,7 @@ import (
 type attachment struct {
 	ctx   context.Context // ends when the connection does
 	conn  *engineConn
-	rt    Runtime
+	rt    runtime.Script
 	calls *sync.WaitGroup // every goroutine serving a call of this connection
 	// noise budgets the log lines about engine messages the worker ignores
 	// or refuses, so an engine that floods them cannot flood the log.

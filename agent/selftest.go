@@ -24,14 +24,9 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
 	"github.com/fluksio/fluksio-worker/agent/logging"
+	"github.com/fluksio/fluksio-worker/agent/runtime"
 	"github.com/fluksio/fluksio-worker/platform"
 )
-
-// selftestExample is the node file the self-test runs: the same example
-// users read in agent/runtime/examples.
-//
-//go:embed runtime/examples/train.py
-var selftestExample string
 
 // selftestTimeout bounds the whole self-test; the example takes seconds.
 const selftestTimeout = 3 * time.Minute
@@ -133,8 +128,7 @@ func (st *selftest) run(ctx context.Context, python, token string, log *slog.Log
 		return fmt.Errorf("finding Python: %w", err)
 	}
 	st.python, st.pyVersion = path, version
-	sum := sha256.Sum256(embeddedRuntime)
-	st.runtimeHash = hex.EncodeToString(sum[:])
+	st.runtimeHash = runtime.EmbeddedHash()
 	st.say("fluksio-worker %s selftest: %s (%s), embedded runtime %s", Version, path, version, st.runtimeHash[:12])
 
 	tmp, err := os.MkdirTemp("", "fluksio-selftest-")
@@ -231,7 +225,7 @@ func (st *selftest) call(ctx context.Context, wk *enginetest.Worker, req map[str
 func (st *selftest) compile(ctx context.Context, wk *enginetest.Worker) error {
 	answer, err := st.call(ctx, wk, map[string]any{
 		"op": "compile", "call_id": "selftest-compile",
-		"node": map[string]any{"source": selftestExample, "filename": "train.py"},
+		"node": map[string]any{"source": runtime.Example, "filename": "train.py"},
 	}, false)
 	if err != nil {
 		return err
@@ -254,7 +248,7 @@ func (st *selftest) train(ctx context.Context, wk *enginetest.Worker, eng *engin
 	st.say("train     %d steps, streaming:", st.steps)
 	answer, err := st.call(ctx, wk, map[string]any{
 		"op": "run", "call_id": "selftest-train", "env": env,
-		"node":     map[string]any{"source": selftestExample, "filename": "train.py"},
+		"node":     map[string]any{"source": runtime.Example, "filename": "train.py"},
 		"function": "train", "inputs": map[string]any{"steps": st.steps},
 		"settings": map[string]any{"delay": 0.2},
 	}, true)
@@ -283,7 +277,7 @@ func (st *selftest) train(ctx context.Context, wk *enginetest.Worker, eng *engin
 func (st *selftest) evaluate(ctx context.Context, wk *enginetest.Worker, env map[string]any, final map[string]any) error {
 	answer, err := st.call(ctx, wk, map[string]any{
 		"op": "run", "call_id": "selftest-evaluate", "env": env,
-		"node":     map[string]any{"source": selftestExample, "filename": "train.py"},
+		"node":     map[string]any{"source": runtime.Example, "filename": "train.py"},
 		"function": "evaluate", "inputs": map[string]any{"model": st.model},
 	}, false)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
+	"github.com/fluksio/fluksio-worker/agent/runtime"
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
@@ -184,7 +185,7 @@ func checkRuntime(ctx context.Context, c *checklist, cfg config.Config) {
 	log := slog.New(slog.NewTextHandler(&warnings, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, cancel := context.WithTimeout(ctx, engineCheckTimeout)
 	defer cancel()
-	rt, err := agent.EnsureRuntime(ctx, cfg, scratch, log)
+	rt, err := runtime.Ensure(ctx, cfg, scratch, log)
 	if err != nil {
 		c.fail("runtime", err)
 		return

@@ -1,4 +1,9 @@
-package agent
+// Package runtime owns the runner script each call's Python process
+// executes: the Python runtime in this directory (worker_main.py, standard
+// library only, embedded in the binary), the engine's own runner when it
+// serves one, and the private cache in the state directory where either is
+// written once per content hash and verified before use.
+package runtime
 
 import (
 	"bytes"
@@ -23,8 +28,14 @@ import (
 // the engine serves its own: standard library only, so it runs on whatever
 // interpreter the user's nodes need.
 //
-//go:embed runtime/worker_main.py
+//go:embed worker_main.py
 var embeddedRuntime []byte
+
+// Example is the node file the self-test runs: the same example users
+// read in agent/runtime/examples.
+//
+//go:embed examples/train.py
+var Example string
 
 // maxServedRuntime bounds what the engine may serve as a runner script.
 const maxServedRuntime = 16 << 20
@@ -33,18 +44,18 @@ const maxServedRuntime = 16 << 20
 // must not delay attaching, the embedded runner is always there.
 const runtimeFetchTimeout = 15 * time.Second
 
-// Runtime is the runner script a call's Python executes.
-type Runtime struct {
+// Script is the runner script a call's Python executes.
+type Script struct {
 	Path   string // on disk, named by content hash
 	Hash   string // sha256 hex of the content
 	Source string // "engine", "embedded" or "file"
 }
 
-// EnsureRuntime resolves --runtime: a file path is used as it is;
+// Ensure resolves --runtime: a file path is used as it is;
 // "embedded" writes the built-in runner to the state directory (once per
 // content hash); "auto" first asks the engine for its runner and caches
 // what it serves, falling back to the built-in one.
-func EnsureRuntime(ctx context.Context, cfg config.Config, stateDir string, log *slog.Logger) (Runtime, error) {
+func Ensure(ctx context.Context, cfg config.Config, stateDir string, log *slog.Logger) (Script, error) {
 	switch cfg.Runtime {
 	case "", "auto":
 		body, err := fetchRuntime(ctx, cfg)
@@ -63,10 +74,10 @@ func EnsureRuntime(ctx context.Context, cfg config.Config, stateDir string, log 
 			var b []byte
 			if b, err = os.ReadFile(path); err == nil {
 				sum := sha256.Sum256(b)
-				return Runtime{Path: path, Hash: hex.EncodeToString(sum[:]), Source: "file"}, nil
+				return Script{Path: path, Hash: hex.EncodeToString(sum[:]), Source: "file"}, nil
 			}
 		}
-		return Runtime{}, &config.UsageError{Err: fmt.Errorf("--runtime %s: %w (use auto, embedded or a readable file)", cfg.Runtime, err)}
+		return Script{}, &config.UsageError{Err: fmt.Errorf("--runtime %s: %w (use auto, embedded or a readable file)", cfg.Runtime, err)}
 	}
 }
 
@@ -116,12 +127,12 @@ func fetchRuntime(ctx context.Context, cfg config.Config) ([]byte, error) {
 // bytes: a file of that name that holds anything else (a planted script of
 // the same size, a half-written one) is replaced atomically. The directory
 // is private (checkPrivateDir), so the bytes checked are the bytes run.
-func cacheRuntime(stateDir string, content []byte, source string) (Runtime, error) {
+func cacheRuntime(stateDir string, content []byte, source string) (Script, error) {
 	sum := sha256.Sum256(content)
 	hash := hex.EncodeToString(sum[:])
 	dir := filepath.Join(stateDir, "runtime")
 	path := filepath.Join(dir, hash+".py")
-	rt := Runtime{Path: path, Hash: hash, Source: source}
+	rt := Script{Path: path, Hash: hash, Source: source}
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return rt, config.Usagef("cannot create the state directory %s: %v (set --state-dir to a writable directory)", stateDir, err)
 	}
@@ -149,4 +160,11 @@ func cachedRuntimeOK(path string, content []byte) bool {
 	}
 	have, err := os.ReadFile(path)
 	return err == nil && bytes.Equal(have, content)
+}
+
+// EmbeddedHash is the sha256, in hex, of the runner embedded in this
+// binary.
+func EmbeddedHash() string {
+	sum := sha256.Sum256(embeddedRuntime)
+	return hex.EncodeToString(sum[:])
 }

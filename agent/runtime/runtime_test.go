@@ -1,4 +1,4 @@
-package agent
+package runtime
 
 import (
 	"bytes"
@@ -18,30 +18,6 @@ import (
 
 	"github.com/fluksio/fluksio-worker/agent/config"
 )
-
-// The runner's environment carries the artifact endpoint and the token.
-func TestRunnerEnvironmentHasArtifactEndpoint(t *testing.T) {
-	cfg := config.DefaultConfig()
-	cfg.URL = "wss://h/api/v1/workers/attach"
-	cfg.Token = "tok-1"
-	a := New(cfg, slog.New(slog.DiscardHandler), "/usr/bin/python3", t.TempDir())
-	defer a.status.Flush()
-	env, err := a.callEnv([]byte(`{"OMP_NUM_THREADS": 4, "FLAG": true}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	joined := "\n" + strings.Join(env, "\n") + "\n"
-	for _, want := range []string{
-		"\nFLUKSIO_ARTIFACT_URL=https://h/api/v1/artifacts\n",
-		"\nFLUKSIO_ARTIFACT_TOKEN=tok-1\n",
-		"\nOMP_NUM_THREADS=4\n",
-		"\nFLAG=True\n",
-	} {
-		if !strings.Contains(joined, want) {
-			t.Errorf("runner environment lacks %q", strings.TrimSpace(want))
-		}
-	}
-}
 
 func sha(b []byte) string {
 	sum := sha256.Sum256(b)
@@ -75,7 +51,7 @@ func captureLog() (*slog.Logger, *bytes.Buffer) {
 	return slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), &buf
 }
 
-func checkRuntimeFile(t *testing.T, rt Runtime, stateDir string, content []byte, source string) {
+func checkRuntimeFile(t *testing.T, rt Script, stateDir string, content []byte, source string) {
 	t.Helper()
 	if rt.Source != source {
 		t.Errorf("runtime source = %q, want %q", rt.Source, source)
@@ -101,7 +77,7 @@ func TestEnsureRuntimeAutoUsesTheEnginesRunner(t *testing.T) {
 	log, logged := captureLog()
 	state := t.TempDir()
 
-	rt, err := EnsureRuntime(context.Background(), cfg, state, log)
+	rt, err := Ensure(context.Background(), cfg, state, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +105,7 @@ func TestEnsureRuntimeAutoFallsBackToEmbedded(t *testing.T) {
 			cfg, hits := engineServing(t, tt.handler)
 			log, logged := captureLog()
 			state := t.TempDir()
-			rt, err := EnsureRuntime(context.Background(), cfg, state, log)
+			rt, err := Ensure(context.Background(), cfg, state, log)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -159,7 +135,7 @@ func TestEnsureRuntimeAutoWithEngineUnreachable(t *testing.T) {
 	cfg.Token = "tok-1"
 	log, logged := captureLog()
 	state := t.TempDir()
-	rt, err := EnsureRuntime(context.Background(), cfg, state, log)
+	rt, err := Ensure(context.Background(), cfg, state, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +149,7 @@ func TestEnsureRuntimeEmbeddedAsksNobody(t *testing.T) {
 	cfg, hits := engineServing(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("x")) })
 	cfg.Runtime = "embedded"
 	state := t.TempDir()
-	rt, err := EnsureRuntime(context.Background(), cfg, state, slog.New(slog.DiscardHandler))
+	rt, err := Ensure(context.Background(), cfg, state, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +168,7 @@ func TestEnsureRuntimeFile(t *testing.T) {
 	}
 	cfg := config.DefaultConfig()
 	cfg.Runtime = script
-	rt, err := EnsureRuntime(context.Background(), cfg, t.TempDir(), slog.New(slog.DiscardHandler))
+	rt, err := Ensure(context.Background(), cfg, t.TempDir(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +177,7 @@ func TestEnsureRuntimeFile(t *testing.T) {
 	}
 
 	cfg.Runtime = filepath.Join(dir, "missing.py")
-	_, err = EnsureRuntime(context.Background(), cfg, t.TempDir(), slog.New(slog.DiscardHandler))
+	_, err = Ensure(context.Background(), cfg, t.TempDir(), slog.New(slog.DiscardHandler))
 	var usage *config.UsageError
 	if !errors.As(err, &usage) || !strings.Contains(err.Error(), "--runtime") || !strings.Contains(err.Error(), "missing.py") || !strings.Contains(err.Error(), "auto, embedded") {
 		t.Errorf("error = %v (%T), want a usage error naming --runtime, missing.py and auto, embedded", err, err)
@@ -289,7 +265,7 @@ func TestCacheRuntimeUnwritableStateDir(t *testing.T) {
 
 	cfg := config.DefaultConfig()
 	cfg.Runtime = "embedded"
-	_, err = EnsureRuntime(context.Background(), cfg, notDir, slog.New(slog.DiscardHandler))
+	_, err = Ensure(context.Background(), cfg, notDir, slog.New(slog.DiscardHandler))
 	if err == nil || !strings.Contains(err.Error(), "--state-dir") {
 		t.Errorf("EnsureRuntime in an unwritable state dir: %v; want an error saying to set --state-dir", err)
 	}
