@@ -46,17 +46,17 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	log := logging.NewLogger(stderr, cfg.LogFormat, cfg.LogLevel, cfg.Token)
 	for _, w := range cfg.Warnings {
-		log.Warn(w)
+		log.Warn("check the configuration", "warning", w)
 	}
 	service := platform.NewServiceManager(log)
 	python, pyVersion, err := platform.FindPython(ctx, cfg.Python)
 	if err != nil {
-		log.Error("cannot run node code: " + err.Error())
+		log.Error("cannot run node code", "error", err)
 		return config.ExitUsage
 	}
 	stateDir, err := config.ResolveStateDir(cfg, os.Getenv)
 	if err != nil {
-		log.Error(err.Error())
+		log.Error("cannot use the state directory", "error", err)
 		return config.ExitUsage
 	}
 	// Resolved now: after an upgrade replaced the file, the path is what
@@ -70,7 +70,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if cfg.Listen != "" {
 		srv, err := a.ListenMonitoring()
 		if err != nil {
-			log.Error(err.Error())
+			log.Error("cannot serve monitoring", "error", err)
 			return config.ExitUsage
 		}
 		defer srv.Close()
@@ -117,11 +117,11 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 				a.Drain()
 			case !stopping:
 				stopping = true
-				log.Info(sig.String() + ": stopping (a second signal stops at once)")
+				log.Info("stopping (a second signal stops at once)", "signal", sig.String())
 				service.Stopping()
 				a.Stop()
 			default:
-				log.Warn(sig.String() + " again: killing running calls and exiting now")
+				log.Warn("stop signal again: killing running calls and exiting now", "signal", sig.String())
 				a.Kill()
 				select {
 				case <-served:
@@ -140,14 +140,14 @@ func exitCode(log interface{ Error(string, ...any) }, err error) int {
 	case err == nil:
 		return config.ExitOK
 	case errors.As(err, &refused):
-		log.Error(refused.Error() + "; not retrying (a new token or an engine-side change is needed)")
+		log.Error("the engine refused this worker; not retrying (a new token or an engine-side change is needed)", "reason", refused.Reason)
 		return config.ExitRefused
 	case errors.As(err, &usage):
-		log.Error(err.Error())
+		log.Error("bad configuration", "error", err)
 		return config.ExitUsage
 	default:
-		log.Error(err.Error())
-		return config.ExitRefused
+		log.Error("the worker failed", "error", err)
+		return config.ExitFailed
 	}
 }
 
