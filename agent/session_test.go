@@ -19,7 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,7 +28,12 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent"
+	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
+	"github.com/fluksio/fluksio-worker/agent/logging"
+	"github.com/fluksio/fluksio-worker/agent/protocol"
+	"github.com/fluksio/fluksio-worker/agent/runtime"
+	"github.com/fluksio/fluksio-worker/agent/status"
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
@@ -89,7 +94,7 @@ func startSession(t *testing.T) *session {
 	t.Cleanup(eng.Close)
 
 	noEnv := func(string) string { return "" } // nothing of the caller's environment
-	cfg, err := agent.Load([]string{
+	cfg, err := config.Load([]string{
 		"--url", eng.AttachURL(),
 		"--token", sessionToken,
 		"--name", sessionName,
@@ -110,18 +115,18 @@ func startSession(t *testing.T) *session {
 	if err != nil {
 		t.Fatalf("the configuration: %v", err)
 	}
-	stateDir, err := agent.ResolveStateDir(cfg, noEnv)
+	stateDir, err := config.ResolveStateDir(cfg, noEnv)
 	if err != nil {
 		t.Fatalf("the state directory: %v", err)
 	}
 	logs := &lockedBuffer{}
-	log := agent.NewLogger(logs, cfg.LogFormat, cfg.LogLevel, cfg.Token)
+	log := logging.NewLogger(logs, cfg.LogFormat, cfg.LogLevel, cfg.Token)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("the worker's log:\n%s", logs.String())
 		}
 	})
-	rt, err := agent.EnsureRuntime(ctx, cfg, stateDir, log)
+	rt, err := runtime.Ensure(ctx, cfg, stateDir, log)
 	if err != nil {
 		t.Fatalf("EnsureRuntime: %v", err)
 	}
@@ -234,8 +239,8 @@ func TestSessionInProcess(t *testing.T) {
 // it is attached in its pulse line, its health and its status file.
 func (s *session) checkAttached(t *testing.T) {
 	h := s.wk.Hello
-	if h.Op != "hello" || h.Protocol != agent.ProtocolVersion || h.Name != sessionName {
-		t.Errorf("hello op %q protocol %d name %q; want hello, %d, %q", h.Op, h.Protocol, h.Name, agent.ProtocolVersion, sessionName)
+	if h.Op != "hello" || h.Protocol != protocol.Version || h.Name != sessionName {
+		t.Errorf("hello op %q protocol %d name %q; want hello, %d, %q", h.Op, h.Protocol, h.Name, protocol.Version, sessionName)
 	}
 	if strings.Join(h.Labels, ",") != strings.Join(sessionLabels, ",") {
 		t.Errorf("hello labels %q; want %q (--labels %q)", h.Labels, sessionLabels, sessionLabelsFlag)
@@ -281,10 +286,10 @@ func (s *session) checkAttached(t *testing.T) {
 		t.Errorf("Health() = %v, %q; want healthy, attached", ok, reason)
 	}
 	// The status file is written at most once a second.
-	var st agent.Status
+	var st status.Status
 	eventually(t, goneTimeout, "the status file to say attached", func() bool {
 		var err error
-		st, err = agent.ReadStatus(s.stateDir)
+		st, err = status.Read(s.stateDir)
 		return err == nil && st.State == "attached"
 	})
 	if st.Name != sessionName || st.PID != os.Getpid() || strings.Contains(st.Engine, sessionToken) {
@@ -489,7 +494,7 @@ func (s *session) checkStop(t *testing.T, before map[string]bool, kidsBefore map
 		leaked = agentGoroutines(before)
 		return len(leaked) == 0
 	}, func() string { return strings.Join(leaked, "\n\n") })
-	if st, err := agent.ReadStatus(s.stateDir); err != nil || st.State != "stopped" {
+	if st, err := status.Read(s.stateDir); err != nil || st.State != "stopped" {
 		t.Errorf("status file %+v, %v; want stopped", st, err)
 	}
 }
@@ -618,7 +623,7 @@ func describe(pids []int) []string {
 func goroutineStacks() map[string]string {
 	buf := make([]byte, 1<<20)
 	for {
-		n := runtime.Stack(buf, true)
+		n := goruntime.Stack(buf, true)
 		if n < len(buf) {
 			buf = buf[:n]
 			break
