@@ -172,7 +172,7 @@ Every option can also be set as the environment variable shown, or as a key
 of the same name in the --config file; flags win over variables, variables
 over the file.
 
-config.Options:
+Options:
   --config PATH  [FLUKSIO_WORKER_CONFIG]
         read settings from a TOML file: url = "wss://...", labels = ["gpu"]
 `)

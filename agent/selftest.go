@@ -98,7 +98,7 @@ example node (a small training loop) through the embedded runtime on the
 chosen Python: compile, a generator node whose metrics stream live, and an
 artifact saved and loaded back. Exits 0 only if all of it worked.
 
-config.Options:
+Options:
   --python P   the interpreter nodes will run on (default: python3 on PATH)
   --steps N    training steps of the example (default 5)
   --verbose    show the worker's own log as it runs
