@@ -330,7 +330,8 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 }
 
 // hello describes this worker. The inventory and the venv digest are taken
-// afresh for each connection, as the reference agent does.
+// afresh for each connection: a GPU added or a package installed between
+// connections is advertised on the next one.
 func (a *Agent) hello(ctx context.Context) protocol.Hello {
 	name := a.cfg.Name
 	if name == "" {

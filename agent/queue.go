@@ -16,7 +16,7 @@ import (
 // The queue's bounds. The engine is told max_parallel in hello, so a
 // well-behaved engine has at most about --parallel calls waiting (a call
 // it sees answered while its process is still exiting). Engines written
-// against the reference agent, which ran every call it got at once, may
+// against the Python agent, which ran every call it got at once, may
 // send a pipeline's whole fan-out instead; those calls should wait and
 // run, not fail. 10,000 waiting calls of a typical request (a few KiB)
 // cost tens of MiB and one heartbeat frame each per 10 s; beyond that the

@@ -133,8 +133,9 @@ func (p Probe) gpus() int {
 	return len(matches)
 }
 
-// digits parses a value made only of ASCII digits, like Python's
-// str.isdigit() check the reference agent used.
+// digits parses a value made only of ASCII digits (Python's str.isdigit(),
+// which the Python agent engines were written for checked): "4G" or "-1"
+// is not a count, and the next source is tried.
 func digits(s string) (int, bool) {
 	if s == "" {
 		return 0, false

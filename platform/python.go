@@ -21,7 +21,8 @@ import (
 // network filesystem can take seconds, but never this long.
 const pythonCheckTimeout = 30 * time.Second
 
-// venvDigestTimeout is the reference agent's limit for `pip freeze`.
+// venvDigestTimeout bounds `pip freeze`; past it the digest is "" (the
+// engine then matches on labels alone), as with the Python agent.
 const venvDigestTimeout = 60 * time.Second
 
 // pipeWaitDelay: once the interpreter has exited (or its deadline passed),

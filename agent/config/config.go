@@ -465,7 +465,8 @@ func ValueText(v any) (string, error) {
 	return "", fmt.Errorf("unsupported value %v", v)
 }
 
-// SplitLabels splits on commas and drops blanks, as the reference agent does.
+// SplitLabels splits on commas and drops blanks: " gpu, ,cuda12" is
+// [gpu cuda12], as engines written for the Python agent expect.
 func SplitLabels(s string) []string {
 	labels := []string{}
 	for _, part := range strings.Split(s, ",") {

@@ -87,7 +87,8 @@ func writeKey(buf *bytes.Buffer, k string) {
 }
 
 // EnvText renders a JSON value as Python's str() renders the decoded
-// value, which is how the reference agent turned env values into text:
+// value, which is how the Python agent engines were written for turned env
+// values into text, so a node sees the same strings here:
 // strings as they are, True/False/None, integers exactly, floats in
 // Python's repr.
 func EnvText(raw json.RawMessage) string {

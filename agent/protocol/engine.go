@@ -98,8 +98,9 @@ func ParseMessage(data []byte) (Message, error) {
 	return m, nil
 }
 
-// CallIDText is the call_id as text, as the reference agent's str() made
-// it: a string as it is, a number as written, null or absent as "".
+// CallIDText is the call_id as text, as Python's str() makes it (engines
+// written for the Python agent may send numbers): a string as it is, a
+// number as written, null or absent as "".
 func CallIDText(raw json.RawMessage) string {
 	var s string
 	if json.Unmarshal(raw, &s) == nil {

@@ -1,8 +1,8 @@
 """The embedded Fluksio runtime: runs exactly one node call for fluksio-worker.
 
 The Go agent starts ``PYTHON worker_main.py`` for every call, writes one JSON
-request line on stdin and reads JSON lines back on stdout (PROTOCOL.md,
-sections 2 and 4). This file owns everything on the Python side of that trip:
+request line on stdin and reads JSON lines back on stdout (the line
+protocol in agent/protocol/doc.go; the request schema in README.md here). This file owns everything on the Python side of that trip:
 
 - the protocol channel: the process's real stdout carries protocol lines and
   nothing else; node code's fd 1 and fd 2 are pipes that become ``log``
