@@ -22,7 +22,6 @@ import (
 	goruntime "runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -67,12 +66,12 @@ type session struct {
 	stop     func()        // Agent.Stop
 	pulse    func() string // Agent.Pulse
 	health   func() (bool, string)
-	served   chan error    // Serve's result
-	python   string        // the interpreter, as FindPython resolved it
-	given    string        // --python as given, what hello must carry
-	stateDir string        // as ResolveStateDir made it
-	runtime  string        // the embedded runner's path in the state directory
-	log      *lockedBuffer // the worker's log, shown when the test fails
+	served   chan error         // Serve's result
+	python   string             // the interpreter, as FindPython resolved it
+	given    string             // --python as given, what hello must carry
+	stateDir string             // as ResolveStateDir made it
+	runtime  string             // the embedded runner's path in the state directory
+	log      *enginetest.Buffer // the worker's log, shown when the test fails
 }
 
 // startSession is the one place that builds a worker from the agent
@@ -119,7 +118,7 @@ func startSession(t *testing.T) *session {
 	if err != nil {
 		t.Fatalf("the state directory: %v", err)
 	}
-	logs := &lockedBuffer{}
+	logs := &enginetest.Buffer{}
 	log := logging.NewLogger(logs, cfg.LogFormat, cfg.LogLevel, cfg.Token)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -497,24 +496,6 @@ func (s *session) checkStop(t *testing.T, before map[string]bool, kidsBefore map
 	if st, err := status.Read(s.stateDir); err != nil || st.State != "stopped" {
 		t.Errorf("status file %+v, %v; want stopped", st, err)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for the worker's goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // eventually polls cond until it holds or timeout passes; detail, if

@@ -4,7 +4,6 @@
 package test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -12,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -57,29 +55,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// syncBuffer collects a process's stderr while tests read it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // worker is a running fluksio-worker process.
 type worker struct {
 	t      testing.TB
 	cmd    *exec.Cmd
-	logs   *syncBuffer
+	logs   *enginetest.Buffer
 	exited chan struct{}
 	err    error
 }
@@ -117,7 +97,7 @@ func startProgram(t testing.TB, program string, env []string, args ...string) *w
 // environment it was given.
 func startCommand(t testing.TB, cmd *exec.Cmd) *worker {
 	t.Helper()
-	w := &worker{t: t, cmd: cmd, logs: &syncBuffer{}, exited: make(chan struct{})}
+	w := &worker{t: t, cmd: cmd, logs: &enginetest.Buffer{}, exited: make(chan struct{})}
 	cmd.Stderr, cmd.Stdout = w.logs, w.logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
 )
 
 // Options shape one boot. The zero value is a good default.
@@ -39,7 +41,7 @@ type Machine struct {
 	cmd     *exec.Cmd
 	done    chan struct{} // closed when systemd-nspawn has exited
 	init    int           // host pid of the container's systemd
-	console *syncBuffer
+	console *enginetest.Buffer
 
 	closeOnce sync.Once
 	closeErr  error
@@ -65,7 +67,7 @@ func Boot(ctx context.Context, opts Options) (_ *Machine, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("boot: %w", err)
 	}
-	m := &Machine{Name: opts.Name, work: work, root: filepath.Join(work, "root"), done: make(chan struct{}), console: &syncBuffer{}}
+	m := &Machine{Name: opts.Name, work: work, root: filepath.Join(work, "root"), done: make(chan struct{}), console: &enginetest.Buffer{}}
 	defer func() {
 		if err != nil {
 			m.Close()
@@ -299,22 +301,4 @@ func (m *Machine) close() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// syncBuffer is a bytes.Buffer the console goroutines and a test may share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
