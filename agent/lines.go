@@ -107,7 +107,15 @@ func textFrame(line []byte) []byte {
 // allocates (and so of its resident memory, through the collector's
 // headroom). A frame handed to the socket is owned by its writer, which
 // puts it back once written.
-var framePool = sync.Pool{New: func() any { return new([]byte) }}
+//
+// The pool holds *[]byte, and the boxes themselves are recycled through
+// frameBoxes: putting a frame back into the pool costs no allocation, so
+// relaying an event allocates nothing here (a new box for each put would
+// be 24 bytes an event, a collection every ~170,000 events).
+var (
+	framePool  = sync.Pool{New: func() any { return new([]byte) }}
+	frameBoxes = sync.Pool{New: func() any { return new([]byte) }}
+)
 
 // maxPooledFrame keeps answers of many MiB out of the pool.
 const maxPooledFrame = 16 << 10
@@ -116,13 +124,20 @@ func getFrame(n int) []byte {
 	if n > maxPooledFrame {
 		return make([]byte, 0, n)
 	}
-	return (*framePool.Get().(*[]byte))[:0]
+	box := framePool.Get().(*[]byte)
+	frame := (*box)[:0]
+	*box = nil
+	frameBoxes.Put(box)
+	return frame
 }
 
 func putFrame(frame []byte) {
-	if cap(frame) <= maxPooledFrame {
-		framePool.Put(&frame)
+	if cap(frame) == 0 || cap(frame) > maxPooledFrame {
+		return
 	}
+	box := frameBoxes.Get().(*[]byte)
+	*box = frame
+	framePool.Put(box)
 }
 
 func formatBytes(n int64) string {

@@ -29,6 +29,7 @@ var Version = "dev"
 // refused. SIGHUP reloads: it re-executes this binary in place once the
 // running calls finish (reload.go).
 func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	tuneGC(os.Getenv)
 	cfg, err := config.Load(args, os.Getenv)
 	if err == nil {
 		err = cfg.Resolve()

@@ -31,12 +31,14 @@ var (
 	benchBin     string
 )
 
-// benchWorkerBin is a worker built as releases are (stripped, without the
-// race detector), whatever the tests were built with.
+// benchWorkerBin is a worker built as releases are (static, stripped,
+// without the race detector), whatever the tests were built with.
 func benchWorkerBin(b *testing.B) string {
 	benchBinOnce.Do(func() {
 		benchBin = filepath.Join(binDir, "fluksio-worker-bench")
-		out, err := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", benchBin, "github.com/fluksio/fluksio-worker").CombinedOutput()
+		build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", benchBin, "github.com/fluksio/fluksio-worker")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as .goreleaser.yaml builds it
+		out, err := build.CombinedOutput()
 		if err != nil {
 			panic(fmt.Sprintf("building: %v\n%s", err, out))
 		}
@@ -117,6 +119,12 @@ func BenchmarkRelay(b *testing.B) {
 			pid := w.cmd.Process.Pid
 			idleRSS := memMiB(b, pid, "VmRSS")
 			cpuBefore := cpuTime(b, pid)
+			// The peak is the relay's, not start-up's: "5" resets VmHWM
+			// to the present RSS (proc(5), clear_refs).
+			if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
+				b.Logf("peak-rss-MiB is since start-up: %v", err)
+			}
+			peakAnon := sampleMax(b, pid, "RssAnon")
 			b.ResetTimer()
 			start := time.Now()
 			c := run(b, wk, "relay", step{"events": b.N})
@@ -137,11 +145,14 @@ func BenchmarkRelay(b *testing.B) {
 				b.Fatalf("relayed %d of %d events", got, b.N)
 			}
 			cpu := cpuTime(b, pid) - cpuBefore
+			peak := memMiB(b, pid, "VmHWM")
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "events/s")
 			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/event")
 			b.ReportMetric(idleRSS, "idle-rss-MiB")
 			b.ReportMetric(memMiB(b, pid, "VmRSS"), "rss-MiB")
 			b.ReportMetric(memMiB(b, pid, "RssAnon"), "anon-MiB")
+			b.ReportMetric(peak, "peak-rss-MiB")
+			b.ReportMetric(peakAnon(), "peak-anon-MiB")
 		})
 	}
 }
@@ -160,22 +171,56 @@ func cpuTime(t testing.TB, pid int) time.Duration {
 	return time.Duration(utime+stime) * time.Second / ticks
 }
 
+// sampleMax samples a /proc/PID/status field every 2 ms until the
+// function it returns is called, which returns the largest value seen.
+func sampleMax(t testing.TB, pid int, field string) func() float64 {
+	stop := make(chan struct{})
+	done := make(chan float64)
+	peak := memMiB(t, pid, field)
+	go func() {
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				done <- peak
+				return
+			case <-tick.C:
+				if v, ok := readMiB(pid, field); ok {
+					peak = max(peak, v)
+				}
+			}
+		}
+	}()
+	return func() float64 {
+		close(stop)
+		return <-done
+	}
+}
+
 // memMiB reads a process's memory from /proc/PID/status: VmRSS is all it
 // has resident, RssAnon the part that is its own (heap, stacks), without the
 // pages of its executable and libraries that the page cache shares.
 func memMiB(t testing.TB, pid int, field string) float64 {
+	v, ok := readMiB(pid, field)
+	if !ok {
+		t.Fatalf("no %s in /proc/%d/status", field, pid)
+	}
+	return v
+}
+
+func readMiB(pid int, field string) (float64, bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		t.Fatal(err)
+		return 0, false
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if strings.HasPrefix(line, field+":") {
 			kb, _ := strconv.ParseFloat(strings.Fields(line)[1], 64)
-			return kb / 1024
+			return kb / 1024, true
 		}
 	}
-	t.Fatalf("no %s in /proc/%d/status", field, pid)
-	return 0
+	return 0, false
 }
 
 // BenchmarkProcessBound is the floor under sequential dispatch while each

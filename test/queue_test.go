@@ -221,7 +221,9 @@ func releaseWorkerBin(t testing.TB) string {
 	t.Helper()
 	releaseBinOnce.Do(func() {
 		releaseBin = filepath.Join(binDir, "fluksio-worker-release")
-		out, err := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", releaseBin, "github.com/fluksio/fluksio-worker").CombinedOutput()
+		build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", releaseBin, "github.com/fluksio/fluksio-worker")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as .goreleaser.yaml builds it
+		out, err := build.CombinedOutput()
 		if err != nil {
 			releaseBinErr = fmt.Errorf("building: %v\n%s", err, out)
 		}
