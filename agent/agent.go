@@ -14,6 +14,7 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
+	"github.com/fluksio/fluksio-worker/agent/runner"
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
@@ -34,7 +35,7 @@ type Agent struct {
 	baseEnv  []string
 	status   *statusFile
 	metrics  *metrics.Metrics // nil without --listen
-	warm     *warmPool        // spare runners; nil with --warm 0 (warm.go)
+	runners  *runner.Pool     // starts runners, keeps the warm spares
 
 	attaching  chan struct{} // closed when the first attempt to attach starts
 	attachOnce sync.Once
@@ -128,9 +129,9 @@ func closed(ch chan struct{}) bool {
 func (a *Agent) Serve(ctx context.Context) error {
 	// Spares live as long as Serve: they are gone when it returns, before
 	// a reload executes the binary again.
-	a.warm = newWarmPool(a)
+	a.runners = runner.NewPool(a.runnerConfig())
 	defer func() {
-		a.warm.close()
+		a.runners.Close()
 		a.status.Update(func(s *Status) { s.State = "stopped" })
 		a.status.Flush()
 	}()

@@ -90,11 +90,7 @@ func (a *Agent) startCall(at *attachment, m protocol.Message) {
 		return
 	}
 	now := time.Now()
-	c := &call{
-		id: m.CallID, op: m.Op, request: request, size: len(request) + envSize(env), env: env,
-		agent: a, conn: at.conn, log: log, arrived: now, lastBeat: now,
-		started: make(chan struct{}), exited: make(chan struct{}),
-	}
+	c := newCall(m.CallID, m.Op, request, env, a, at.conn, log, now)
 	a.mu.Lock()
 	if other, dup := a.calls[m.CallID]; dup {
 		state := "running"

@@ -1,4 +1,4 @@
-package agent
+package runner
 
 import (
 	"bytes"
@@ -11,8 +11,12 @@ import (
 	"testing/iotest"
 	"unicode/utf8"
 
+	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 )
+
+// defaultMaxLine is the worker's default --max-line.
+const defaultMaxLine = 256 << 20
 
 func TestTextFrame(t *testing.T) {
 	valid := []byte(`{"event":"log","line":"héllo ✓"}`)
@@ -136,13 +140,13 @@ func TestLineReaderBufferBoundaries(t *testing.T) {
 		input.WriteString(l + "\n")
 		want = append(want, ok(l))
 	}
-	runLines(t, input.String(), DefaultMaxLine, want)
+	runLines(t, input.String(), defaultMaxLine, want)
 }
 
 func TestLineReaderLinesOfSeveralMiB(t *testing.T) {
 	big := fill(5<<20+123, 'x')
 	bigger := fill(9<<20, 'y')
-	runLines(t, "before\n"+big+"\n"+bigger+"\nafter\n", DefaultMaxLine, []lineResult{ok("before"), ok(big), ok(bigger), ok("after")})
+	runLines(t, "before\n"+big+"\n"+bigger+"\nafter\n", defaultMaxLine, []lineResult{ok("before"), ok(big), ok(bigger), ok("after")})
 }
 
 func TestLineReaderFinalLineWithoutNewline(t *testing.T) {
@@ -160,7 +164,7 @@ func TestLineReaderFinalLineWithoutNewline(t *testing.T) {
 		{"a\n" + big, []lineResult{ok("a"), ok(big)}},
 	}
 	for _, tt := range tests {
-		runLines(t, tt.input, DefaultMaxLine, tt.want)
+		runLines(t, tt.input, defaultMaxLine, tt.want)
 	}
 }
 
@@ -185,7 +189,7 @@ func TestLineReaderRecoversAfterATooLongLine(t *testing.T) {
 // wherever the line ends and however small --max-line is (1KiB is allowed).
 func TestLineReaderBoundIsExact(t *testing.T) {
 	for _, max := range []int64{1024, 4096, lineBufferSize - 1, lineBufferSize, 100_000} {
-		t.Run(formatBytes(max), func(t *testing.T) {
+		t.Run(logging.FormatBytes(max), func(t *testing.T) {
 			atMax, over := fill(int(max), 'm'), fill(int(max)+1, 'o')
 			t.Run("newlines", func(t *testing.T) {
 				runLines(t, atMax+"\n"+over+"\n"+"next\n", max, []lineResult{ok(atMax), tooLong, ok("next")})
@@ -204,7 +208,7 @@ func TestLineReaderBoundIsExact(t *testing.T) {
 }
 
 func TestLineReaderCRLF(t *testing.T) {
-	lr := newLineReader(strings.NewReader("{\"event\":\"log\"}\r\nnot json\r\n{\"ok\":true}\r\n"), DefaultMaxLine)
+	lr := newLineReader(strings.NewReader("{\"event\":\"log\"}\r\nnot json\r\n{\"ok\":true}\r\n"), defaultMaxLine)
 	var kinds []protocol.LineKind
 	var frames []string
 	for {
