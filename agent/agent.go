@@ -15,6 +15,7 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
+	"github.com/fluksio/fluksio-worker/agent/runner"
 	"github.com/fluksio/fluksio-worker/agent/runtime"
 	"github.com/fluksio/fluksio-worker/agent/status"
 	"github.com/fluksio/fluksio-worker/platform"
@@ -38,7 +39,7 @@ type Agent struct {
 	status   *status.File
 	redact   *logging.Redactor // the token out of text the worker shows
 	metrics  *metrics.Metrics  // nil without --listen
-	warm     *warmPool         // spare runners; nil with --warm 0 (warm.go)
+	runners  *runner.Pool      // starts runners, keeps the warm spares
 
 	attaching  chan struct{} // closed when the first attempt to attach starts
 	attachOnce sync.Once
@@ -132,9 +133,9 @@ func closed(ch chan struct{}) bool {
 func (a *Agent) Serve(ctx context.Context) error {
 	// Spares live as long as Serve: they are gone when it returns, before
 	// a reload executes the binary again.
-	a.warm = newWarmPool(a)
+	a.runners = runner.NewPool(a.runnerConfig())
 	defer func() {
-		a.warm.close()
+		a.runners.Close()
 		a.status.Update(func(s *status.Status) { s.State = "stopped" })
 		a.status.Flush()
 	}()
@@ -252,7 +253,8 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 	conn := newEngineConn(ws, raw)
 	callsCtx, cancelCalls := context.WithCancel(ctx)
 	var calls sync.WaitGroup
-	at := &attachment{ctx: callsCtx, conn: conn, rt: rt, calls: &calls,
+	at := &attachment{ctx: callsCtx, conn: conn, calls: &calls,
+		rt:    runner.Runtime{Path: rt.Path, Embedded: rt.Source == "embedded"},
 		noise: logging.NewBudget(a.log, "log lines about ignored or refused engine messages were dropped", engineNoisePerSecond)}
 	defer func() {
 		cancelCalls()

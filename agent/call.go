@@ -1,33 +1,22 @@
 package agent
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
-	"os"
-	"os/exec"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
-	"unicode/utf8"
 
-	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
-	"github.com/fluksio/fluksio-worker/agent/runtime"
-	"github.com/fluksio/fluksio-worker/platform"
+	"github.com/fluksio/fluksio-worker/agent/runner"
 )
 
-// A call is one run or compile request and the runner process that serves
-// it. Its life: start the process in its own group, write the request on
-// stdin, forward each event line, heartbeat every 10 s, forward the answer,
-// then stop the whole group. The call's goroutine is the one place that
-// starts and stops its process.
+// A call is one run or compile request as the engine sees it: its id and
+// op, its place in the queue, its heartbeats and its answer (the runner's,
+// or the worker's own). Its runner process is a runner.Process, which
+// starts and stops it; the call's goroutine is the one that ends it.
 type call struct {
 	id      string
 	op      string   // run or compile
@@ -39,6 +28,11 @@ type call struct {
 	log     *slog.Logger
 	arrived time.Time
 
+	// ctx is the call's, from its arrival: stop cancels it with a
+	// *runner.StopError, which stops its runner, started or not yet.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
 	queued bool // waiting for a slot; guarded by Agent.mu
 
 	// sendMu orders what the call sends: heartbeats come from the queue
@@ -48,16 +42,21 @@ type call struct {
 	answered bool
 	lastBeat time.Time // the last heartbeat, or the arrival
 
-	pid        int                    // the group's leader; set before started closes
-	started    chan struct{}          // closed once the process started, or failed to
-	exited     chan struct{}          // closed when the runner process is reaped
-	stopReason atomic.Pointer[string] // set once the agent decides to stop it
-	stopOnce   sync.Once
+	proc atomic.Pointer[runner.Process] // once started, for kill
 
 	// Set by the call's own goroutine, read by callEnded on it.
 	begun   time.Time // when run began
 	outcome string    // metrics.OutcomeOK, OutcomeError or OutcomeCancelled
-	box     callBox   // cookie, escaped processes, usage (contain.go)
+}
+
+// newCall makes a call of an engine's request; it runs once it has a slot.
+func newCall(id, op string, request []byte, env []string, a *Agent, conn *engineConn, log *slog.Logger, now time.Time) *call {
+	c := &call{id: id, op: op, request: request, size: len(request) + envSize(env), env: env,
+		agent: a, conn: conn, log: log, arrived: now, lastBeat: now}
+	// Not a child of the connection's context: a waiting call must not
+	// hold on to it; run stops the call when the connection is lost.
+	c.ctx, c.cancel = context.WithCancelCause(context.Background())
+	return c
 }
 
 // Error answers the agent itself sends.
@@ -69,202 +68,68 @@ const (
 	msgCancelledWaiting = "the call was cancelled before it started"
 )
 
-// pipeLinger is how long a runner's output may stay open after the runner
-// itself exited: a grandchild that inherited stdout (a forked data loader,
-// say) must not keep the call from ending.
-const pipeLinger = 500 * time.Millisecond
-
-// logLinesPerSecond is a call's budget for its node's stderr and for
-// runner lines that are not JSON.
-const logLinesPerSecond = 1000
-
-// stopPoll is how often a stopping group is checked for being gone.
-const stopPoll = 10 * time.Millisecond
-
-// outcome is how a runner's stdout ended.
-type outcome struct {
-	answer []byte // the answer line, when there was one
-	err    error  // a line over --max-line; otherwise the output just ended
-}
-
-// run executes the call to its end. It returns only when the process group
-// is gone and every pipe is closed.
-func (c *call) run(ctx context.Context, rt Runtime) {
+// run executes the call to its end. It returns only when nothing of its
+// runner is left: every process of it gone, every pipe closed.
+func (c *call) run(ctx context.Context, rt runner.Runtime) {
 	c.begun = time.Now()
 	c.agent.metrics.CallStarted(c.op)
-	sp, warmDone := c.agent.warm.take(rt, c.env)
-	defer warmDone()
-	var (
-		stdin            io.WriteCloser
-		stdoutR, stderrR *os.File
-		dir              *callDir
-	)
-	if sp != nil {
-		stdin, stdoutR, stderrR, dir = sp.handTo(c)
-		c.log.Debug("runner is a spare", "pid", c.pid)
-	} else {
-		var ok bool
-		if stdin, stdoutR, stderrR, dir, ok = c.startCold(rt); !ok {
-			return
-		}
-	}
-	defer func() {
-		if err := dir.remove(); err != nil {
-			c.log.Warn("could not remove the call's directory", "dir", dir.path, "error", err)
-		}
-	}()
-	c.agent.metrics.RunnerStarted(time.Since(c.begun))
-	close(c.started)
-	if c.stopReason.Load() != nil {
-		// Stopped while starting: stop() left the signalling to us.
-		go c.stopGroup()
-	}
+	// The connection is gone: nobody can hear the answer, and the engine
+	// reschedules the call. Stop it now.
+	lost := context.AfterFunc(ctx, func() { c.stop("the connection to the engine was lost") })
+	defer lost()
 	request := c.request
 	c.request = nil // a request of many MiB is not kept for the call's life
-	go func() {
-		// A runner that died before reading gets EPIPE here; its missing
-		// answer is reported by the output ending, not by this write.
-		stdin.Write(request)
-		if len(request) >= outsizedMessage {
-			request = nil
-			freeMemory()
-		}
-	}()
-	stderrDone := make(chan struct{})
-	go func() {
-		c.relayStderr(stderrR)
-		close(stderrDone)
-	}()
-	stdout := &runnerOutput{f: stdoutR}
-	outcomes := make(chan outcome, 1)
-	go func() { outcomes <- c.relayStdout(stdout) }()
-
-	end := c.supervise(ctx, outcomes, stdout)
-	c.agent.callEnded(c)
-
-	// The call is over for the engine; now nothing of it may remain.
-	stdin.Close()
-	if end.answer != nil {
-		// A runner exits by itself after its answer; give it the grace
-		// period to do so before stopping whatever is left.
-		select {
-		case <-c.exited:
-		case <-time.After(c.agent.cfg.CancelGrace):
-		}
-	}
-	c.stopGroup()
-	c.sweep()
-	stdoutR.Close()
-	// A process that left the group (setsid) may still hold stderr.
-	stderrR.SetReadDeadline(time.Now().Add(pipeLinger))
-	<-stderrDone
-	stderrR.Close()
-	<-c.exited
-	c.logEnd()
-	if c.size >= outsizedMessage || len(end.answer) >= outsizedMessage {
-		freeMemory()
-	}
-}
-
-// startCold starts the call's runner: a new interpreter in a new call box.
-// When it cannot, the call is answered and ok is false.
-func (c *call) startCold(rt Runtime) (stdin io.WriteCloser, stdoutR, stderrR *os.File, dir *callDir, ok bool) {
-	stdoutR, stdoutW, err := os.Pipe()
-	if err != nil {
-		c.fail(fmt.Errorf("creating the runner's pipes: %w", err))
+	p, err := c.agent.runners.Start(c.ctx, runner.Spec{
+		Runtime: rt,
+		Env:     c.env,
+		Request: request,
+		Log:     c.log,
+		Send:    func(frame []byte) { c.conn.send(frame) },
+	})
+	request = nil
+	var stop *runner.StopError
+	switch {
+	case errors.As(err, &stop):
+		c.stoppedBeforeStart(ctx, stop)
 		return
-	}
-	stderrR, stderrW, err := os.Pipe()
-	if err != nil {
-		stdoutR.Close()
-		stdoutW.Close()
-		c.fail(fmt.Errorf("creating the runner's pipes: %w", err))
-		return
-	}
-	dir, err = newCallDir(c.agent.stateDir)
-	if err != nil {
-		stdoutR.Close()
-		stdoutW.Close()
-		stderrR.Close()
-		stderrW.Close()
+	case err != nil:
 		c.fail(err)
 		return
 	}
-	cmd := exec.Command(c.agent.python, rt.Path)
-	c.prepare(cmd, dir.env(c.agent.runnerEnv(c.env), c.agent.cfg.CancelGrace))
-	cmd.Dir = dir.cwd
-	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
-	stdin, err = cmd.StdinPipe()
-	if err == nil {
-		platform.NewProcessGroup(cmd)
-		err = c.startRunner(cmd)
+	c.proc.Store(p)
+	end := c.supervise(ctx, p)
+	c.agent.callEnded(c)
+	// The call is over for the engine; now nothing of it may remain.
+	p.End(end.Answer != nil)
+	if c.size >= outsizedMessage || len(end.Answer) >= outsizedMessage {
+		freeMemory()
 	}
-	stdoutW.Close()
-	stderrW.Close()
-	if err != nil {
-		stdoutR.Close()
-		stderrR.Close()
-		if err := dir.remove(); err != nil {
-			c.log.Warn("could not remove the call's directory", "dir", dir.path, "error", err)
-		}
-		c.fail(fmt.Errorf("starting %s: %w", c.agent.python, err))
-		return
-	}
-	c.pid = cmd.Process.Pid
-	go func() {
-		err := cmd.Wait()
-		c.reaped(cmd)
-		c.log.Debug("runner exited", "pid", c.pid, "status", exitStatus(err))
-		close(c.exited)
-	}()
-	return stdin, stdoutR, stderrR, dir, true
 }
 
 // supervise waits for the call's output to end while sending heartbeats,
 // and sends the answer (the runner's or the agent's own). Only this
 // goroutine sends heartbeats and the answer, so nothing of the call
 // follows its answer.
-func (c *call) supervise(ctx context.Context, outcomes <-chan outcome, stdout *runnerOutput) outcome {
+func (c *call) supervise(ctx context.Context, p *runner.Process) runner.Output {
 	// The first heartbeat is due protocol.HeartbeatInterval after the last one the
 	// call got while it waited in the queue (or after it arrived).
 	beat := time.NewTimer(time.Until(c.nextBeat()))
 	defer beat.Stop()
-	exited := c.exited
-	var linger <-chan time.Time
-	done := ctx.Done()
 	for {
 		select {
-		case end := <-outcomes:
-			c.answer(ctx, end)
+		case end := <-p.Output():
+			c.answer(ctx, p, end)
 			return end
 		case <-beat.C:
 			c.beatIfDue(time.Now())
 			beat.Reset(time.Until(c.nextBeat()))
-		case <-exited:
-			exited = nil
-			linger = time.After(pipeLinger)
-		case <-linger:
-			// The runner is gone but its output has not ended: either
-			// there is still output to read (the engine is slow to take
-			// it), or something else holds the pipe. Stop the group, then
-			// read on only while output keeps coming.
-			linger = nil
-			go func() {
-				c.stopGroup()
-				stdout.drain()
-			}()
-		case <-done:
-			// The connection is gone: nobody can hear the answer, and the
-			// engine reschedules the call. Stop it now.
-			done = nil
-			c.stop("the connection to the engine was lost")
 		}
 	}
 }
 
 // answer sends the call's answer: the runner's, or the agent's own when the
 // output ended without one.
-func (c *call) answer(ctx context.Context, end outcome) {
+func (c *call) answer(ctx context.Context, p *runner.Process, end runner.Output) {
 	if ctx.Err() != nil {
 		// The connection is gone and nobody hears an answer; the worker
 		// stopped the call, so it counts as cancelled.
@@ -272,25 +137,23 @@ func (c *call) answer(ctx context.Context, end outcome) {
 		return
 	}
 	switch {
-	case end.answer != nil:
-		c.outcome = answerOutcome(end.answer)
-		c.agent.metrics.AnswerRelayed(len(end.answer))
-		c.sendAnswer(end.answer)
+	case end.Answer != nil:
+		c.outcome = answerOutcome(end.Answer)
+		c.agent.metrics.AnswerRelayed(len(end.Answer))
+		c.sendAnswer(end.Answer)
 		c.log.Info("call answered")
-	case end.err != nil:
+	case end.Err != nil:
 		c.outcome = metrics.OutcomeError
-		c.log.Error("call failed", "error", end.err)
-		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeRemoteError, end.err.Error()))
+		c.log.Error("call failed", "error", end.Err)
+		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeRemoteError, end.Err.Error()))
 	default:
-		typ, msg := protocol.TypeRemoteError, protocol.MsgNodeStopped
+		typ, msg := protocol.TypeRemoteError, ""
 		c.outcome = metrics.OutcomeError
-		if reason := c.stopReason.Load(); reason != nil {
+		if stop := runner.Stopped(c.ctx); stop != nil {
 			typ, c.outcome = protocol.TypeNodeCancelled, metrics.OutcomeCancelled
-			if *reason != "" {
-				msg = *reason
-			}
+			msg = stop.Error()
 		} else {
-			msg = c.deathMessage()
+			msg = p.DeathMessage()
 		}
 		c.log.Warn("the runner's output ended without an answer", "type", typ, "message", msg)
 		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, typ, msg))
@@ -341,140 +204,51 @@ func (c *call) sendAnswerJSON(v any) {
 
 // fail answers a call whose process could not be started.
 func (c *call) fail(err error) {
-	close(c.started)
-	close(c.exited)
 	c.outcome = metrics.OutcomeError
 	c.log.Error("call could not start", "error", err)
 	c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeRemoteError, err.Error()))
 	c.agent.callEnded(c)
 }
 
-// stop asks the call's process group to end (SIGTERM, then SIGKILL after
-// --cancel-grace). reason is the answer's message if the runner does not
-// answer by itself; "" keeps the protocol's "the node process stopped".
+// stoppedBeforeStart answers a call stopped before its runner started
+// (between leaving the queue and starting): nothing of it ran.
+func (c *call) stoppedBeforeStart(ctx context.Context, stop *runner.StopError) {
+	c.outcome = metrics.OutcomeCancelled
+	c.log.Info("stopped before its runner started", "reason", stop.Reason)
+	if ctx.Err() == nil { // else nobody hears an answer
+		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeNodeCancelled, stop.Error()))
+	}
+	c.agent.callEnded(c)
+}
+
+// stop stops the call's runner: SIGTERM to everything of it, then SIGKILL
+// after --cancel-grace (runner.Process runs the ladder). reason is the
+// answer's message if the runner does not answer by itself; "" keeps the
+// protocol's "the node process stopped". Only the first stop counts.
 func (c *call) stop(reason string) {
-	c.stopOnce.Do(func() {
-		c.stopReason.Store(&reason)
-		select {
-		case <-c.started:
-			go c.stopGroup()
-		default: // run signals the group once it has started
-		}
-	})
+	c.cancel(&runner.StopError{Reason: reason})
 }
 
-// stopGroup sends SIGTERM to the process group, waits up to --cancel-grace
-// (and the moment the runner needs to answer after it) for it to be gone,
-// then sends SIGKILL.
-func (c *call) stopGroup() {
-	if c.pid == 0 || !c.signalAll(syscall.SIGTERM) {
-		return
-	}
-	deadline := time.Now().Add(c.agent.cfg.CancelGrace + runnerAnswerMargin)
-	for time.Now().Before(deadline) {
-		time.Sleep(stopPoll)
-		if !c.anyAlive() {
-			return
-		}
-	}
-	c.log.Warn("the runner did not stop within --cancel-grace; killing it", "grace", c.agent.cfg.CancelGrace)
-	c.signalAll(syscall.SIGKILL)
-}
-
-// kill stops the process group at once, for a worker told twice to stop.
+// kill stops the runner's processes at once, for a worker told twice to
+// stop.
 func (c *call) kill() {
-	select {
-	case <-c.started:
-		c.signalAll(syscall.SIGKILL)
-	default:
+	if p := c.proc.Load(); p != nil {
+		p.Kill()
 	}
 }
 
-// runnerOutput is the read end of a runner's stdout. Once draining, each
-// read gives up after pipeLinger without output: a process that left the
-// group (setsid) and still holds the pipe cannot keep the call open, while
-// output already written is still all read.
-type runnerOutput struct {
-	f        *os.File
-	draining atomic.Bool
-}
-
-func (o *runnerOutput) Read(p []byte) (int, error) {
-	if o.draining.Load() {
-		o.f.SetReadDeadline(time.Now().Add(pipeLinger))
-	}
-	return o.f.Read(p)
-}
-
-func (o *runnerOutput) drain() {
-	o.draining.Store(true)
-	o.f.SetReadDeadline(time.Now().Add(pipeLinger)) // wakes a read waiting now
-}
-
-// relayStdout forwards event lines as they come and returns the answer.
-// Lines that are not JSON objects are logged here and never forwarded.
-func (c *call) relayStdout(r io.Reader) outcome {
-	lines := newLineReader(r, c.agent.cfg.MaxLine)
-	garbage := logging.NewBudget(c.log, "the runner wrote lines that are not JSON objects; they were not forwarded", logLinesPerSecond)
-	for {
-		raw, err := lines.Next()
-		if err != nil {
-			var tooLong *lineTooLongError
-			if errors.As(err, &tooLong) {
-				return outcome{err: err}
-			}
-			garbage.Close()
-			return outcome{}
-		}
-		line, kind := protocol.Classify(raw)
-		switch kind {
-		case protocol.LineEvent:
-			c.agent.metrics.EventRelayed(len(line))
-			c.conn.send(textFrame(line))
-		case protocol.LineAnswer:
-			garbage.Close()
-			// Nothing reads this pipe again, so a large answer (tens of
-			// MiB, at times) is sent from the reader's buffer without a
-			// copy; it is too large for the frame pool to keep.
-			if len(line) > maxPooledFrame && utf8.Valid(line) {
-				return outcome{answer: line}
-			}
-			return outcome{answer: textFrame(line)}
-		default:
-			if len(line) > 0 {
-				garbage.Log(slog.LevelWarn, "runner line is not a JSON object; not forwarded", "line", logging.Cut(line, 200))
-			}
-		}
+// runnerConfig is what the agent's runners are started with.
+func (a *Agent) runnerConfig() runner.Config {
+	return runner.Config{
+		Python:          a.python,
+		StateDir:        a.stateDir,
+		BaseEnv:         a.baseEnv,
+		CancelGrace:     a.cfg.CancelGrace,
+		MaxLine:         a.cfg.MaxLine,
+		Spares:          a.cfg.WarmSpares(),
+		Preload:         a.cfg.Preload,
+		OutsizedRequest: outsizedMessage,
+		Log:             a.log,
+		Metrics:         a.metrics,
 	}
 }
-
-// relayStderr logs what the runner writes on stderr (the node's log),
-// one log record a line, tagged with the call.
-func (c *call) relayStderr(r *os.File) {
-	br := bufio.NewReaderSize(r, 16<<10)
-	budget := logging.NewBudget(c.log, "node stderr lines were not logged", logLinesPerSecond)
-	for {
-		line, err := br.ReadSlice('\n')
-		if len(line) > 0 {
-			if text := bytes.TrimRight(line, "\r\n"); len(text) > 0 {
-				if !budget.Log(slog.LevelInfo, logging.Cut(text, 4096), "stream", "stderr") {
-					c.agent.metrics.StderrLineDropped()
-				}
-			}
-		}
-		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
-			budget.Close()
-			return
-		}
-	}
-}
-
-func exitStatus(err error) string {
-	if err == nil {
-		return "0"
-	}
-	return err.Error()
-}
-
-// Runtime is the runner script a call executes.
-type Runtime = runtime.Script

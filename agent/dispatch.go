@@ -16,7 +16,7 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
-	"github.com/fluksio/fluksio-worker/agent/runtime"
+	"github.com/fluksio/fluksio-worker/agent/runner"
 	"github.com/fluksio/fluksio-worker/agent/status"
 	"github.com/fluksio/fluksio-worker/platform"
 )
@@ -25,7 +25,7 @@ import (
 type attachment struct {
 	ctx   context.Context // ends when the connection does
 	conn  *engineConn
-	rt    runtime.Script
+	rt    runner.Runtime  // the runner script of this connection's calls
 	calls *sync.WaitGroup // every goroutine serving a call of this connection
 	// noise budgets the log lines about engine messages the worker ignores
 	// or refuses, so an engine that floods them cannot flood the log.
@@ -92,11 +92,7 @@ func (a *Agent) startCall(at *attachment, m protocol.Message) {
 		return
 	}
 	now := time.Now()
-	c := &call{
-		id: m.CallID, op: m.Op, request: request, size: len(request) + envSize(env), env: env,
-		agent: a, conn: at.conn, log: log, arrived: now, lastBeat: now,
-		started: make(chan struct{}), exited: make(chan struct{}),
-	}
+	c := newCall(m.CallID, m.Op, request, env, a, at.conn, log, now)
 	a.mu.Lock()
 	if other, dup := a.calls[m.CallID]; dup {
 		state := "running"

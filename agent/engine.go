@@ -17,6 +17,7 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
+	"github.com/fluksio/fluksio-worker/agent/runner"
 )
 
 // Connection constants: keepalive, handshake and write bounds.
@@ -268,7 +269,7 @@ func (c *engineConn) writeBatch(frame []byte) error {
 	for {
 		outsized = outsized || len(frame) >= outsizedMessage
 		err := c.ws.WriteMessage(websocket.TextMessage, frame)
-		putFrame(frame)
+		runner.PutFrame(frame)
 		frame = nil
 		if err != nil {
 			return err

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 )
 
@@ -54,7 +55,7 @@ const queueFullPrefix = "this worker's queue is full"
 func (q *callQueue) fullError(parallel int) string {
 	return fmt.Sprintf(queueFullPrefix+": %d calls (%s of requests) are already waiting for one of its --parallel %d slots, "+
 		"and at most %d calls or %s may wait; this call was not started: send at most max_parallel calls at a time, or raise --parallel",
-		q.n, formatBytes(q.bytes), parallel, maxQueuedCalls, formatBytes(maxQueuedBytes))
+		q.n, logging.FormatBytes(q.bytes), parallel, maxQueuedCalls, logging.FormatBytes(maxQueuedBytes))
 }
 
 func (q *callQueue) push(c *call) {

@@ -349,11 +349,3 @@ func randomToken() string {
 	rand.Read(b)
 	return "selftest-" + hex.EncodeToString(b)
 }
-
-func tail(s string, lines int) string {
-	all := strings.SplitAfter(s, "\n")
-	if len(all) > lines {
-		all = all[len(all)-lines:]
-	}
-	return strings.Join(all, "")
-}

@@ -1,6 +1,7 @@
 package logging
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 )
@@ -29,4 +30,18 @@ func LastLines(text string, n int) string {
 func FirstLine(text string) string {
 	first, _, _ := strings.Cut(strings.TrimSpace(text), "\n")
 	return first
+}
+
+// FormatBytes says a size the way a user writes it in an option: 256MiB,
+// 16KiB, else in bytes.
+func FormatBytes(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%dGiB", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }

@@ -1,4 +1,4 @@
-package agent
+package runner
 
 import (
 	"bufio"
@@ -8,6 +8,8 @@ import (
 	"io"
 	"sync"
 	"unicode/utf8"
+
+	"github.com/fluksio/fluksio-worker/agent/logging"
 )
 
 // lineReader splits a runner's stdout into lines of any size up to max,
@@ -27,7 +29,7 @@ const lineBufferSize = 64 << 10
 type lineTooLongError struct{ max int64 }
 
 func (e *lineTooLongError) Error() string {
-	return fmt.Sprintf("the node sent a line longer than --max-line (%s); save large outputs with fluksio.save_artifact, or raise --max-line", formatBytes(e.max))
+	return fmt.Sprintf("the node sent a line longer than --max-line (%s); save large outputs with fluksio.save_artifact, or raise --max-line", logging.FormatBytes(e.max))
 }
 
 func newLineReader(r io.Reader, max int64) *lineReader {
@@ -93,8 +95,8 @@ func (lr *lineReader) skipLine(err error) error {
 }
 
 // textFrame makes a line safe to send as a WebSocket text frame, which must
-// be UTF-8: invalid bytes become U+FFFD, as the reference agent's decoding
-// did.
+// be UTF-8: invalid bytes become U+FFFD, and the rest of the line gets
+// through.
 func textFrame(line []byte) []byte {
 	if utf8.Valid(line) {
 		return append(getFrame(len(line)), line...)
@@ -105,8 +107,8 @@ func textFrame(line []byte) []byte {
 // Frames are recycled: a chatty node sends tens of thousands of events a
 // second, and a fresh buffer for each would be most of what the worker
 // allocates (and so of its resident memory, through the collector's
-// headroom). A frame handed to the socket is owned by its writer, which
-// puts it back once written.
+// headroom). A frame handed to Spec.Send is owned by the socket's writer,
+// which puts it back with PutFrame once written.
 //
 // The pool holds *[]byte, and the boxes themselves are recycled through
 // frameBoxes: putting a frame back into the pool costs no allocation, so
@@ -131,23 +133,12 @@ func getFrame(n int) []byte {
 	return frame
 }
 
-func putFrame(frame []byte) {
+// PutFrame gives back a frame Spec.Send was handed, once it is written.
+func PutFrame(frame []byte) {
 	if cap(frame) == 0 || cap(frame) > maxPooledFrame {
 		return
 	}
 	box := frameBoxes.Get().(*[]byte)
 	*box = frame
 	framePool.Put(box)
-}
-
-func formatBytes(n int64) string {
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%dGiB", n>>30)
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%dMiB", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%dKiB", n>>10)
-	}
-	return fmt.Sprintf("%d bytes", n)
 }

@@ -1,4 +1,4 @@
-package agent
+package runner
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fluksio/fluksio-worker/agent/config"
+	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 )
 
@@ -186,7 +187,7 @@ func TestLineReaderRecoversAfterATooLongLine(t *testing.T) {
 // wherever the line ends and however small --max-line is (1KiB is allowed).
 func TestLineReaderBoundIsExact(t *testing.T) {
 	for _, max := range []int64{1024, 4096, lineBufferSize - 1, lineBufferSize, 100_000} {
-		t.Run(formatBytes(max), func(t *testing.T) {
+		t.Run(logging.FormatBytes(max), func(t *testing.T) {
 			atMax, over := fill(int(max), 'm'), fill(int(max)+1, 'o')
 			t.Run("newlines", func(t *testing.T) {
 				runLines(t, atMax+"\n"+over+"\n"+"next\n", max, []lineResult{ok(atMax), tooLong, ok("next")})
@@ -241,9 +242,9 @@ func TestLineTooLongErrorSaysWhatToDo(t *testing.T) {
 
 func TestFramePoolAllocatesNothing(t *testing.T) {
 	line := []byte(`{"call_id":"c","event":"stream","values":{"i":1}}`)
-	putFrame(textFrame(line)) // fill the pool
+	PutFrame(textFrame(line)) // fill the pool
 	allocs := testing.AllocsPerRun(1000, func() {
-		putFrame(textFrame(line))
+		PutFrame(textFrame(line))
 	})
 	// The race detector makes sync.Pool drop items at random.
 	if allocs > 0 && !raceEnabled {

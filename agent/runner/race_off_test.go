@@ -1,5 +1,5 @@
 //go:build !race
 
-package agent
+package runner
 
 const raceEnabled = false

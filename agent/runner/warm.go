@@ -1,4 +1,4 @@
-package agent
+package runner
 
 // Warm runners (--warm, --preload): spare runner processes started before
 // their call exists, so a call does not wait for the interpreter to start
@@ -26,6 +26,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"slices"
@@ -35,8 +36,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/fluksio/fluksio-worker/platform"
 )
 
 // spareFlag starts the runtime in spare mode (worker_main.py's SPARE_FLAG):
@@ -79,7 +78,7 @@ const maxSpareFailures = 3
 
 // warmPool owns the spares. Its mutex guards everything below it.
 type warmPool struct {
-	a       *Agent
+	cfg     *Config
 	max     int
 	preload string // comma-joined --preload, for the embedded runtime only
 
@@ -106,7 +105,7 @@ type warmEnv struct {
 type spare struct {
 	pool *warmPool
 	we   *warmEnv
-	box  *call // the call box made ahead: pid, cookie, cgroup, log
+	box  *box // the call box made ahead: pid, cookie, cgroup, log
 	cmd  *exec.Cmd
 
 	stdin          io.WriteCloser
@@ -114,7 +113,8 @@ type spare struct {
 	dir            *callDir
 	began          time.Time // when it was started, for freshness and age
 
-	exited chan struct{} // closed once reaped; box holds its state
+	started chan struct{} // closed once started
+	exited  chan struct{} // closed once reaped; box holds its state
 
 	// Guarded by pool.mu.
 	ready   bool
@@ -131,14 +131,14 @@ type watchedPath struct {
 	change  unix.Timespec
 }
 
-func newWarmPool(a *Agent) *warmPool {
-	n := a.cfg.WarmSpares()
+func newWarmPool(cfg *Config) *warmPool {
+	n := cfg.Spares
 	if n <= 0 {
 		return nil
 	}
-	p := &warmPool{a: a, max: n, janitor: make(chan struct{}), reported: map[string]bool{}}
-	if len(a.cfg.Preload) > 0 {
-		p.preload = strings.Join(a.cfg.Preload, ",")
+	p := &warmPool{cfg: cfg, max: n, janitor: make(chan struct{}), reported: map[string]bool{}}
+	if len(cfg.Preload) > 0 {
+		p.preload = strings.Join(cfg.Preload, ",")
 	}
 	go p.watch()
 	return p
@@ -168,7 +168,7 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 	if p == nil {
 		return nil, func() {}
 	}
-	key := envKey(rt.Path, p.a.runnerEnv(env))
+	key := envKey(rt.Path, p.cfg.env(env))
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -207,10 +207,10 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 	p.publishLocked()
 	p.mu.Unlock()
 	if s == nil {
-		p.a.metrics.WarmMiss()
+		p.cfg.Metrics.WarmMiss()
 		return nil, func() { p.ended(we) }
 	}
-	p.a.metrics.WarmHit()
+	p.cfg.Metrics.WarmHit()
 	// The replacement starts once the call ended or replaceDelay after
 	// it started, whichever comes first: an interpreter starting beside a
 	// short call would take the CPU it answers with.
@@ -306,14 +306,13 @@ func (p *warmPool) publishLocked() {
 			}
 		}
 	}
-	p.a.metrics.SetWarmRunners(n)
+	p.cfg.Metrics.SetWarmRunners(n)
 }
 
 // startLocked adds a starting spare to we; its goroutine starts it.
 func (p *warmPool) startLocked(we *warmEnv) {
-	s := &spare{pool: p, we: we, exited: make(chan struct{})}
-	s.box = &call{agent: p.a, op: "spare", log: p.a.log.With("spare_of", "warm"),
-		started: make(chan struct{}), exited: s.exited}
+	s := &spare{pool: p, we: we, started: make(chan struct{}), exited: make(chan struct{})}
+	s.box = &box{log: p.cfg.Log.With("spare_of", "warm")}
 	we.spares = append(we.spares, s)
 	p.spares.Add(1)
 	go func() {
@@ -441,25 +440,24 @@ func (s *spare) start() (*os.File, error) {
 		closeAll()
 		return nil, fmt.Errorf("creating the runner's pipes: %w", err)
 	}
-	dir, err := newCallDir(p.a.stateDir)
+	dir, err := newCallDir(p.cfg.StateDir)
 	if err != nil {
 		closeAll()
 		return nil, err
 	}
 	args := []string{s.we.rt.Path, spareFlag, "3"}
-	if p.preload != "" && s.we.rt.Source == "embedded" {
+	if p.preload != "" && s.we.rt.Embedded {
 		args = append(args, p.preload)
 	}
-	cmd := exec.Command(p.a.python, args...)
-	s.box.prepare(cmd, dir.env(effectiveEnv(p.a.runnerEnv(s.we.env)), p.a.cfg.CancelGrace))
+	cmd := exec.Command(p.cfg.Python, args...)
+	s.box.prepare(cmd, dir.env(effectiveEnv(p.cfg.env(s.we.env)), p.cfg.CancelGrace))
 	cmd.Dir = dir.cwd
 	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
 	cmd.ExtraFiles = []*os.File{reportW}
 	stdin, err := cmd.StdinPipe()
 	s.began = time.Now()
 	if err == nil {
-		platform.NewProcessGroup(cmd)
-		err = s.box.startRunner(cmd)
+		err = s.box.start(cmd)
 	}
 	stdoutW.Close()
 	stderrW.Close()
@@ -469,11 +467,10 @@ func (s *spare) start() (*os.File, error) {
 		stderrR.Close()
 		reportR.Close()
 		dir.remove()
-		return nil, fmt.Errorf("starting %s: %w", p.a.python, err)
+		return nil, fmt.Errorf("starting %s: %w", p.cfg.Python, err)
 	}
 	s.cmd, s.stdin, s.stdout, s.stderr, s.dir = cmd, stdin, stdoutR, stderrR, dir
-	s.box.pid = cmd.Process.Pid
-	close(s.box.started)
+	close(s.started)
 	return reportR, nil
 }
 
@@ -532,9 +529,9 @@ func (p *warmPool) discardLater(s *spare) {
 // A spare still starting is waited for: it is stopped once it started.
 func (p *warmPool) discard(s *spare) {
 	select {
-	case <-s.box.started:
+	case <-s.started:
 	case <-s.exited: // it could not start: nothing of it remains
-		if !closed(s.box.started) {
+		if !closed(s.started) {
 			return
 		}
 	}
@@ -629,23 +626,19 @@ func (p *warmPool) close() {
 	p.spares.Wait()
 }
 
-// handTo gives the spare's process to c: from now on the call owns it as
-// if it had started it.
-func (s *spare) handTo(c *call) (stdin io.WriteCloser, stdout, stderr *os.File, dir *callDir) {
-	c.pid = s.box.pid
-	c.box.cookie = s.box.box.cookie
-	c.box.cg = s.box.box.cg
-	c.box.began = time.Now()
+// handTo gives the spare's process to a call: from now on the call's
+// Process owns it as if it had started it. The call's box shares the
+// spare's cookie and cgroup; exited closes once the spare is reaped.
+func (s *spare) handTo(log *slog.Logger, exited chan struct{}) (b *box, stdin io.WriteCloser, stdout, stderr *os.File, dir *callDir) {
+	b = &box{log: log, pid: s.box.pid, cookie: s.box.cookie, cg: s.box.cg, began: time.Now()}
 	go func() {
 		<-s.exited
-		s.box.box.mu.Lock()
-		state := s.box.box.state
-		s.box.box.mu.Unlock()
-		c.box.mu.Lock()
-		c.box.state = state
-		c.box.mu.Unlock()
-		c.log.Debug("runner exited", "pid", c.pid)
-		close(c.exited)
+		state := s.box.exitState()
+		b.mu.Lock()
+		b.state = state
+		b.mu.Unlock()
+		log.Debug("runner exited", "pid", b.pid)
+		close(exited)
 	}()
-	return s.stdin, s.stdout, s.stderr, s.dir
+	return b, s.stdin, s.stdout, s.stderr, s.dir
 }

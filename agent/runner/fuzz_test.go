@@ -1,4 +1,4 @@
-package agent
+package runner
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 // Fuzz tests of what the runner and the engine send the agent. Without
 // -fuzz, `go test` runs the seeds below; CI runs each fuzzer for a while:
 //
-//	go test -run '^$' -fuzz FuzzLineReader -fuzztime 10s ./agent/
+//	go test -run '^$' -fuzz FuzzLineReader -fuzztime 10s ./agent/runner/
 
 // chunkReader hands out input in the sizes sizes cycles through, so lines
 // end up split across reads every possible way.

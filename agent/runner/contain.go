@@ -1,0 +1,333 @@
+package runner
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fluksio/fluksio-worker/agent/protocol"
+	"github.com/fluksio/fluksio-worker/platform"
+)
+
+// cookieEnv carries a call's cookie in its runner's environment, and so in
+// everything the node starts: at the end of the call every process of this
+// user carrying it is stopped, even one that left the process group.
+const cookieEnv = "FLUKSIO_CALL_COOKIE"
+
+// nodeOOMScoreAdj raises node processes' oom_score_adj (-1000..1000), so
+// that when memory runs out the kernel kills node code, not the worker
+// that would answer for it.
+const nodeOOMScoreAdj = 500
+
+// reapWait bounds how long the end of a call waits for processes it killed
+// to become zombies, so they can be reaped.
+const reapWait = time.Second
+
+// containment is what the worker found it can do to keep a call's
+// processes together, said in the log, status and inventory; cgroups is
+// where calls' cgroups are made, in cgroup mode. Both are the process's:
+// a subreaper and a cgroup are properties of the whole worker.
+var (
+	containment = platform.ContainProcessGroup
+	cgroups     *platform.CallCgroups
+)
+
+// SetupContainment prepares this process to contain calls as --containment
+// asks (auto: a cgroup per call where it may, else the subreaper and the
+// cookie) and returns the mode in use. On Linux it always becomes a child
+// subreaper, which reaps what a call leaves in either mode.
+func SetupContainment(log *slog.Logger, want string) string {
+	mode, err := platform.SetupContainment()
+	if err != nil {
+		log.Warn("could not become a child subreaper; a process that leaves its call's process group may outlive the call", "error", err)
+	}
+	if want != "subreaper" {
+		cc, err := platform.SetupCgroups()
+		switch {
+		case err == nil:
+			cgroups, mode = cc, platform.ContainCgroup
+			if !cc.CloneInto() {
+				log.Info("this system does not let a process start straight into a cgroup (clone3 is denied); each runner is moved into its call's cgroup as it starts")
+			}
+		case want == "cgroup":
+			log.Warn("--containment cgroup: this worker cannot make cgroups (it needs root, or a unit with Delegate=yes)", "using", mode, "error", err)
+		default:
+			log.Debug("no cgroup per call", "error", err)
+		}
+	}
+	containment = mode
+	if mode != platform.ContainProcessGroup {
+		go reapAdopted()
+	}
+	return mode
+}
+
+// reapInterval is how often the worker, as subreaper, reaps orphans it
+// adopted outside the end of a call: one that exits after its call's
+// sweep gave up waiting (a loaded machine), or after the last call.
+const reapInterval = time.Second
+
+// reapAdopted runs for the life of the process, which is what owns the
+// subreaper role. A look with nothing to reap is one waitid system call.
+func reapAdopted() {
+	for range time.Tick(reapInterval) {
+		platform.ReapOrphans()
+	}
+}
+
+// ProbeContainment says which mode `run` would use here, for inventory
+// and check.
+func ProbeContainment(want string) string {
+	mode, _ := platform.SetupContainment()
+	if want != "subreaper" && mode != platform.ContainProcessGroup && platform.ProbeCgroups() == nil {
+		return platform.ContainCgroup
+	}
+	return mode
+}
+
+// box holds what contains one runner beyond its process group: its
+// cookie, its cgroup, the escaped processes found carrying the cookie, and
+// what the runner cost.
+type box struct {
+	log    *slog.Logger
+	pid    int // the group's leader; set once started
+	cookie string
+	began  time.Time
+	cg     *platform.CallCgroup // the call's cgroup, in cgroup mode
+
+	mu      sync.Mutex
+	escaped map[int]struct{} // cookie carriers outside the group, signalled
+	found   bool             // anything of the call was ever signalled
+	state   *os.ProcessState // the runner's, once reaped
+	// What the call's cgroup said it cost, read before it is removed.
+	cgCPU  time.Duration
+	cgPeak int64
+}
+
+// prepare gives the box its cookie and the runner its environment.
+func (b *box) prepare(cmd *exec.Cmd, env []string) {
+	var r [16]byte
+	rand.Read(r[:])
+	b.cookie = hex.EncodeToString(r[:])
+	b.began = time.Now()
+	// env may share its array with the worker's base environment.
+	cmd.Env = append(slices.Clip(env), cookieEnv+"="+b.cookie)
+	if cgroups != nil {
+		g, err := cgroups.New(b.cookie[:16])
+		if err != nil {
+			b.log.Warn("could not make the call's cgroup; it is contained by its process group and cookie", "error", err)
+			return
+		}
+		b.cg = g
+		g.Prepare(cmd)
+	}
+}
+
+// start starts the runner in its own process group, registered so that
+// reaping orphans leaves it to os/exec, and raises its oom_score_adj.
+func (b *box) start(cmd *exec.Cmd) error {
+	platform.NewProcessGroup(cmd)
+	if err := platform.StartContained(cmd); err != nil {
+		if b.cg != nil {
+			b.cg.Remove(0)
+			b.cg = nil
+		}
+		return err
+	}
+	if b.cg != nil {
+		if err := b.cg.Started(cmd.Process.Pid); err != nil {
+			// The cookie finds what the cgroup would have held.
+			b.log.Warn("could not move the runner into the call's cgroup; it is contained by its process group and cookie", "cgroup", b.cg.Dir(), "error", err)
+			b.cg.Remove(0)
+			b.cg = nil
+		}
+	}
+	if err := platform.RaiseOOMScore(cmd.Process.Pid, nodeOOMScoreAdj); err != nil {
+		b.log.Debug("could not raise the runner's oom_score_adj", "error", err)
+	}
+	b.pid = cmd.Process.Pid
+	return nil
+}
+
+// reaped records the runner's end; os/exec has waited for it.
+func (b *box) reaped(cmd *exec.Cmd) {
+	b.mu.Lock()
+	b.state = cmd.ProcessState
+	b.mu.Unlock()
+	platform.Forget(cmd.Process.Pid)
+}
+
+// exitState is the runner's state once reaped, else nil.
+func (b *box) exitState() *os.ProcessState {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.state
+}
+
+// signalAll sends sig to the process group and to every process outside
+// it in the call's cgroup or, without one, carrying the call's cookie. It
+// reports whether anything was there to signal.
+func (b *box) signalAll(sig syscall.Signal) bool {
+	found := platform.SignalGroup(b.pid, sig)
+	if b.cg != nil {
+		// Nothing leaves a cgroup it cannot write: no cookie to look for.
+		if b.cg.Signal(sig, b.pid) {
+			found = true
+		}
+		if found {
+			b.mu.Lock()
+			b.found = true
+			b.mu.Unlock()
+		}
+		return found
+	}
+	if b.cookie == "" {
+		return found
+	}
+	for _, pid := range platform.FindCookie(cookieEnv, b.cookie, b.pid) {
+		b.mu.Lock()
+		if b.escaped == nil {
+			b.escaped = map[int]struct{}{}
+		}
+		b.escaped[pid] = struct{}{}
+		b.mu.Unlock()
+		if syscall.Kill(pid, sig) == nil {
+			found = true
+		}
+	}
+	if found {
+		b.mu.Lock()
+		b.found = true
+		b.mu.Unlock()
+	}
+	return found
+}
+
+// anyAlive reports whether the group or an escaped process signalled so
+// far is still running. It reaps adopted orphans first: a zombie this
+// worker adopted still counts as a member of its process group.
+func (b *box) anyAlive() bool {
+	platform.ReapOrphans()
+	if platform.GroupAlive(b.pid) {
+		return true
+	}
+	if b.cg != nil {
+		return b.cg.Populated()
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for pid := range b.escaped {
+		if platform.ProcessAlive(pid) {
+			return true
+		}
+	}
+	return false
+}
+
+// sweep runs once the group is stopped: it kills whatever still carries
+// the cookie (started while the group was stopping), waits for what it
+// killed to exit, and reaps the orphans this worker adopted.
+func (b *box) sweep() {
+	if g := b.cg; g != nil {
+		if g.Populated() {
+			b.log.Warn("processes of the call were still running after it was stopped; killing its cgroup")
+			g.Kill()
+		}
+		b.cgCPU, b.cgPeak = g.CPU(), g.PeakMemory()
+		if err := g.Remove(reapWait); err != nil {
+			b.log.Warn("could not remove the call's cgroup", "cgroup", g.Dir(), "error", err)
+		}
+		platform.ReapOrphans()
+		return
+	}
+	b.mu.Lock()
+	found := b.found
+	b.mu.Unlock()
+	if b.cookie == "" || !found {
+		// Nothing was left to stop: nothing could have started since.
+		// Orphans that exited by themselves may still wait to be reaped.
+		platform.ReapOrphans()
+		return
+	}
+	settle := func() {
+		deadline := time.Now().Add(reapWait)
+		for b.anyAlive() && time.Now().Before(deadline) {
+			time.Sleep(stopPoll)
+		}
+	}
+	settle() // what the stop ladder killed may take a moment to exit
+	if b.signalAll(syscall.SIGKILL) {
+		b.log.Warn("processes of the call were still running after it was stopped; killed them")
+		settle()
+	}
+}
+
+// deathMessage says why a runner ended without answering, when the worker
+// did not stop it: the signal that killed it, or its exit code.
+func (b *box) deathMessage(exited <-chan struct{}) string {
+	select {
+	case <-exited:
+	case <-time.After(reapWait):
+		return protocol.MsgNodeStopped
+	}
+	state := b.exitState()
+	if state == nil {
+		return protocol.MsgNodeStopped
+	}
+	ws, ok := state.Sys().(syscall.WaitStatus)
+	switch {
+	case !ok:
+		return protocol.MsgNodeStopped
+	case ws.Signaled() && ws.Signal() == syscall.SIGKILL && b.cg != nil && b.cg.OOMKills() > 0:
+		return "the node process was killed by SIGKILL: the kernel's out-of-memory killer stopped it (its cgroup's memory.events counts an OOM kill), so the node needs more memory than it may use here"
+	case ws.Signaled() && ws.Signal() == syscall.SIGKILL:
+		return "the node process was killed by SIGKILL; the kernel's out-of-memory killer does this when memory runs out, so the node may need more memory than this machine had free"
+	case ws.Signaled():
+		return fmt.Sprintf("the node process was killed by %s", unix.SignalName(ws.Signal()))
+	case ws.Exited() && ws.ExitStatus() != 0:
+		return fmt.Sprintf("the node process exited with code %d without answering", ws.ExitStatus())
+	}
+	return protocol.MsgNodeStopped
+}
+
+// callUsage is what a call cost: wall time from start to the end of its last
+// process, CPU time and peak memory: of every process of the call from its
+// cgroup, else of the runner (and the children it waited for).
+type callUsage struct {
+	Wall        time.Duration
+	CPU         time.Duration
+	PeakRSSByte int64
+}
+
+func (b *box) usage() callUsage {
+	u := callUsage{Wall: time.Since(b.began)}
+	if state := b.exitState(); state != nil {
+		u.CPU = state.UserTime() + state.SystemTime()
+		if ru, ok := state.SysUsage().(*syscall.Rusage); ok {
+			u.PeakRSSByte = platform.MaxRSSBytes(int64(ru.Maxrss))
+		}
+	}
+	if b.cgCPU > 0 {
+		u.CPU = b.cgCPU
+	}
+	if b.cgPeak > 0 {
+		u.PeakRSSByte = b.cgPeak
+	}
+	return u
+}
+
+// logEnd writes the call's end record, with what it cost.
+func (b *box) logEnd() {
+	u := b.usage()
+	b.log.Info("call ended", "wall_s", u.Wall.Seconds(), "cpu_s", u.CPU.Seconds(),
+		"peak_rss_mb", u.PeakRSSByte>>20, "containment", containment)
+}

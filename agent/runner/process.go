@@ -1,0 +1,393 @@
+// Package runner owns a call's runner process, from its start to the
+// moment nothing of it is left: it starts the process contained (its own
+// process group, a cookie in its environment, a cgroup per call where the
+// worker may make them, a raised oom_score_adj, a private call directory)
+// or hands out a warm spare started ahead (warm.go); writes the request on
+// its stdin; relays its stdout lines (events to the engine through a
+// callback, the answer to the caller) and its stderr to the log; and stops
+// it with the stop ladder: SIGTERM to everything of the call, --cancel-grace
+// to finish, SIGKILL, then a sweep of what is left.
+//
+// It knows nothing of the engine's session: the caller owns the call as
+// the engine sees it (heartbeats, the answer, the worker's own error
+// answers) and stops a runner by cancelling the context it was started
+// with, the cause a *StopError.
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/agent/metrics"
+	"github.com/fluksio/fluksio-worker/agent/protocol"
+)
+
+// Config is what starting runners takes from the worker's configuration.
+type Config struct {
+	Python      string        // absolute path of the interpreter
+	StateDir    string        // where call directories are made
+	BaseEnv     []string      // every runner's environment, before its request's env
+	CancelGrace time.Duration // how long a stopped node may clean up (--cancel-grace)
+	MaxLine     int64         // the longest runner line (--max-line)
+	Spares      int           // warm spare runners in all; 0 starts every runner cold
+	Preload     []string      // modules spares of the embedded runtime import (--preload)
+	// OutsizedRequest is the request size from which the memory a written
+	// request took is given back to the system at once; 0 never.
+	OutsizedRequest int
+	Log             *slog.Logger
+	Metrics         *metrics.Metrics // nil-safe: nil without --listen
+}
+
+// env adds a request's env to the worker's own; later entries win.
+func (c *Config) env(extra []string) []string {
+	return append(c.BaseEnv[:len(c.BaseEnv):len(c.BaseEnv)], extra...)
+}
+
+// Runtime is the runner script a runner's interpreter executes.
+type Runtime struct {
+	Path     string
+	Embedded bool // the worker's own runtime, the one that knows --preload
+}
+
+// Pool starts runners: a warm spare when one of the call's environment is
+// ready, else a new one. It lives as long as the session loop of the
+// worker; Close stops the spares.
+type Pool struct {
+	cfg  Config
+	warm *warmPool // nil without spares
+}
+
+// NewPool starts keeping cfg.Spares spare runners.
+func NewPool(cfg Config) *Pool {
+	p := &Pool{cfg: cfg}
+	p.warm = newWarmPool(&p.cfg)
+	return p
+}
+
+// Close stops every spare and waits until all of them are gone. Runners
+// started from the pool are their callers' to end.
+func (p *Pool) Close() { p.warm.close() }
+
+// Spec is one call's runner.
+type Spec struct {
+	Runtime Runtime
+	Env     []string     // the request's env, added to Config.BaseEnv
+	Request []byte       // the request line for stdin; not kept once written
+	Log     *slog.Logger // the call's logger
+	// Send sends an event frame to the engine. The frame is the socket
+	// writer's from then on; it gives it back with PutFrame.
+	Send func(frame []byte)
+}
+
+// StopError is the cause a runner's context is cancelled with when the
+// worker stops its call: Reason is the answer's message should the runner
+// not answer by itself; "" keeps protocol.MsgNodeStopped.
+type StopError struct{ Reason string }
+
+func (e *StopError) Error() string {
+	if e.Reason == "" {
+		return protocol.MsgNodeStopped
+	}
+	return e.Reason
+}
+
+// Stopped is the *StopError ctx was cancelled with, or nil while it is
+// not cancelled. A context cancelled without one counts as a stop without
+// a reason.
+func Stopped(ctx context.Context) *StopError {
+	if ctx.Err() == nil {
+		return nil
+	}
+	var stop *StopError
+	if errors.As(context.Cause(ctx), &stop) {
+		return stop
+	}
+	return &StopError{}
+}
+
+// Output is how a runner's stdout ended.
+type Output struct {
+	Answer []byte // the answer line, as a text frame, when there was one
+	Err    error  // a line over --max-line; otherwise the output just ended
+}
+
+// Process is one started runner. Its context's cancellation, the end of
+// its call (End), or its stdout outliving it starts the stop ladder, which
+// one goroutine (watch) runs once.
+type Process struct {
+	cfg      *Config
+	log      *slog.Logger
+	box      *box
+	stdin    io.WriteCloser
+	stdout   *output
+	stderr   *os.File
+	dir      *callDir
+	warmDone func() // tells the warm pool the call ended
+
+	halted context.Context         // done once the stop ladder is due
+	halt   context.CancelCauseFunc // makes it due, for the worker's own reasons
+
+	exited     chan struct{} // closed when the runner process is reaped
+	stopped    chan struct{} // closed when the stop ladder is over
+	outputs    chan Output   // the one Output, once stdout ended
+	outputDone chan struct{} // closed once stdout ended
+	stderrDone chan struct{} // closed once stderr is relayed to its end
+}
+
+// Reasons the worker halts a runner without stopping its call.
+var (
+	errOutputHeld = errors.New("the runner exited but its output did not end")
+	errCallEnded  = errors.New("the call ended")
+)
+
+// pipeLinger is how long a runner's output may stay open after the runner
+// itself exited: a grandchild that inherited stdout (a forked data loader,
+// say) must not keep the call from ending.
+//
+// os/exec's WaitDelay does not fit here: it closes the pipes a fixed time
+// after the process exits, losing output the engine was slow to take,
+// while this reads on for as long as output keeps coming.
+const pipeLinger = 500 * time.Millisecond
+
+// stopPoll is how often a stopping group is checked for being gone, once
+// its leader is: no event says when the rest of a process group is gone.
+const stopPoll = 10 * time.Millisecond
+
+// Start starts a runner for spec (a spare when one fits), writes the
+// request on its stdin and relays its output. ctx is the call's: cancel it
+// with a *StopError to stop the runner. When ctx is already cancelled,
+// nothing starts and the error is its *StopError; any other error says why
+// the runner could not start.
+func (pl *Pool) Start(ctx context.Context, spec Spec) (*Process, error) {
+	if stop := Stopped(ctx); stop != nil {
+		return nil, stop
+	}
+	begun := time.Now()
+	p := &Process{
+		cfg:        &pl.cfg,
+		log:        spec.Log,
+		exited:     make(chan struct{}),
+		stopped:    make(chan struct{}),
+		outputs:    make(chan Output, 1),
+		outputDone: make(chan struct{}),
+		stderrDone: make(chan struct{}),
+	}
+	sp, warmDone := pl.warm.take(spec.Runtime, spec.Env)
+	p.warmDone = warmDone
+	var stdout *os.File
+	if sp != nil {
+		p.box, p.stdin, stdout, p.stderr, p.dir = sp.handTo(spec.Log, p.exited)
+		p.log.Debug("runner is a spare", "pid", p.box.pid)
+	} else {
+		var err error
+		if stdout, err = p.startCold(spec); err != nil {
+			warmDone()
+			return nil, err
+		}
+	}
+	pl.cfg.Metrics.RunnerStarted(time.Since(begun))
+	p.stdout = &output{f: stdout}
+	// A stop asked from now on, even before watch runs, halts the runner.
+	p.halted, p.halt = context.WithCancelCause(ctx)
+	go p.watch()
+	go p.write(spec.Request)
+	go func() {
+		p.relayStderr()
+		close(p.stderrDone)
+	}()
+	go func() {
+		p.outputs <- p.relayStdout(spec.Send)
+		close(p.outputDone)
+	}()
+	return p, nil
+}
+
+// startCold starts a new interpreter in a new box; it returns the read
+// end of its stdout.
+func (p *Process) startCold(spec Spec) (*os.File, error) {
+	stdoutR, stdoutW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("creating the runner's pipes: %w", err)
+	}
+	stderrR, stderrW, err := os.Pipe()
+	if err != nil {
+		stdoutR.Close()
+		stdoutW.Close()
+		return nil, fmt.Errorf("creating the runner's pipes: %w", err)
+	}
+	dir, err := newCallDir(p.cfg.StateDir)
+	if err != nil {
+		stdoutR.Close()
+		stdoutW.Close()
+		stderrR.Close()
+		stderrW.Close()
+		return nil, err
+	}
+	b := &box{log: p.log}
+	cmd := exec.Command(p.cfg.Python, spec.Runtime.Path)
+	b.prepare(cmd, dir.env(p.cfg.env(spec.Env), p.cfg.CancelGrace))
+	cmd.Dir = dir.cwd
+	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
+	stdin, err := cmd.StdinPipe()
+	if err == nil {
+		err = b.start(cmd)
+	}
+	stdoutW.Close()
+	stderrW.Close()
+	if err != nil {
+		stdoutR.Close()
+		stderrR.Close()
+		if err := dir.remove(); err != nil {
+			p.log.Warn("could not remove the call's directory", "dir", dir.path, "error", err)
+		}
+		return nil, fmt.Errorf("starting %s: %w", p.cfg.Python, err)
+	}
+	p.box, p.stdin, p.stderr, p.dir = b, stdin, stderrR, dir
+	go func() {
+		err := cmd.Wait()
+		b.reaped(cmd)
+		p.log.Debug("runner exited", "pid", b.pid, "status", exitStatus(err))
+		close(p.exited)
+	}()
+	return stdoutR, nil
+}
+
+// write writes the request on the runner's stdin. A runner that died
+// before reading gets EPIPE here; its missing answer is reported by the
+// output ending, not by this write.
+func (p *Process) write(request []byte) {
+	p.stdin.Write(request)
+	if p.cfg.OutsizedRequest > 0 && len(request) >= p.cfg.OutsizedRequest {
+		request = nil
+		debug.FreeOSMemory()
+	}
+}
+
+// Output delivers how the runner's stdout ended, once.
+func (p *Process) Output() <-chan Output { return p.outputs }
+
+// watch runs the stop ladder once it is due: when the call's context is
+// cancelled, when End is called, or when the runner exited and its stdout
+// stayed open for pipeLinger (something else holds the pipe, or there is
+// still output the engine is slow to take). After the ladder the output is
+// read on only while it keeps coming.
+//
+// The ladder is not os/exec's Cancel: Cancel is called only while Wait has
+// not returned, but the ladder must also reach the rest of the group, the
+// cookie carriers and the cgroup after the runner itself exited; and a
+// spare's Cmd is made before its call's context exists.
+func (p *Process) watch() {
+	defer close(p.stopped)
+	exited, outputDone := p.exited, p.outputDone
+	var linger <-chan time.Time
+	for {
+		select {
+		case <-p.halted.Done():
+			p.stopLadder()
+			p.stdout.drain()
+			return
+		case <-outputDone:
+			outputDone, exited, linger = nil, nil, nil
+		case <-exited:
+			exited = nil
+			linger = time.After(pipeLinger)
+		case <-linger:
+			linger = nil
+			p.halt(errOutputHeld)
+		}
+	}
+}
+
+// stopLadder sends SIGTERM to everything of the call, waits up to
+// --cancel-grace (and the moment the runner needs to answer after it) for
+// it to be gone, then sends SIGKILL.
+func (p *Process) stopLadder() {
+	if !p.box.signalAll(syscall.SIGTERM) {
+		return
+	}
+	deadline := time.NewTimer(p.cfg.CancelGrace + runnerAnswerMargin)
+	defer deadline.Stop()
+	// While the runner lives its group does; only then is there anything
+	// to poll for.
+	select {
+	case <-p.exited:
+	case <-deadline.C:
+		p.kill()
+		return
+	}
+	tick := time.NewTicker(stopPoll)
+	defer tick.Stop()
+	for p.box.anyAlive() {
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			p.kill()
+			return
+		}
+	}
+}
+
+func (p *Process) kill() {
+	p.log.Warn("the runner did not stop within --cancel-grace; killing it", "grace", p.cfg.CancelGrace)
+	p.box.signalAll(syscall.SIGKILL)
+}
+
+// Kill sends SIGKILL to everything of the call at once, for a worker told
+// twice to stop.
+func (p *Process) Kill() { p.box.signalAll(syscall.SIGKILL) }
+
+// DeathMessage says why a runner ended without answering, when the worker
+// did not stop it: the signal that killed it, or its exit code.
+func (p *Process) DeathMessage() string { return p.box.deathMessage(p.exited) }
+
+// End ends the runner once its call is over for the engine, and returns
+// only when nothing of it is left: every process of the call gone, every
+// pipe closed, its call directory removed. answered gives a runner that
+// answered the grace period to exit by itself.
+func (p *Process) End(answered bool) {
+	p.stdin.Close()
+	if answered {
+		select {
+		case <-p.exited:
+		case <-time.After(p.cfg.CancelGrace):
+		}
+	}
+	p.halt(errCallEnded)
+	<-p.stopped
+	p.box.sweep()
+	p.stdout.f.Close()
+	// A process that left the group (setsid) may still hold stderr.
+	p.stderr.SetReadDeadline(time.Now().Add(pipeLinger))
+	<-p.stderrDone
+	p.stderr.Close()
+	<-p.exited
+	p.box.logEnd()
+	if err := p.dir.remove(); err != nil {
+		p.log.Warn("could not remove the call's directory", "dir", p.dir.path, "error", err)
+	}
+	p.warmDone()
+}
+
+func exitStatus(err error) string {
+	if err == nil {
+		return "0"
+	}
+	return err.Error()
+}
+
+func closed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}

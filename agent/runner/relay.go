@@ -1,0 +1,103 @@
+package runner
+
+// Relaying a runner's output: its stdout lines to the engine (events) and
+// the caller (the answer), its stderr lines to the log.
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fluksio/fluksio-worker/agent/logging"
+	"github.com/fluksio/fluksio-worker/agent/protocol"
+)
+
+// logLinesPerSecond is a call's budget for its node's stderr and for
+// runner lines that are not JSON.
+const logLinesPerSecond = 1000
+
+// output is the read end of a runner's stdout. Once draining, each read
+// gives up after pipeLinger without output: a process that left the group
+// (setsid) and still holds the pipe cannot keep the call open, while
+// output already written is still all read.
+type output struct {
+	f        *os.File
+	draining atomic.Bool
+}
+
+func (o *output) Read(p []byte) (int, error) {
+	if o.draining.Load() {
+		o.f.SetReadDeadline(time.Now().Add(pipeLinger))
+	}
+	return o.f.Read(p)
+}
+
+func (o *output) drain() {
+	o.draining.Store(true)
+	o.f.SetReadDeadline(time.Now().Add(pipeLinger)) // wakes a read waiting now
+}
+
+// relayStdout sends event lines as they come and returns the answer.
+// Lines that are not JSON objects are logged here and never sent.
+func (p *Process) relayStdout(send func([]byte)) Output {
+	lines := newLineReader(p.stdout, p.cfg.MaxLine)
+	garbage := logging.NewBudget(p.log, "the runner wrote lines that are not JSON objects; they were not forwarded", logLinesPerSecond)
+	for {
+		raw, err := lines.Next()
+		if err != nil {
+			var tooLong *lineTooLongError
+			if errors.As(err, &tooLong) {
+				return Output{Err: err}
+			}
+			garbage.Close()
+			return Output{}
+		}
+		line, kind := protocol.Classify(raw)
+		switch kind {
+		case protocol.LineEvent:
+			p.cfg.Metrics.EventRelayed(len(line))
+			send(textFrame(line))
+		case protocol.LineAnswer:
+			garbage.Close()
+			// Nothing reads this pipe again, so a large answer (tens of
+			// MiB, at times) is sent from the reader's buffer without a
+			// copy; it is too large for the frame pool to keep.
+			if len(line) > maxPooledFrame && utf8.Valid(line) {
+				return Output{Answer: line}
+			}
+			return Output{Answer: textFrame(line)}
+		default:
+			if len(line) > 0 {
+				garbage.Log(slog.LevelWarn, "runner line is not a JSON object; not forwarded", "line", logging.Cut(line, 200))
+			}
+		}
+	}
+}
+
+// relayStderr logs what the runner writes on stderr (the node's log),
+// one log record a line, tagged with the call.
+func (p *Process) relayStderr() {
+	br := bufio.NewReaderSize(p.stderr, 16<<10)
+	budget := logging.NewBudget(p.log, "node stderr lines were not logged", logLinesPerSecond)
+	for {
+		line, err := br.ReadSlice('\n')
+		if len(line) > 0 {
+			if text := bytes.TrimRight(line, "\r\n"); len(text) > 0 {
+				// The line is the record's message, as a node's own log
+				// line reads best.
+				if !budget.Log(slog.LevelInfo, logging.Cut(text, 4096), "stream", "stderr") {
+					p.cfg.Metrics.StderrLineDropped()
+				}
+			}
+		}
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+			budget.Close()
+			return
+		}
+	}
+}
