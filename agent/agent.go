@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/config"
+	"github.com/fluksio/fluksio-worker/agent/engine"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
@@ -227,13 +228,8 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 		return false, err
 	}
 	hello := a.hello(prepare)
-	ws, raw, err := dialEngine(prepare, a.cfg)
+	conn, name, err := engine.Attach(prepare, a.cfg, hello)
 	if err != nil {
-		return false, err
-	}
-	name, err := greet(ws, hello)
-	if err != nil {
-		ws.Close()
 		return false, err
 	}
 	since := time.Now()
@@ -250,7 +246,6 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 	a.lastDone = time.Now() // a fresh connection starts the idle clock
 	a.mu.Unlock()
 
-	conn := newEngineConn(ws, raw)
 	callsCtx, cancelCalls := context.WithCancel(ctx)
 	var calls sync.WaitGroup
 	at := &attachment{ctx: callsCtx, conn: conn, calls: &calls,
@@ -261,22 +256,22 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 		a.dropWaiting()
 		calls.Wait()
 		at.noise.Close()
-		conn.finish()
+		conn.Abort()
 	}()
 	calls.Add(1)
 	go a.beatWaiting(at)
 	lost := make(chan error, 1)
 	go func() {
 		for {
-			data, err := conn.read()
+			data, err := conn.Read()
 			if err != nil {
 				lost <- err
 				return
 			}
 			a.handle(at, data)
-			if len(data) >= outsizedMessage {
+			if len(data) >= engine.OutsizedMessage {
 				data = nil
-				freeMemory()
+				engine.FreeMemory()
 			}
 		}
 	}()

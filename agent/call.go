@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fluksio/fluksio-worker/agent/engine"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 	"github.com/fluksio/fluksio-worker/agent/runner"
@@ -24,7 +25,7 @@ type call struct {
 	size    int      // the request's size, for the queue's bound
 	env     []string // the request's env, added to the agent's own
 	agent   *Agent
-	conn    *engineConn
+	conn    *engine.Conn
 	log     *slog.Logger
 	arrived time.Time
 
@@ -50,7 +51,7 @@ type call struct {
 }
 
 // newCall makes a call of an engine's request; it runs once it has a slot.
-func newCall(id, op string, request []byte, env []string, a *Agent, conn *engineConn, log *slog.Logger, now time.Time) *call {
+func newCall(id, op string, request []byte, env []string, a *Agent, conn *engine.Conn, log *slog.Logger, now time.Time) *call {
 	c := &call{id: id, op: op, request: request, size: len(request) + envSize(env), env: env,
 		agent: a, conn: conn, log: log, arrived: now, lastBeat: now}
 	// Not a child of the connection's context: a waiting call must not
@@ -84,7 +85,7 @@ func (c *call) run(ctx context.Context, rt runner.Runtime) {
 		Env:     c.env,
 		Request: request,
 		Log:     c.log,
-		Send:    func(frame []byte) { c.conn.send(frame) },
+		Send:    func(frame []byte) { c.conn.Send(frame) },
 	})
 	request = nil
 	var stop *runner.StopError
@@ -101,8 +102,8 @@ func (c *call) run(ctx context.Context, rt runner.Runtime) {
 	c.agent.callEnded(c)
 	// The call is over for the engine; now nothing of it may remain.
 	p.End(end.Answer != nil)
-	if c.size >= outsizedMessage || len(end.Answer) >= outsizedMessage {
-		freeMemory()
+	if c.size >= engine.OutsizedMessage || len(end.Answer) >= engine.OutsizedMessage {
+		engine.FreeMemory()
 	}
 }
 
@@ -176,7 +177,7 @@ func (c *call) beatIfDue(now time.Time) {
 		return
 	}
 	c.lastBeat = now
-	c.conn.sendJSON(protocol.NewHeartbeat(c.id))
+	c.conn.SendJSON(protocol.NewHeartbeat(c.id))
 	c.agent.metrics.HeartbeatSent()
 }
 
@@ -185,7 +186,7 @@ func (c *call) sendAnswer(frame []byte) {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
 	c.answered = true
-	c.conn.send(frame)
+	c.conn.Send(frame)
 }
 
 // wasAnswered says whether the engine was sent the call's answer.
@@ -199,7 +200,7 @@ func (c *call) sendAnswerJSON(v any) {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
 	c.answered = true
-	c.conn.sendJSON(v)
+	c.conn.SendJSON(v)
 }
 
 // fail answers a call whose process could not be started.
@@ -247,7 +248,7 @@ func (a *Agent) runnerConfig() runner.Config {
 		MaxLine:         a.cfg.MaxLine,
 		Spares:          a.cfg.WarmSpares(),
 		Preload:         a.cfg.Preload,
-		OutsizedRequest: outsizedMessage,
+		OutsizedRequest: engine.OutsizedMessage,
 		Log:             a.log,
 		Metrics:         a.metrics,
 	}

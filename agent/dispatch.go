@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fluksio/fluksio-worker/agent/engine"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
@@ -24,7 +25,7 @@ import (
 // attachment is what one connection's messages are handled with.
 type attachment struct {
 	ctx   context.Context // ends when the connection does
-	conn  *engineConn
+	conn  *engine.Conn
 	rt    runner.Runtime  // the runner script of this connection's calls
 	calls *sync.WaitGroup // every goroutine serving a call of this connection
 	// noise budgets the log lines about engine messages the worker ignores
@@ -68,7 +69,7 @@ func (a *Agent) startCall(at *attachment, m protocol.Message) {
 	refuse := func(typ, msg string) {
 		at.noise.Log(slog.LevelWarn, "call refused", "call_id", logging.Cut(m.CallID, maxLoggedID), "op", m.Op, "reason", msg)
 		a.metrics.CallDeclined(declineReason(msg))
-		at.conn.sendJSON(protocol.NewErrorAnswer(m.CallID, typ, msg))
+		at.conn.SendJSON(protocol.NewErrorAnswer(m.CallID, typ, msg))
 	}
 	switch {
 	case closed(a.stopCh) || closed(a.killCh):

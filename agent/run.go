@@ -12,9 +12,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gorilla/websocket"
-
 	"github.com/fluksio/fluksio-worker/agent/config"
+	"github.com/fluksio/fluksio-worker/agent/engine"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 	"github.com/fluksio/fluksio-worker/agent/status"
@@ -240,17 +239,5 @@ func Probe(ctx context.Context, cfg config.Config) error {
 	if python, _, err := platform.FindPython(ctx, cfg.Python); err == nil {
 		a.python = python
 	}
-	hello := a.hello(ctx)
-	ws, _, err := dialEngine(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer ws.Close()
-	if _, err := greet(ws, hello); err != nil {
-		// Callers print it: the engine's reason may quote the token.
-		return scrubError(cfg.Token, err)
-	}
-	ws.WriteControl(websocket.CloseMessage,
-		websocket.FormatCloseMessage(websocket.CloseNormalClosure, "check done"), time.Now().Add(closeWait))
-	return nil
+	return engine.Probe(ctx, cfg, a.hello(ctx))
 }

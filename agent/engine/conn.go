@@ -1,4 +1,10 @@
-package agent
+// Package engine owns the connection to the engine: dialing it (the token
+// as ?token= and a bearer header, --ca-file, redirects refused, errors that
+// never show the token), the hello and welcome, and the attached
+// connection, which one goroutine writes (a bounded outbox, frames batched
+// into few system calls, keepalive pings) until it closes cleanly or is
+// lost. The messages themselves are agent/protocol's.
+package engine
 
 import (
 	"context"
@@ -8,6 +14,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -39,19 +46,19 @@ const (
 	closeWait = 2 * time.Second
 )
 
-// dialEngine opens the WebSocket with the token as the ?token= query
+// dialScrubbed opens the WebSocket with the token as the ?token= query
 // parameter (engines read it there) and as a bearer header. Its errors
 // never show the token: the URL is shown without its query, and what the
 // engine answered (a page that echoes the request URL) is scrubbed.
-func dialEngine(ctx context.Context, cfg config.Config) (*websocket.Conn, *batchConn, error) {
+func dialScrubbed(ctx context.Context, cfg config.Config) (*websocket.Conn, *batchConn, error) {
 	ws, raw, err := dial(ctx, cfg)
-	return ws, raw, scrubError(cfg.Token, err)
+	return ws, raw, ScrubError(cfg.Token, err)
 }
 
-// scrubError wraps err so its text never shows the token wherever it is
+// ScrubError wraps err so its text never shows the token wherever it is
 // printed; a refusal's reason, which callers print on its own, is scrubbed
 // in place.
-func scrubError(token string, err error) error {
+func ScrubError(token string, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -152,9 +159,43 @@ func greet(ws *websocket.Conn, hello protocol.Hello) (name string, err error) {
 	return name, nil
 }
 
-// engineConn is an attached connection. One goroutine, writeLoop, writes
-// the socket; everyone else hands it frames through send.
-type engineConn struct {
+// Attach dials the engine, says hello and waits for the welcome: the
+// connection and the name the engine gave this worker. Its errors never
+// show the token; a *protocol.RefusedError says the engine will not have
+// this worker.
+func Attach(ctx context.Context, cfg config.Config, hello protocol.Hello) (*Conn, string, error) {
+	ws, raw, err := dialScrubbed(ctx, cfg)
+	if err != nil {
+		return nil, "", err
+	}
+	name, err := greet(ws, hello)
+	if err != nil {
+		ws.Close()
+		return nil, "", ScrubError(cfg.Token, err)
+	}
+	return newConn(ws, raw), name, nil
+}
+
+// Probe attaches and closes again at once: the check `install` and
+// `check` make.
+func Probe(ctx context.Context, cfg config.Config, hello protocol.Hello) error {
+	ws, _, err := dialScrubbed(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer ws.Close()
+	if _, err := greet(ws, hello); err != nil {
+		// Callers print it: the engine's reason may quote the token.
+		return ScrubError(cfg.Token, err)
+	}
+	ws.WriteControl(websocket.CloseMessage,
+		websocket.FormatCloseMessage(websocket.CloseNormalClosure, "check done"), time.Now().Add(closeWait))
+	return nil
+}
+
+// Conn is an attached connection. One goroutine, writeLoop, writes
+// the socket; everyone else hands it frames through Send.
+type Conn struct {
 	ws      *websocket.Conn
 	raw     *batchConn
 	out     chan []byte
@@ -164,8 +205,8 @@ type engineConn struct {
 	closeMu sync.Once
 }
 
-func newEngineConn(ws *websocket.Conn, raw *batchConn) *engineConn {
-	c := &engineConn{
+func newConn(ws *websocket.Conn, raw *batchConn) *Conn {
+	c := &Conn{
 		ws:      ws,
 		raw:     raw,
 		out:     make(chan []byte, outboxSize),
@@ -194,13 +235,13 @@ func newEngineConn(ws *websocket.Conn, raw *batchConn) *engineConn {
 }
 
 // extendRead pushes the read deadline past the next ping's answer.
-func (c *engineConn) extendRead() {
+func (c *Conn) extendRead() {
 	c.ws.SetReadDeadline(time.Now().Add(pingInterval + pongWait))
 }
 
-// send queues one text frame, which then belongs to the writer (it may
+// Send queues one text frame, which then belongs to the writer (it may
 // recycle it). It reports false once the connection is gone.
-func (c *engineConn) send(frame []byte) bool {
+func (c *Conn) Send(frame []byte) bool {
 	select {
 	case c.out <- frame:
 		return true
@@ -209,21 +250,21 @@ func (c *engineConn) send(frame []byte) bool {
 	}
 }
 
-// sendJSON marshals and queues v.
-func (c *engineConn) sendJSON(v any) bool {
+// SendJSON marshals and queues v.
+func (c *Conn) SendJSON(v any) bool {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return false
 	}
-	return c.send(b)
+	return c.Send(b)
 }
 
-// read returns the next message from the engine.
-func (c *engineConn) read() ([]byte, error) {
+// Read returns the next message from the engine.
+func (c *Conn) Read() ([]byte, error) {
 	for {
 		kind, data, err := c.ws.ReadMessage()
 		if err != nil {
-			c.finish()
+			c.Abort()
 			return nil, err
 		}
 		c.extendRead()
@@ -233,14 +274,14 @@ func (c *engineConn) read() ([]byte, error) {
 	}
 }
 
-func (c *engineConn) writeLoop() {
+func (c *Conn) writeLoop() {
 	ping := time.NewTicker(pingInterval)
 	defer ping.Stop()
 	for {
 		select {
 		case frame := <-c.out:
 			if err := c.writeBatch(frame); err != nil {
-				c.finish()
+				c.Abort()
 				return
 			}
 		case <-ping.C:
@@ -249,7 +290,7 @@ func (c *engineConn) writeLoop() {
 				err = c.raw.Flush()
 			}
 			if err != nil {
-				c.finish()
+				c.Abort()
 				return
 			}
 		case <-c.closing:
@@ -263,11 +304,11 @@ func (c *engineConn) writeLoop() {
 
 // writeBatch writes frame and whatever else is already queued, then
 // flushes them together.
-func (c *engineConn) writeBatch(frame []byte) error {
+func (c *Conn) writeBatch(frame []byte) error {
 	c.ws.SetWriteDeadline(time.Now().Add(writeTimeout))
 	outsized := false
 	for {
-		outsized = outsized || len(frame) >= outsizedMessage
+		outsized = outsized || len(frame) >= OutsizedMessage
 		err := c.ws.WriteMessage(websocket.TextMessage, frame)
 		runner.PutFrame(frame)
 		frame = nil
@@ -281,7 +322,7 @@ func (c *engineConn) writeBatch(frame []byte) error {
 		}
 		err = c.raw.Flush()
 		if outsized {
-			freeMemory() // an answer of many MiB is sent only now
+			FreeMemory() // an answer of many MiB is sent only now
 		}
 		return err
 	}
@@ -289,11 +330,11 @@ func (c *engineConn) writeBatch(frame []byte) error {
 
 // flushAndClose sends what is queued, then a close frame, and gives the
 // engine closeWait to answer it before the socket is closed.
-func (c *engineConn) flushAndClose() {
+func (c *Conn) flushAndClose() {
 	select {
 	case frame := <-c.out:
 		if c.writeBatch(frame) != nil {
-			c.finish()
+			c.Abort()
 			return
 		}
 	default:
@@ -304,21 +345,34 @@ func (c *engineConn) flushAndClose() {
 	select {
 	case <-c.dead: // the reader saw the engine's close
 	case <-time.After(closeWait):
-		c.finish()
+		c.Abort()
 	}
 }
 
 // Close closes the connection cleanly: queued frames first, then a close
 // frame. It returns when the connection is finished.
-func (c *engineConn) Close() {
+func (c *Conn) Close() {
 	c.closeMu.Do(func() { close(c.closing) })
 	<-c.dead
 }
 
-// finish tears the connection down; safe to call more than once.
-func (c *engineConn) finish() {
+// Abort tears the connection down; safe to call more than once.
+func (c *Conn) Abort() {
 	c.once.Do(func() {
 		close(c.dead)
 		c.ws.Close()
 	})
 }
+
+// OutsizedMessage is the size from which a message (a frame from the
+// engine, a call's request or answer) is outsized: after one, the memory
+// it took is given back to the system at once. Go's collector would
+// otherwise keep it, because an idle worker allocates too little to run a
+// collection for minutes, and the service would sit at hundreds of MiB
+// after one large answer.
+const OutsizedMessage = 8 << 20
+
+// FreeMemory collects and returns free memory to the system. It costs a
+// full collection, a few milliseconds at this worker's heap size, which is
+// nothing next to moving an outsized message.
+func FreeMemory() { debug.FreeOSMemory() }

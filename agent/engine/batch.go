@@ -1,4 +1,4 @@
-package agent
+package engine
 
 import (
 	"bufio"
