@@ -16,6 +16,7 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/engine"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
+	"github.com/fluksio/fluksio-worker/agent/runner"
 	"github.com/fluksio/fluksio-worker/agent/status"
 	"github.com/fluksio/fluksio-worker/platform"
 )
@@ -62,7 +63,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	// Resolved now: after an upgrade replaced the file, the path is what
 	// a reload executes.
 	exe, exeErr := Executable()
-	contain := SetupContainment(log, cfg.Containment)
+	contain := runner.SetupContainment(log, cfg.Containment)
 	log.Info("starting", "version", Version, "engine", logging.ShownURL(cfg.URL), "python", python,
 		"python_version", pyVersion, "state_dir", stateDir, "parallel", cfg.Parallel, "containment", contain)
 	a := New(cfg, log, python, stateDir)
@@ -221,7 +222,7 @@ func InventoryCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	// The containment is this machine's, not the engine's business: it is
 	// shown here but not sent in hello.
-	mode := ProbeContainment(cfg.Containment)
+	mode := runner.ProbeContainment(cfg.Containment)
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	enc.Encode(struct {

@@ -14,6 +14,7 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
+	"github.com/fluksio/fluksio-worker/agent/runner"
 	"github.com/fluksio/fluksio-worker/agent/runtime"
 	"github.com/fluksio/fluksio-worker/platform"
 )
@@ -120,7 +121,7 @@ func check(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 		ram = fmt.Sprintf("%d MiB memory", *inv.RAMMB)
 	}
 	c.ok("inventory", "%d CPUs, %d GPUs, %s", inv.CPUs, inv.GPUs, ram)
-	if mode := agent.ProbeContainment(cfg.Containment); mode == platform.ContainProcessGroup {
+	if mode := runner.ProbeContainment(cfg.Containment); mode == platform.ContainProcessGroup {
 		c.skip("contain", mode+" only: a process that leaves its call's process group may outlive the call")
 	} else {
 		c.ok("contain", "%s: what a node starts is stopped with its call", mode)
