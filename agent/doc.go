@@ -1,6 +1,18 @@
-// Package agent is the worker itself: the configuration, the session with
-// the engine (protocol 2 over one WebSocket), each call as the engine sees
-// it (its queue place, heartbeats and answer; its runner process is
-// agent/runner's), and the graceful reload that re-executes the worker in
-// place (reload.go).
+// Package agent is the worker's session with the engine and the commands
+// that run it. It owns:
+//
+//   - the Agent and its session loop (agent.go): attach, reconnect with
+//     backoff, stop, drain, go idle, and the hello it sends;
+//   - what each message from the engine does (dispatch.go);
+//   - a call as the engine sees it (call.go): its place in the queue of
+//     calls waiting for one of the --parallel slots (queue.go), its
+//     heartbeats and its one answer; its runner process is agent/runner's;
+//   - the graceful reload that re-executes the worker in place (reload.go);
+//   - health, pulse and metrics wiring (monitor.go);
+//   - the environment node processes get (environ.go, tls.go);
+//   - the run, inventory and selftest commands (run.go, selftest.go).
+//
+// The options table is agent/config's, every wire message agent/protocol's,
+// the socket agent/engine's, the status file agent/status's and the runner
+// script agent/runtime's.
 package agent
