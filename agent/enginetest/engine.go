@@ -5,6 +5,10 @@
 // cancel and read back each call's events and answer, serves the runner at
 // /api/v1/workers/runtime, and keeps an in-memory content-addressed
 // artifact store (PUT and GET /api/v1/artifacts/sha256:<hex>).
+//
+// It speaks agent/protocol's messages, so the fake and the worker share
+// one declaration of each. selftest runs it, so it is compiled into the
+// binary; nothing under test/ is (deps_test.go at the top checks that).
 package enginetest
 
 import (
