@@ -197,14 +197,7 @@ func checkRuntime(ctx context.Context, c *checklist, cfg config.Config) {
 			note = " (the engine serves none, or could not be asked)"
 		}
 	}
-	c.ok("runtime", "%s runner, sha256 %s%s", rt.Source, short(rt.Hash), note)
-}
-
-func short(hash string) string {
-	if len(hash) > 12 {
-		return hash[:12]
-	}
-	return hash
+	c.ok("runtime", "%s runner, sha256 %s%s", rt.Source, rt.Hash[:12], note)
 }
 
 func writeCheckUsage(w io.Writer) {

@@ -88,9 +88,10 @@ func (p *Process) relayStderr() {
 		line, err := br.ReadSlice('\n')
 		if len(line) > 0 {
 			if text := bytes.TrimRight(line, "\r\n"); len(text) > 0 {
-				// The line is the record's message, as a node's own log
-				// line reads best.
-				if !budget.Log(slog.LevelInfo, logging.Cut(text, 4096), "stream", "stderr") {
+				// A constant message, the node's text an attribute: a log
+				// search for the worker's own messages never matches
+				// what a node printed.
+				if !budget.Log(slog.LevelInfo, "node stderr", "line", logging.Cut(text, 4096)) {
 					p.cfg.Metrics.StderrLineDropped()
 				}
 			}
