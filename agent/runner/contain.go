@@ -178,30 +178,21 @@ func (b *box) exitState() *os.ProcessState {
 // reports whether anything was there to signal.
 func (b *box) signalAll(sig syscall.Signal) bool {
 	found := platform.SignalGroup(b.pid, sig)
-	if b.cg != nil {
+	switch {
+	case b.cg != nil:
 		// Nothing leaves a cgroup it cannot write: no cookie to look for.
-		if b.cg.Signal(sig, b.pid) {
-			found = true
-		}
-		if found {
+		found = b.cg.Signal(sig, b.pid) || found
+	case b.cookie != "":
+		for _, pid := range platform.FindCookie(cookieEnv, b.cookie, b.pid) {
 			b.mu.Lock()
-			b.found = true
+			if b.escaped == nil {
+				b.escaped = map[int]struct{}{}
+			}
+			b.escaped[pid] = struct{}{}
 			b.mu.Unlock()
-		}
-		return found
-	}
-	if b.cookie == "" {
-		return found
-	}
-	for _, pid := range platform.FindCookie(cookieEnv, b.cookie, b.pid) {
-		b.mu.Lock()
-		if b.escaped == nil {
-			b.escaped = map[int]struct{}{}
-		}
-		b.escaped[pid] = struct{}{}
-		b.mu.Unlock()
-		if syscall.Kill(pid, sig) == nil {
-			found = true
+			if syscall.Kill(pid, sig) == nil {
+				found = true
+			}
 		}
 	}
 	if found {
