@@ -378,7 +378,7 @@ func (s *session) checkCancel(t *testing.T) []int {
 	if cmd := cmdline(pid); len(cmd) < 2 || cmd[0] != s.python || cmd[1] != s.runtime {
 		t.Errorf("the runner %d runs %q; want %s %s, the embedded runtime", pid, cmd, s.python, s.runtime)
 	}
-	if !alive(child) {
+	if !platform.ProcessAlive(child) {
 		t.Fatalf("the node's child %d is not running", child)
 	}
 	if err := s.wk.Cancel("hang-1"); err != nil {
@@ -421,10 +421,10 @@ func (s *session) hangPids(t *testing.T, c *enginetest.Call) (pid, pgid, child i
 		// Should the worker fail to stop them, they do not outlive the
 		// test: each is killed if it still runs what it ran.
 		t.Cleanup(func() {
-			if cmd := cmdline(pid); alive(pid) && len(cmd) > 1 && cmd[1] == s.runtime && pgid == pid {
+			if cmd := cmdline(pid); platform.ProcessAlive(pid) && len(cmd) > 1 && cmd[1] == s.runtime && pgid == pid {
 				syscall.Kill(-pgid, syscall.SIGKILL)
 			}
-			if cmd := cmdline(child); alive(child) && strings.Contains(strings.Join(cmd, " "), "time.sleep(600)") {
+			if cmd := cmdline(child); platform.ProcessAlive(child) && strings.Contains(strings.Join(cmd, " "), "time.sleep(600)") {
 				syscall.Kill(child, syscall.SIGKILL)
 			}
 		})
@@ -437,7 +437,7 @@ func (s *session) hangPids(t *testing.T, c *enginetest.Call) (pid, pgid, child i
 func (s *session) checkGone(t *testing.T, what string, pid, pgid, child int) {
 	t.Helper()
 	eventually(t, goneTimeout, what+"'s runner, child and process group to be gone", func() bool {
-		return !alive(pid) && !alive(child) && !groupAlive(pgid)
+		return !platform.ProcessAlive(pid) && !platform.ProcessAlive(child) && !groupAlive(pgid)
 	})
 }
 
@@ -478,7 +478,7 @@ func (s *session) checkStop(t *testing.T, before map[string]bool, kidsBefore map
 	}
 	s.checkGone(t, "the call running at Stop", pid, pgid, child)
 	for _, p := range earlier {
-		if alive(p) {
+		if platform.ProcessAlive(p) {
 			t.Errorf("process %d of an earlier call is alive", p)
 		}
 	}
@@ -531,12 +531,6 @@ func procStat(pid int) (state string, ppid int, ok bool) {
 	return fields[0], ppid, true
 }
 
-// alive reports whether pid is a running process (a zombie is not).
-func alive(pid int) bool {
-	state, _, ok := procStat(pid)
-	return ok && state != "Z"
-}
-
 // groupAlive reports whether any process of the group is running.
 func groupAlive(pgid int) bool {
 	if err := syscall.Kill(-pgid, 0); errors.Is(err, syscall.ESRCH) {
@@ -549,7 +543,7 @@ func groupAlive(pgid int) bool {
 		if err != nil {
 			continue
 		}
-		if g, err := syscall.Getpgid(pid); err == nil && g == pgid && alive(pid) {
+		if g, err := syscall.Getpgid(pid); err == nil && g == pgid && platform.ProcessAlive(pid) {
 			return true
 		}
 	}

@@ -68,22 +68,11 @@ func TestPythonCheckTimeoutKillsTheWholeGroup(t *testing.T) {
 		t.Fatalf("bad child pid %q", b)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for processAlive(child) {
+	for ProcessAlive(child) {
 		if time.Now().After(deadline) {
 			syscall.Kill(child, syscall.SIGKILL)
 			t.Fatalf("the hanging script's child %d was left running", child)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// processAlive reports whether pid is a live process (a zombie is gone).
-func processAlive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
+	"github.com/fluksio/fluksio-worker/platform"
 )
 
 // The four helpers the fake runner's "helpers" step starts (see
@@ -52,7 +53,7 @@ func markerProcs(marker string) map[string]int {
 		if len(args) < 3 || !strings.HasPrefix(args[1], "--hold") || !strings.HasPrefix(args[2], marker+"-") {
 			continue
 		}
-		if alive(pid) {
+		if platform.ProcessAlive(pid) {
 			found[strings.TrimPrefix(args[2], marker+"-")] = pid
 		}
 	}

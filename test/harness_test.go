@@ -209,17 +209,6 @@ func wait(t testing.TB, c *enginetest.Call) (enginetest.Message, []enginetest.Me
 
 type step = map[string]any
 
-// alive reports whether pid is a live process (zombies count as gone).
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
-}
-
 // eventually polls cond until it holds or timeout passes.
 func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
+	"github.com/fluksio/fluksio-worker/platform"
 )
 
 // pidsOf reads the runner and grandchild pids from a call's events.
@@ -47,7 +48,7 @@ func TestCancelStopsTheWholeProcessGroup(t *testing.T) {
 	if took := time.Since(start); took > 20*time.Second {
 		t.Errorf("cancel took %s", took)
 	}
-	eventually(t, 10*time.Second, "runner and grandchild to be gone", func() bool { return !alive(runner) && !alive(grandchild) })
+	eventually(t, 10*time.Second, "runner and grandchild to be gone", func() bool { return !platform.ProcessAlive(runner) && !platform.ProcessAlive(grandchild) })
 }
 
 func TestCancelledRunnerMayAnswerItself(t *testing.T) {
@@ -95,7 +96,7 @@ func TestRunnerDeathIsReported(t *testing.T) {
 	if answer.Error == nil || answer.Error.Type != "RemoteError" {
 		t.Fatalf("orphan answered %s", answer.Raw)
 	}
-	eventually(t, 10*time.Second, "the grandchild to be stopped", func() bool { return !alive(grandchild) })
+	eventually(t, 10*time.Second, "the grandchild to be stopped", func() bool { return !platform.ProcessAlive(grandchild) })
 }
 
 func TestMissingPythonIsAUsageError(t *testing.T) {
@@ -191,7 +192,7 @@ func TestSIGTERMStopsRunningCalls(t *testing.T) {
 		t.Fatalf("exit %d, want 0", code)
 	}
 	for _, pid := range []int{r1, g1, r2, g2} {
-		if alive(pid) {
+		if platform.ProcessAlive(pid) {
 			t.Errorf("process %d outlived the worker", pid)
 		}
 	}
@@ -217,7 +218,7 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("second signal took %s", took)
 	}
-	eventually(t, 5*time.Second, "the runner to be killed", func() bool { return !alive(runner) })
+	eventually(t, 5*time.Second, "the runner to be killed", func() bool { return !platform.ProcessAlive(runner) })
 }
 
 // runnerPID reads the runner's pid from its "started" event.
@@ -274,7 +275,7 @@ func TestEngineRestartMidCall(t *testing.T) {
 	if err := eng.Restart(300 * time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the abandoned call's processes to be stopped", func() bool { return !alive(runner) && !alive(grandchild) })
+	eventually(t, 10*time.Second, "the abandoned call's processes to be stopped", func() bool { return !platform.ProcessAlive(runner) && !platform.ProcessAlive(grandchild) })
 	wk = attach(t, eng)
 	answer, _ := wait(t, run(t, wk, "r2", step{"events": 2}))
 	if !answer.OK {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
+	"github.com/fluksio/fluksio-worker/platform"
 )
 
 // startDoorman starts a listener that records attach attempts and lets
@@ -349,7 +350,7 @@ func TestAnsweredCallLeavesNoGrandchild(t *testing.T) {
 		t.Fatalf("no grandchild event in %q", rawOf(events))
 	}
 	t.Cleanup(func() { syscall.Kill(grandchild, syscall.SIGKILL) })
-	eventually(t, 15*time.Second, "the answered call's grandchild to be stopped", func() bool { return !alive(grandchild) })
+	eventually(t, 15*time.Second, "the answered call's grandchild to be stopped", func() bool { return !platform.ProcessAlive(grandchild) })
 }
 
 // The worker pings every 20 s, and a quiet engine that answers them keeps

@@ -19,6 +19,7 @@ import (
 
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
 	"github.com/fluksio/fluksio-worker/agent/status"
+	"github.com/fluksio/fluksio-worker/platform"
 )
 
 // reloadable is a worker run from its own copy of the binary, which the
@@ -187,7 +188,7 @@ func TestReloadLetsCallsFinish(t *testing.T) {
 	gone(t, wk, 10*time.Second, "the call's answer")
 
 	wk = attach(t, eng)
-	if r.pid() != pid || !alive(pid) {
+	if r.pid() != pid || !platform.ProcessAlive(pid) {
 		t.Fatalf("the worker is not the same process after the reload")
 	}
 	if exe, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe"); err != nil || exe != r.bin {
@@ -224,7 +225,7 @@ func TestReloadLetsCallsFinish(t *testing.T) {
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("a reload with nothing running took %v", d)
 	}
-	if r.pid() != pid || !alive(pid) {
+	if r.pid() != pid || !platform.ProcessAlive(pid) {
 		t.Fatal("not the same process after an idle reload")
 	}
 	r.signal(syscall.SIGTERM)
@@ -258,8 +259,8 @@ func TestReloadTimeout(t *testing.T) {
 	}
 	gone(t, wk, 10*time.Second, "the stopped call")
 	wk = attach(t, eng)
-	if r.pid() != pid || alive(runner) {
-		t.Errorf("after the reload: pid %d (was %d), runner alive %v", r.pid(), pid, alive(runner))
+	if r.pid() != pid || platform.ProcessAlive(runner) {
+		t.Errorf("after the reload: pid %d (was %d), runner alive %v", r.pid(), pid, platform.ProcessAlive(runner))
 	}
 	if answer, _ := wait(t, run(t, wk, "c2", step{"events": 1})); !strings.Contains(string(answer.Raw), `"ok":true`) {
 		t.Errorf("after the reload: %s", answer.Raw)
@@ -316,7 +317,7 @@ func TestReloadWhileDisconnected(t *testing.T) {
 		t.Fatal(err)
 	}
 	attach(t, eng)
-	if r.pid() != pid || !alive(pid) {
+	if r.pid() != pid || !platform.ProcessAlive(pid) {
 		t.Error("not the same process")
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
+	"github.com/fluksio/fluksio-worker/platform"
 )
 
 // runtimePython is the interpreter these tests run nodes on:
@@ -485,7 +486,7 @@ def train():
 	if tb, _ := e["traceback"].(string); !strings.Contains(tb, "in train") {
 		t.Errorf("the traceback does not say where the node was:\n%s", tb)
 	}
-	eventually(t, 10*time.Second, "the node's process to be gone", func() bool { return !alive(pid) })
+	eventually(t, 10*time.Second, "the node's process to be gone", func() bool { return !platform.ProcessAlive(pid) })
 }
 
 func TestSelftest(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
+	"github.com/fluksio/fluksio-worker/platform"
 )
 
 // warmWorker starts the binary with a real Python, metrics on, and args
@@ -251,7 +252,7 @@ func sparePids(w *worker) []int { return childrenOf(w.cmd.Process.Pid) }
 func leftBehind(t *testing.T, pids []int, state string) {
 	t.Helper()
 	for _, pid := range pids {
-		if alive(pid) {
+		if platform.ProcessAlive(pid) {
 			t.Errorf("spare runner %d outlived the worker", pid)
 		}
 	}
@@ -265,7 +266,7 @@ func leftBehind(t *testing.T, pids []int, state string) {
 		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
 		if err == nil && strings.Contains(string(cmdline), state) {
 			pid, _ := strconv.Atoi(e.Name())
-			if alive(pid) {
+			if platform.ProcessAlive(pid) {
 				t.Errorf("runner %s outlived the worker: %q", e.Name(), cmdline)
 			}
 		}
@@ -334,7 +335,7 @@ func TestWarmSparesEndWithTheWorker(t *testing.T) {
 				w.signal(syscall.SIGHUP)
 				attach(t, eng)
 				for _, pid := range pids {
-					if alive(pid) {
+					if platform.ProcessAlive(pid) {
 						t.Errorf("spare %d outlived the reload", pid)
 					}
 				}
@@ -343,7 +344,7 @@ func TestWarmSparesEndWithTheWorker(t *testing.T) {
 				eng.DropAll()
 				wk = attach(t, eng)
 				for _, pid := range pids {
-					if !alive(pid) {
+					if !platform.ProcessAlive(pid) {
 						t.Errorf("spare %d was stopped with the connection; spares are kept while the engine is away", pid)
 					}
 				}

@@ -932,10 +932,7 @@ def _save_directory(path: str, name: str, media_type: str) -> dict:
         return ref
     finally:
         if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+            _discard(tmp)
 
 
 def _header_safe(name: str) -> str:
@@ -1081,10 +1078,7 @@ def _cache_file(cache: str, final: str, write) -> None:
         _write_stamp(final, _stat_stamp(os.lstat(final)))
     finally:
         if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+            _discard(tmp)
 
 
 def load_artifact(ref):
