@@ -102,7 +102,11 @@ func (c *call) run(ctx context.Context, rt runner.Runtime) {
 	c.agent.callEnded(c)
 	// The call is over for the engine; now nothing of it may remain.
 	p.End(end.Answer != nil)
-	if c.size >= engine.OutsizedMessage || len(end.Answer) >= engine.OutsizedMessage {
+	// The socket's writer gave back what it could once it sent the
+	// answer; the answer itself was held here until now. (An outsized
+	// request's memory went back once the runner read it.)
+	if len(end.Answer) >= engine.OutsizedMessage {
+		end.Answer = nil
 		engine.FreeMemory()
 	}
 }

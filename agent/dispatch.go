@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"os"
 	"sync"
 	"time"
@@ -47,27 +46,35 @@ const maxLoggedID = 128
 func (a *Agent) handle(at *attachment, data []byte) {
 	m, err := protocol.ParseMessage(data)
 	if err != nil {
-		at.noise.Log(slog.LevelWarn, "ignoring a message from the engine that is not a JSON object", "message", logging.Cut(data, 200))
+		if at.noise.Allow() {
+			a.log.Warn("ignoring a message from the engine that is not a JSON object", "message", logging.Cut(data, 200))
+		}
 		return
 	}
 	switch m.Op {
 	case protocol.OpRun, protocol.OpCompile:
 		if m.CallID == "" {
-			at.noise.Log(slog.LevelWarn, "ignoring a call without call_id", "op", m.Op, "message", logging.Cut(data, 200))
+			if at.noise.Allow() {
+				a.log.Warn("ignoring a call without call_id", "op", m.Op, "message", logging.Cut(data, 200))
+			}
 			return
 		}
 		a.startCall(at, m)
 	case protocol.OpCancel:
 		a.cancel(at, m.CallID)
 	default:
-		at.noise.Log(slog.LevelWarn, "ignoring a message with an unknown op", "op", logging.Cut(m.Op, maxLoggedID))
+		if at.noise.Allow() {
+			a.log.Warn("ignoring a message with an unknown op", "op", logging.Cut(m.Op, maxLoggedID))
+		}
 	}
 }
 
 func (a *Agent) startCall(at *attachment, m protocol.Message) {
 	log := a.log.With("call_id", logging.Cut(m.CallID, maxLoggedID))
 	refuse := func(typ, msg string) {
-		at.noise.Log(slog.LevelWarn, "call refused", "call_id", logging.Cut(m.CallID, maxLoggedID), "op", m.Op, "reason", msg)
+		if at.noise.Allow() {
+			log.Warn("call refused", "op", m.Op, "reason", msg)
+		}
 		a.metrics.CallDeclined(declineReason(msg))
 		at.conn.SendJSON(protocol.NewErrorAnswer(m.CallID, typ, msg))
 	}
@@ -142,7 +149,9 @@ func (a *Agent) cancel(at *attachment, id string) {
 	a.mu.Unlock()
 	switch {
 	case c == nil:
-		at.noise.Log(slog.LevelInfo, "cancel for a call that is not running here", "call_id", logging.Cut(id, maxLoggedID))
+		if at.noise.Allow() {
+			a.log.Info("cancel for a call that is not running here", "call_id", logging.Cut(id, maxLoggedID))
+		}
 	case waiting:
 		c.log.Info("cancelled while waiting for a slot; it was never started")
 		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeNodeCancelled, msgCancelledWaiting))

@@ -1,7 +1,6 @@
 package logging
 
 import (
-	"context"
 	"log/slog"
 	"sync"
 	"time"
@@ -29,8 +28,10 @@ func NewBudget(log *slog.Logger, what string, perSecond int) *Budget {
 	return &Budget{logger: log, what: what, perSecond: perSecond}
 }
 
-// Log logs a line within the budget; it reports false for a line dropped.
-func (b *Budget) Log(level slog.Level, msg string, args ...any) bool {
+// Allow takes a line from the budget. False means the line is dropped
+// (and counted): the caller logs only what is allowed, so a flood costs
+// no formatting of the lines it drops.
+func (b *Budget) Allow() bool {
 	b.mu.Lock()
 	now := time.Now()
 	if now.Sub(b.window) >= time.Second {
@@ -47,7 +48,6 @@ func (b *Budget) Log(level slog.Level, msg string, args ...any) bool {
 	}
 	b.used++
 	b.mu.Unlock()
-	b.logger.Log(context.Background(), level, msg, args...)
 	return true
 }
 

@@ -7,7 +7,6 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
-	"log/slog"
 	"os"
 	"sync/atomic"
 	"time"
@@ -73,7 +72,9 @@ func (p *Process) relayStdout(send func([]byte)) Output {
 			return Output{Answer: textFrame(line)}
 		default:
 			if len(line) > 0 {
-				garbage.Log(slog.LevelWarn, "runner line is not a JSON object; not forwarded", "line", logging.Cut(line, 200))
+				if garbage.Allow() {
+					p.log.Warn("runner line is not a JSON object; not forwarded", "line", logging.Cut(line, 200))
+				}
 			}
 		}
 	}
@@ -91,7 +92,9 @@ func (p *Process) relayStderr() {
 				// A constant message, the node's text an attribute: a log
 				// search for the worker's own messages never matches
 				// what a node printed.
-				if !budget.Log(slog.LevelInfo, "node stderr", "line", logging.Cut(text, 4096)) {
+				if budget.Allow() {
+					p.log.Info("node stderr", "line", logging.Cut(text, 4096))
+				} else {
 					p.cfg.Metrics.StderrLineDropped()
 				}
 			}
