@@ -48,10 +48,10 @@ func (q *callQueue) fits(size int) bool {
 	return q.n < maxQueuedCalls && q.bytes+int64(size) <= maxQueuedBytes
 }
 
-// fullError is the answer to a call beyond the bound: it names the limit.
 // queueFullPrefix starts the answer to a call beyond the queue's bound.
 const queueFullPrefix = "this worker's queue is full"
 
+// fullError is the answer to a call beyond the bound: it names the limit.
 func (q *callQueue) fullError(parallel int) string {
 	return fmt.Sprintf(queueFullPrefix+": %d calls (%s of requests) are already waiting for one of its --parallel %d slots, "+
 		"and at most %d calls or %s may wait; this call was not started: send at most max_parallel calls at a time, or raise --parallel",
