@@ -13,7 +13,7 @@ import (
 func TestInventoryCommandPrintsTheHello(t *testing.T) {
 	t.Parallel()
 	w := startBinary(t, []string{"SLURM_CPUS_ON_NODE=12", "SLURM_JOB_GPUS=0,1"},
-		"inventory", "--python", fakeRunner, "--ram-mb", "2048", "--labels", "gpu,a100", "--name", "n1")
+		"inventory", "--python", fakeRunnerPath(t), "--ram-mb", "2048", "--labels", "gpu,a100", "--name", "n1")
 	if code := w.wait(30 * time.Second); code != 0 {
 		t.Fatalf("exit %d: %s", code, w.logs.String())
 	}
@@ -32,7 +32,7 @@ func TestInventoryCommandPrintsTheHello(t *testing.T) {
 		t.Fatalf("not JSON: %v\n%s", err, w.logs.String())
 	}
 	inv := hello.Inventory
-	if hello.Name != "n1" || strings.Join(hello.Labels, ",") != "gpu,a100" || hello.Python != fakeRunner ||
+	if hello.Name != "n1" || strings.Join(hello.Labels, ",") != "gpu,a100" || hello.Python != fakeRunnerPath(t) ||
 		inv.CPUs != 12 || inv.GPUs != 2 || inv.RAMMB != 2048 || len(hello.VenvDigest) != 16 ||
 		(runtime.GOOS == "linux" && hello.Containment != "subreaper+cookie" && hello.Containment != "cgroup") {
 		t.Errorf("inventory printed %s", w.logs.String())

@@ -486,8 +486,8 @@ func TestDelegatedCgroup(t *testing.T) {
 	eng := startEngine(t, enginetest.Options{})
 	// The shell puts itself into the delegated cgroup, then becomes the worker.
 	w := startProgram(t, "/bin/sh", []string{"FLUKSIO_WORKER_TOKEN=" + testToken},
-		"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, delegated, workerBin, "run",
-		"--url", eng.AttachURL(), "--python", fakeRunner, "--runtime", "embedded",
+		"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, delegated, workerBinary(t), "run",
+		"--url", eng.AttachURL(), "--python", fakeRunnerPath(t), "--runtime", "embedded",
 		"--state-dir", t.TempDir(), "--log-level", "debug", "--cancel-grace", "1s", "--containment", "cgroup")
 	wk := attach(t, eng)
 	if !strings.Contains(w.logs.String(), "containment=cgroup") {

@@ -128,7 +128,7 @@ func TestMemoryIsGivenBackAfterOutsizedMessages(t *testing.T) {
 	}
 	eng := startEngine(t, enginetest.Options{})
 	w := startProgram(t, releaseWorkerBin(t), []string{"FLUKSIO_WORKER_TOKEN=" + testToken},
-		"run", "--url", eng.AttachURL(), "--python", fakeRunner, "--runtime", "embedded",
+		"run", "--url", eng.AttachURL(), "--python", fakeRunnerPath(t), "--runtime", "embedded",
 		"--state-dir", t.TempDir())
 	wk := attach(t, eng)
 	pid := w.cmd.Process.Pid

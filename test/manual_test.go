@@ -20,7 +20,7 @@ import (
 func TestManualPage(t *testing.T) {
 	t.Parallel()
 	groff := needShell(t, "groff", "groff")
-	page, err := exec.Command(workerBin, "man").Output()
+	page, err := exec.Command(workerBinary(t), "man").Output()
 	if err != nil {
 		t.Fatalf("fluksio-worker man: %v", err)
 	}
@@ -152,7 +152,7 @@ func TestCompletions(t *testing.T) {
 			} else if !strings.Contains(flag, "=") {
 				args[1] += "=1" // a value every flag accepts at parse time
 			}
-			out, err := exec.Command(workerBin, args...).CombinedOutput()
+			out, err := exec.Command(workerBinary(t), args...).CombinedOutput()
 			if err != nil || !strings.HasPrefix(string(out), "Usage:") {
 				t.Errorf("completion offers %s %s, but `fluksio-worker %s` says (%v):\n%s", name, flag, strings.Join(args, " "), err, out)
 			}
@@ -173,7 +173,7 @@ func TestCompletions(t *testing.T) {
 
 func writeCompletion(t *testing.T, shell, path string) {
 	t.Helper()
-	out, err := exec.Command(workerBin, "completion", shell).Output()
+	out, err := exec.Command(workerBinary(t), "completion", shell).Output()
 	if err != nil {
 		t.Fatalf("fluksio-worker completion %s: %v", shell, err)
 	}
@@ -185,7 +185,7 @@ func writeCompletion(t *testing.T, shell, path string) {
 // helpCommands are the commands `fluksio-worker --help` lists.
 func helpCommands(t *testing.T) []string {
 	t.Helper()
-	out, err := exec.Command(workerBin, "--help").Output()
+	out, err := exec.Command(workerBinary(t), "--help").Output()
 	if err != nil {
 		t.Fatalf("fluksio-worker --help: %v", err)
 	}

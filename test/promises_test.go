@@ -38,7 +38,7 @@ func workerAt(t *testing.T, url string, args ...string) *worker {
 	base := []string{
 		"run",
 		"--url", url,
-		"--python", fakeRunner,
+		"--python", fakeRunnerPath(t),
 		"--runtime", "embedded",
 		"--state-dir", t.TempDir(),
 		"--log-level", "debug",
@@ -413,7 +413,7 @@ func TestDefaultStateDirectory(t *testing.T) {
 				env = append(env, "STATE_DIRECTORY="+stateDir)
 				want = stateDir
 			}
-			startBinary(t, env, "run", "--url", eng.AttachURL(), "--python", fakeRunner, "--runtime", "embedded")
+			startBinary(t, env, "run", "--url", eng.AttachURL(), "--python", fakeRunnerPath(t), "--runtime", "embedded")
 			attach(t, eng)
 			if runtimes, _ := filepath.Glob(filepath.Join(want, "runtime", "*.py")); len(runtimes) != 1 {
 				t.Errorf("the runtime is not cached in %s: %v", want, runtimes)
@@ -431,7 +431,7 @@ func TestDefaultStateDirectory(t *testing.T) {
 func TestCheckExitsOneWhenACheckFails(t *testing.T) {
 	t.Parallel()
 	eng := startEngine(t, enginetest.Options{})
-	args := []string{"check", "--url", eng.AttachURL(), "--python", fakeRunner, "--runtime", "embedded"}
+	args := []string{"check", "--url", eng.AttachURL(), "--python", fakeRunnerPath(t), "--runtime", "embedded"}
 	w := startBinary(t, []string{"FLUKSIO_WORKER_TOKEN=" + testToken}, args...)
 	if code := w.wait(60 * time.Second); code != 0 {
 		t.Fatalf("check with a good token: exit %d, want 0\n%s", code, w.logs.String())

@@ -28,8 +28,8 @@ func TestHelloDescribesTheWorker(t *testing.T) {
 	if strings.Join(h.Labels, "|") != "gpu|cuda12" {
 		t.Errorf("labels = %q, want gpu and cuda12 (split on commas, blanks dropped)", h.Labels)
 	}
-	if h.Python != fakeRunner {
-		t.Errorf("python = %q, want --python as given %q", h.Python, fakeRunner)
+	if h.Python != fakeRunnerPath(t) {
+		t.Errorf("python = %q, want --python as given %q", h.Python, fakeRunnerPath(t))
 	}
 	// The digest of `python -m pip freeze`, which the fake runner answers
 	// with one line.

@@ -4,11 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -209,31 +206,6 @@ func TestDrainRunsWaitingCalls(t *testing.T) {
 	}
 }
 
-var (
-	releaseBinOnce sync.Once
-	releaseBin     string
-	releaseBinErr  error
-)
-
-// releaseWorkerBin is the worker built as releases are (no race detector),
-// for measurements of its memory and threads.
-func releaseWorkerBin(t testing.TB) string {
-	t.Helper()
-	releaseBinOnce.Do(func() {
-		releaseBin = filepath.Join(binDir, "fluksio-worker-release")
-		build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", releaseBin, "github.com/fluksio/fluksio-worker")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as .goreleaser.yaml builds it
-		out, err := build.CombinedOutput()
-		if err != nil {
-			releaseBinErr = fmt.Errorf("building: %v\n%s", err, out)
-		}
-	})
-	if releaseBinErr != nil {
-		t.Fatal(releaseBinErr)
-	}
-	return releaseBin
-}
-
 // procStatus reads numbers (kB, or a count) from /proc/PID/status.
 func procStatus(t testing.TB, pid int, field string) int {
 	t.Helper()
@@ -269,7 +241,7 @@ func TestTenThousandCallsAtParallelOne(t *testing.T) {
 	eng := startEngine(t, enginetest.Options{})
 	state := t.TempDir()
 	w := startProgram(t, releaseWorkerBin(t), []string{"FLUKSIO_WORKER_TOKEN=" + testToken},
-		"run", "--url", eng.AttachURL(), "--python", fakeRunner, "--runtime", "embedded",
+		"run", "--url", eng.AttachURL(), "--python", fakeRunnerPath(t), "--runtime", "embedded",
 		"--state-dir", state, "--parallel", "1", "--cancel-grace", "1s")
 	wk := attach(t, eng)
 	pid := w.cmd.Process.Pid

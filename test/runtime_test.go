@@ -491,7 +491,7 @@ def train():
 
 func TestSelftest(t *testing.T) {
 	t.Parallel()
-	cmd := exec.Command(workerBin, "selftest", "--python", runtimePython(t), "--steps", "3")
+	cmd := exec.Command(workerBinary(t), "selftest", "--python", runtimePython(t), "--steps", "3")
 	cmd.Env = cleanEnv()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -509,7 +509,7 @@ func TestSelftest(t *testing.T) {
 	}
 
 	// A Python that cannot run the nodes fails the selftest, saying why.
-	cmd = exec.Command(workerBin, "selftest", "--python", "/nonexistent/python3")
+	cmd = exec.Command(workerBinary(t), "selftest", "--python", "/nonexistent/python3")
 	cmd.Env = cleanEnv()
 	out2, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out2), "FAILED") {
