@@ -28,10 +28,6 @@ const cookieEnv = "FLUKSIO_CALL_COOKIE"
 // that would answer for it.
 const nodeOOMScoreAdj = 500
 
-// reapWait bounds how long the end of a call waits for processes it killed
-// to become zombies, so they can be reaped.
-const reapWait = time.Second
-
 // containment is what the worker found it can do to keep a call's
 // processes together, said in the log, status and inventory; cgroups is
 // where calls' cgroups are made, in cgroup mode. Both are the process's:
