@@ -9,12 +9,14 @@ package agent_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"testing"
 	"time"
@@ -504,17 +506,36 @@ func TestRunCommandServes(t *testing.T) {
 	}
 }
 
+// inventory prints the hello this worker would send: flags first, then
+// what the batch scheduler granted.
 func TestInventoryCommand(t *testing.T) {
+	t.Setenv("SLURM_CPUS_ON_NODE", "12")
+	t.Setenv("SLURM_JOB_GPUS", "0,1")
 	self, _ := os.Executable()
 	var stdout, stderr strings.Builder
-	code := agent.InventoryCommand(context.Background(), []string{"--python", self, "--cpus", "3", "--gpus", "0", "--labels", "a,b"}, &stdout, &stderr)
+	code := agent.InventoryCommand(context.Background(), []string{"--python", self, "--ram-mb", "2048", "--labels", "gpu,a100", "--name", "n1"}, &stdout, &stderr)
 	if code != config.ExitOK {
 		t.Fatalf("inventory exited %d: %s", code, stderr.String())
 	}
-	for _, want := range []string{`"cpus": 3`, `"labels": [`, `"containment": "`, `"venv_digest": "`} {
-		if !strings.Contains(stdout.String(), want) {
-			t.Errorf("inventory lacks %s:\n%s", want, stdout.String())
-		}
+	var hello struct {
+		Name      string   `json:"name"`
+		Labels    []string `json:"labels"`
+		Python    string   `json:"python"`
+		Inventory struct {
+			CPUs, GPUs int
+			RAMMB      int `json:"ram_mb"`
+		} `json:"inventory"`
+		VenvDigest  string `json:"venv_digest"`
+		Containment string `json:"containment"`
+	}
+	if err := json.Unmarshal([]byte(stdout.String()), &hello); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, stdout.String())
+	}
+	inv := hello.Inventory
+	if hello.Name != "n1" || strings.Join(hello.Labels, ",") != "gpu,a100" || hello.Python != self ||
+		inv.CPUs != 12 || inv.GPUs != 2 || inv.RAMMB != 2048 || len(hello.VenvDigest) != 16 ||
+		(goruntime.GOOS == "linux" && hello.Containment != "subreaper+cookie" && hello.Containment != "cgroup") {
+		t.Errorf("inventory printed %s", stdout.String())
 	}
 	if code := agent.InventoryCommand(context.Background(), []string{"--bogus"}, &stdout, &stderr); code != config.ExitUsage {
 		t.Errorf("inventory --bogus exited %d", code)
