@@ -73,7 +73,7 @@ func serveFake(t *testing.T, opts enginetest.Options, args ...string) *fake {
 	cfg, err := config.Load(append([]string{
 		"--url", eng.AttachURL(), "--token", fakeToken, "--python", self, "--runtime", "embedded",
 		"--warm", "0", "--cancel-grace", "500ms", "--state-dir", filepath.Join(t.TempDir(), "state"),
-		"--log-level", "debug", "--cpus", "2", "--gpus", "0", "--ram-mb", "1024",
+		"--log-level", "debug",
 	}, args...), noEnv)
 	if err == nil {
 		err = cfg.Resolve()
@@ -193,16 +193,22 @@ func TestCallEnvironment(t *testing.T) {
 	names := []string{"FLUKSIO_ARTIFACT_URL", "FLUKSIO_ARTIFACT_TOKEN", "FLUKSIO_ARTIFACT_CACHE",
 		"OMP_NUM_THREADS", "FLAG", "FLUKSIO_WORKER_NAME", "FLUKSIO_CALL_DIR", "CUDA_VISIBLE_DEVICES", "KEEP"}
 	answer := answerOf(t, f.runReq(t, map[string]any{
-		"call_id": "env", "env": map[string]any{"OMP_NUM_THREADS": 4, "FLAG": true, "FLUKSIO_ARTIFACT_TOKEN": "forged", "CUDA_VISIBLE_DEVICES": "1,0"},
+		"call_id": "env", "env": map[string]any{"OMP_NUM_THREADS": 4, "FLAG": true, "FLUKSIO_ARTIFACT_TOKEN": "forged", "CUDA_VISIBLE_DEVICES": "1,0,7"},
 		"steps": []map[string]any{{"env": names}},
 	}))
 	var out struct {
-		Outputs struct{ Env map[string]string }
+		Outputs struct {
+			Env     map[string]string
+			Request map[string]any
+		}
 	}
 	if err := answer.Decode(&out); err != nil {
 		t.Fatal(err)
 	}
 	env := out.Outputs.Env
+	if _, has := out.Outputs.Request["env"]; has {
+		t.Errorf("the runner's request line still holds env: %v", out.Outputs.Request)
+	}
 	base := strings.TrimSuffix(strings.Replace(f.eng.AttachURL(), "ws://", "http://", 1), "/workers/attach")
 	for name, want := range map[string]string{
 		"FLUKSIO_ARTIFACT_URL":   base + "/artifacts",
@@ -211,8 +217,8 @@ func TestCallEnvironment(t *testing.T) {
 		"FLAG":                   "True",
 		"FLUKSIO_WORKER_NAME":    "",
 		"KEEP":                   "the worker's",
-		// Positions in the worker's own CUDA_VISIBLE_DEVICES.
-		"CUDA_VISIBLE_DEVICES": "3,2",
+		// Positions in the worker's own CUDA_VISIBLE_DEVICES; 7 is none.
+		"CUDA_VISIBLE_DEVICES": "3,2,7",
 		// The request's env comes last: the engine may set what it likes.
 		"FLUKSIO_ARTIFACT_TOKEN": "forged",
 	} {
