@@ -265,13 +265,6 @@ func TestBadRequests(t *testing.T) {
 	}
 }
 
-// A runner that dies without answering: the engine is told how it died.
-func TestRunnerDeathIsAnswered(t *testing.T) {
-	f := serveFake(t, enginetest.Options{})
-	declined(t, answerOf(t, f.run(t, "exit", map[string]any{"exit": 3})), protocol.TypeRemoteError, "exited with code 3")
-	declined(t, answerOf(t, f.run(t, "oom", map[string]any{"kill_self": true})), protocol.TypeRemoteError, "killed by SIGKILL")
-}
-
 // --parallel 1: calls wait for the slot in order; one cancelled while it
 // waits is answered at once and never runs; a stop answers the rest.
 func TestQueueAndStop(t *testing.T) {
@@ -337,16 +330,15 @@ func TestMaxCalls(t *testing.T) {
 // A reload declines new calls, waits for the running one up to
 // --reload-timeout, stops it then, and Serve returns ErrReload.
 func TestReloadWaitsThenStops(t *testing.T) {
-	f := serveFake(t, enginetest.Options{}, "--reload-timeout", "1s")
+	f := serveFake(t, enginetest.Options{}, "--reload-timeout", "3s")
 	c := f.run(t, "long", map[string]any{"announce": true}, map[string]any{"sleep_ms": 60000})
 	started(t, c)
 	f.a.Reload()
 	f.a.Reload() // a second request while one waits changes nothing
-	eventually(t, goneTimeout, "the status file to say reloading", func() bool {
-		st, _ := status.Read(f.stateDir)
-		return st.State == "reloading" && st.Reload != nil && len(st.Reload.Waiting) == 1
-	})
 	declined(t, answerOf(t, f.run(t, "new")), protocol.TypeNodeCancelled, "the worker is reloading")
+	eventually(t, goneTimeout, "the worker to say it is reloading", func() bool {
+		return strings.HasPrefix(f.a.Pulse(), "reloading, attached as")
+	})
 	declined(t, answerOf(t, c), protocol.TypeNodeCancelled, "--reload-timeout ran out")
 	if err := f.result(t); !errors.Is(err, agent.ErrReload) {
 		t.Errorf("Serve after a reload: %v; want ErrReload", err)
