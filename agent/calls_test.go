@@ -240,6 +240,7 @@ func TestCallEnvironment(t *testing.T) {
 // Requests the worker cannot run are answered at once, and messages it
 // cannot use are skipped without taking the connection down.
 func TestBadRequests(t *testing.T) {
+	t.Parallel()
 	f := serveFake(t, enginetest.Options{})
 	for _, raw := range []string{"not json", `{"op":"run"}`, `{"op":"teleport","call_id":"t"}`, `{"op":"cancel","call_id":"nobody"}`} {
 		if err := f.wk.Send(raw); err != nil {
@@ -268,6 +269,7 @@ func TestBadRequests(t *testing.T) {
 // --parallel 1: calls wait for the slot in order; one cancelled while it
 // waits is answered at once and never runs; a stop answers the rest.
 func TestQueueAndStop(t *testing.T) {
+	t.Parallel()
 	f := serveFake(t, enginetest.Options{}, "--parallel", "1")
 	first := f.run(t, "first", map[string]any{"announce": true}, map[string]any{"sleep_ms": 60000})
 	pid := started(t, first)
@@ -293,6 +295,7 @@ func TestQueueAndStop(t *testing.T) {
 
 // A drain lets the running call finish and declines new ones.
 func TestDrain(t *testing.T) {
+	t.Parallel()
 	f := serveFake(t, enginetest.Options{})
 	running := f.run(t, "running", map[string]any{"announce": true}, map[string]any{"sleep_ms": 500})
 	started(t, running)
@@ -312,6 +315,7 @@ func TestDrain(t *testing.T) {
 // --max-calls 2: the third call is declined, and the worker ends once two
 // calls are answered.
 func TestMaxCalls(t *testing.T) {
+	t.Parallel()
 	f := serveFake(t, enginetest.Options{}, "--max-calls", "2")
 	a := f.run(t, "a", map[string]any{"announce": true}, map[string]any{"sleep_ms": 300})
 	started(t, a)
@@ -330,6 +334,7 @@ func TestMaxCalls(t *testing.T) {
 // A reload declines new calls, waits for the running one up to
 // --reload-timeout, stops it then, and Serve returns ErrReload.
 func TestReloadWaitsThenStops(t *testing.T) {
+	t.Parallel()
 	f := serveFake(t, enginetest.Options{}, "--reload-timeout", "3s")
 	c := f.run(t, "long", map[string]any{"announce": true}, map[string]any{"sleep_ms": 60000})
 	started(t, c)
@@ -347,6 +352,7 @@ func TestReloadWaitsThenStops(t *testing.T) {
 
 // A stop during a reload wins: the worker exits without re-executing.
 func TestStopOverrulesReload(t *testing.T) {
+	t.Parallel()
 	f := serveFake(t, enginetest.Options{})
 	c := f.run(t, "long", map[string]any{"announce": true}, map[string]any{"sleep_ms": 60000})
 	started(t, c)
@@ -360,6 +366,7 @@ func TestStopOverrulesReload(t *testing.T) {
 
 // Kill, a second stop signal, does not wait for --cancel-grace.
 func TestKillAfterStop(t *testing.T) {
+	t.Parallel()
 	f := serveFake(t, enginetest.Options{}, "--cancel-grace", "10m")
 	c := f.run(t, "stubborn", map[string]any{"ignore_term": true}, map[string]any{"announce": true}, map[string]any{"sleep_ms": 60000})
 	pid := started(t, c)
@@ -373,6 +380,7 @@ func TestKillAfterStop(t *testing.T) {
 // worker reattaches, healthy within --health-grace meanwhile, and counts
 // the disconnect.
 func TestLostConnection(t *testing.T) {
+	t.Parallel()
 	f := serveFake(t, enginetest.Options{}, "--listen", "127.0.0.1:0", "--parallel", "1")
 	srv, err := f.a.ListenMonitoring()
 	if err != nil {
@@ -415,6 +423,7 @@ func TestLostConnection(t *testing.T) {
 
 // A refusal ends Serve with the engine's reason, and the status says so.
 func TestRefusedWorker(t *testing.T) {
+	t.Parallel()
 	f := serveFake(t, enginetest.Options{Refuse: "this worker is banned"})
 	err := f.result(t)
 	var refused *protocol.RefusedError
@@ -431,6 +440,7 @@ func TestRefusedWorker(t *testing.T) {
 
 // --max-idle: a worker with nothing to run exits by itself.
 func TestMaxIdle(t *testing.T) {
+	t.Parallel()
 	f := serveFake(t, enginetest.Options{}, "--max-idle", "500ms")
 	answerOf(t, f.run(t, "one"))
 	if err := f.result(t); err != nil {
@@ -444,6 +454,7 @@ func TestMaxIdle(t *testing.T) {
 }
 
 func TestRunCommandWithoutServing(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -541,6 +552,7 @@ func TestInventoryCommand(t *testing.T) {
 }
 
 func TestProbe(t *testing.T) {
+	t.Parallel()
 	self, _ := os.Executable()
 	eng, err := enginetest.Start(enginetest.Options{Tokens: []string{fakeToken}})
 	if err != nil {

@@ -108,6 +108,9 @@ func TestCallEventsArriveInOrderAndUnchanged(t *testing.T) {
 }
 
 func TestHeartbeatsWhileACallRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the 10 s heartbeat")
+	}
 	t.Parallel()
 	wk := serveFake(t, enginetest.Options{}).wk
 	start := time.Now()
@@ -261,6 +264,9 @@ func TestEngineRequestJSONPassesThrough(t *testing.T) {
 // everything it wrote, answer included, still arrives, however long the
 // output waited in the pipe after the runner was gone.
 func TestSlowEngineLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("pauses the engine for 3 s four times")
+	}
 	t.Parallel()
 	wk := serveFake(t, enginetest.Options{}).wk
 	for _, n := range []int{20000, 40000, 60000, 80000} {

@@ -11,6 +11,7 @@ import (
 // `fluksio-worker selftest` in this process: the example nodes compiled,
 // trained and evaluated on a real Python through the embedded runtime.
 func TestSelftest(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), attachTimeout)
 	defer cancel()
 	given, _ := findPython(ctx, t)

@@ -59,6 +59,9 @@ func TestParallelIsEnforced(t *testing.T) {
 // heartbeats, a duplicate of one is refused, and a cancel of one is
 // answered NodeCancelled without starting anything.
 func TestWaitingCallsRunInOrderWithHeartbeats(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the 10 s heartbeat")
+	}
 	t.Parallel()
 	f := serveFake(t, enginetest.Options{}, "--parallel", "1")
 	wk := f.wk
