@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -363,12 +364,20 @@ func checkChart(t *testing.T, name string, v chartValues, text string, r rendere
 	if host != "0.0.0.0" || port != v.Metrics.Port {
 		t.Errorf("--listen %s, want 0.0.0.0:%d (reachable by the kubelet's probe and Prometheus)", listen, v.Metrics.Port)
 	}
-	probe := main.LivenessProbe
-	if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Path != "/healthz" {
-		t.Fatalf("liveness probe %+v, want an HTTP GET of /healthz", probe)
-	}
-	if got := containerPort(t, main, probe.HTTPGet.Port.String()); got != port {
-		t.Errorf("the liveness probe asks port %d, the worker listens on %d", got, port)
+	// Liveness and startup ask /livez (the worker's main loop), readiness
+	// /healthz (attached): an engine outage makes pods unready, never
+	// restarts them.
+	for _, p := range []struct {
+		kind, path string
+		probe      *corev1.Probe
+	}{{"startup", "/livez", main.StartupProbe}, {"liveness", "/livez", main.LivenessProbe}, {"readiness", "/healthz", main.ReadinessProbe}} {
+		if p.probe == nil || p.probe.HTTPGet == nil || p.probe.HTTPGet.Path != p.path {
+			t.Errorf("%s probe %+v, want an HTTP GET of %s", p.kind, p.probe, p.path)
+			continue
+		}
+		if got := containerPort(t, main, p.probe.HTTPGet.Port.String()); got != port {
+			t.Errorf("the %s probe asks port %d, the worker listens on %d", p.kind, got, port)
+		}
 	}
 	if pod.Annotations["prometheus.io/port"] != strconv.Itoa(port) || pod.Annotations["prometheus.io/scrape"] != "true" {
 		t.Errorf("pod annotations %v do not point Prometheus at %d", pod.Annotations, port)
@@ -584,7 +593,11 @@ func TestHelmChartPodRuns(t *testing.T) {
 				"--set", "mode="+mode, "--set", "engine.url="+eng.AttachURL(),
 				"--set", "python="+fakeRunner, "--set", "metrics.port="+strconv.Itoa(port),
 				"--set", "drain.enabled=true", "--set", "drain.timeoutSeconds=60",
-				"--set", "oneShot.maxCalls=1", "--set-json", `extraArgs=["--runtime","embedded"]`)
+				"--set", "oneShot.maxCalls=1", "--set-json", `extraArgs=["--runtime","embedded","--health-grace","1s"]`,
+				// Probes at the kubelet's smallest period, so an outage
+				// longer than the liveness window takes seconds.
+				"--set", "livenessProbe.periodSeconds=1", "--set", "livenessProbe.failureThreshold=3",
+				"--set", "readinessProbe.periodSeconds=1", "--set", "readinessProbe.failureThreshold=1")
 			r := decodeStrict(t, out)
 			var spec corev1.PodSpec
 			if mode == "job" {
@@ -639,15 +652,11 @@ func TestHelmChartPodRuns(t *testing.T) {
 			w := startProgram(t, cmd[0], env, cmd[1:]...)
 			wk := attach(t, eng)
 
-			probe := main.LivenessProbe.HTTPGet
-			url := fmt.Sprintf("http://127.0.0.1:%d%s", containerPort(t, main, probe.Port.String()), probe.Path)
-			eventually(t, 10*time.Second, "the liveness probe answers 200", func() bool {
-				resp, err := http.Get(url)
-				if err != nil {
-					return false
-				}
-				resp.Body.Close()
-				return resp.StatusCode == http.StatusOK
+			eventually(t, 10*time.Second, "the startup probe answers 200", func() bool {
+				return probeOK(t, main, main.StartupProbe)
+			})
+			eventually(t, 10*time.Second, "the readiness probe answers 200 once attached", func() bool {
+				return probeOK(t, main, main.ReadinessProbe)
 			})
 
 			grace := time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second
@@ -661,6 +670,21 @@ func TestHelmChartPodRuns(t *testing.T) {
 				}
 				return
 			}
+			// The engine is away for longer than the liveness window: a
+			// kubelet probing as the chart says marks the pod unready and
+			// ready again once it is back, and never restarts it.
+			kubelet := startKubelet(t, main)
+			window := time.Duration(main.LivenessProbe.PeriodSeconds*main.LivenessProbe.FailureThreshold) * time.Second
+			if err := eng.Restart(window + 3*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			wk = attach(t, eng)
+			eventually(t, 20*time.Second, "the pod to be ready again after the outage", kubelet.ready)
+			if restarts, unready := kubelet.stop(); restarts != 0 || unready == 0 {
+				t.Errorf("through an engine outage of %v (liveness window %v): %d restarts, %d turns unready; want none and at least one",
+					window+3*time.Second, window, restarts, unready)
+			}
+
 			// A call is running when the pod is deleted: the preStop hook
 			// drains, the call finishes, the worker exits 0.
 			call := run(t, wk, "d1", step{"sleep_ms": 3000})
@@ -687,6 +711,83 @@ func TestHelmChartPodRuns(t *testing.T) {
 			t.Logf("drained in %v (grace %v)", time.Since(start).Round(time.Millisecond), grace)
 		})
 	}
+}
+
+// probeOK asks an HTTP probe of c, on the host's loopback, as the kubelet
+// would: 2xx or 3xx within its timeout is success.
+func probeOK(t *testing.T, c corev1.Container, p *corev1.Probe) bool {
+	t.Helper()
+	url := fmt.Sprintf("http://127.0.0.1:%d%s", containerPort(t, c, p.HTTPGet.Port.String()), p.HTTPGet.Path)
+	client := http.Client{Timeout: time.Duration(max(p.TimeoutSeconds, 1)) * time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode >= 200 && resp.StatusCode < 400
+}
+
+// kubelet probes a running container's liveness and readiness as the
+// kubelet does, each every periodSeconds: failureThreshold failures in a row
+// would restart the container (liveness) or mark the pod unready
+// (readiness). Nothing is restarted; the counts are what a kubelet would
+// have done.
+type kubelet struct {
+	mu               sync.Mutex
+	restarts, unready int
+	isReady          bool
+	done             chan struct{}
+	wg               sync.WaitGroup
+}
+
+func startKubelet(t *testing.T, c corev1.Container) *kubelet {
+	k := &kubelet{isReady: true, done: make(chan struct{})}
+	loop := func(p *corev1.Probe, failed func()) {
+		defer k.wg.Done()
+		tick := time.NewTicker(time.Duration(p.PeriodSeconds) * time.Second)
+		defer tick.Stop()
+		inRow := 0
+		for {
+			select {
+			case <-k.done:
+				return
+			case <-tick.C:
+			}
+			if probeOK(t, c, p) {
+				inRow = 0
+				if p == c.ReadinessProbe {
+					k.mu.Lock()
+					k.isReady = true
+					k.mu.Unlock()
+				}
+				continue
+			}
+			if inRow++; inRow == int(p.FailureThreshold) {
+				k.mu.Lock()
+				failed()
+				k.mu.Unlock()
+			}
+		}
+	}
+	k.wg.Add(2)
+	go loop(c.LivenessProbe, func() { k.restarts++ })
+	go loop(c.ReadinessProbe, func() { k.unready++; k.isReady = false })
+	return k
+}
+
+// ready is whether the last readiness probes left the pod ready.
+func (k *kubelet) ready() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.isReady
+}
+
+// stop ends the probing and says how often liveness would have restarted
+// the container and readiness turned the pod unready.
+func (k *kubelet) stop() (restarts, unready int) {
+	close(k.done)
+	k.wg.Wait()
+	return k.restarts, k.unready
 }
 
 func mapAll(args []string, m func(string) string) []string {
