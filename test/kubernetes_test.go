@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -806,4 +807,66 @@ func freePort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestTokenFileFromASecret: the chart mounts the token as Kubernetes mounts
+// a Secret with defaultMode 0440 and an fsGroup (owned by root, group the
+// pod's fsGroup), and the worker runs as uid 1000 in that group: it reads
+// the file through its group and cannot chmod it, so no warning. A token
+// every user may read, or one the worker owns and leaves group-readable,
+// still draws the warning with the chmod that fixes it.
+func TestTokenFileFromASecret(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("files owned by root read by another uid: run as root")
+	}
+	const uid, gid = 1000, 1000
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(dir, "fluksio-worker")
+	b, err := os.ReadFile(workerBin)
+	if err == nil {
+		err = os.WriteFile(bin, b, 0o755)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name       string
+		owner      int
+		mode       os.FileMode
+		wantNotice bool
+	}{
+		{"secret volume 0440 root:fsGroup", 0, 0o440, false},
+		{"every user may read it", 0, 0o444, true},
+		{"the worker's own file, group-readable", uid, 0o640, true},
+		{"the worker's own file, private", uid, 0o600, false},
+	} {
+		token := filepath.Join(dir, fmt.Sprintf("token-%o-%d", c.mode, c.owner))
+		if err := os.WriteFile(token, []byte(testToken+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(token, c.owner, gid); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(token, c.mode); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "check", "--url", "ws://127.0.0.1:1/api/v1/workers/attach", "--token-file", token, "--python", "/usr/bin/python3")
+		cmd.Env = append(cleanEnv(), "HOME="+dir)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{gid}}}
+		out, _ := cmd.CombinedOutput()
+		if !strings.Contains(string(out), "config") || strings.Contains(string(out), "reading the token file") {
+			t.Errorf("%s: check did not get past the token:\n%s", c.name, out)
+			continue
+		}
+		warned := strings.Contains(string(out), "holds the token and is mode") && strings.Contains(string(out), "chmod 600 "+token)
+		if warned != c.wantNotice {
+			t.Errorf("%s (mode %04o, owner %d, group %d, worker %d:%d): warned %v, want %v\n%s", c.name, c.mode, c.owner, gid, uid, gid, warned, c.wantNotice, out)
+		}
+	}
 }

@@ -5,13 +5,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -379,14 +382,37 @@ func ReadTokenFile(path string) (string, error) {
 }
 
 // looseModeWarning says, for a file holding the token, that users other
-// than its owner may read it, as ssh says of a private key; "" when the
-// file is private (or cannot be examined: reading it reports that).
+// than the worker may read it, as ssh says of a private key; "" when the
+// file is private (or cannot be examined: reading it reports that). Read
+// access for the file's group is private enough when the worker reads the
+// file through that group: it is in it and does not own the file, as with
+// a Kubernetes Secret mounted root-owned, mode 0440, group fsGroup, which
+// the worker could not make 0600 (and 0400 would lock it out).
 func looseModeWarning(path, what string) string {
 	st, err := os.Stat(path)
-	if err != nil || st.Mode().Perm()&0o044 == 0 {
+	if err != nil {
 		return ""
 	}
-	return fmt.Sprintf("%s %s holds the token and is mode %04o, readable by other users than its owner; make it private: chmod 600 %s", what, path, st.Mode().Perm(), path)
+	perm := st.Mode().Perm()
+	if perm&0o004 == 0 && (perm&0o040 == 0 || readsThroughGroup(st)) {
+		return ""
+	}
+	return fmt.Sprintf("%s %s holds the token and is mode %04o, readable by other users than its owner; make it private: chmod 600 %s", what, path, perm, path)
+}
+
+// readsThroughGroup reports whether this process can read the file only
+// by being in its group: it does not own it and the group is one of its.
+func readsThroughGroup(st fs.FileInfo) bool {
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok || int(sys.Uid) == os.Geteuid() {
+		return false
+	}
+	gid := int(sys.Gid)
+	if gid == os.Getegid() {
+		return true
+	}
+	groups, _ := os.Getgroups()
+	return slices.Contains(groups, gid)
 }
 
 // ApplyFile applies a TOML config file's keys to cfg. Unknown keys are an
