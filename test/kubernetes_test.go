@@ -734,11 +734,11 @@ func probeOK(t *testing.T, c corev1.Container, p *corev1.Probe) bool {
 // (readiness). Nothing is restarted; the counts are what a kubelet would
 // have done.
 type kubelet struct {
-	mu               sync.Mutex
+	mu                sync.Mutex
 	restarts, unready int
-	isReady          bool
-	done             chan struct{}
-	wg               sync.WaitGroup
+	isReady           bool
+	done              chan struct{}
+	wg                sync.WaitGroup
 }
 
 func startKubelet(t *testing.T, c corev1.Container) *kubelet {
