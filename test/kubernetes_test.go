@@ -112,6 +112,7 @@ type chartValues struct {
 	Metrics            struct {
 		Port           int
 		ServiceMonitor struct{ Enabled bool } `json:"serviceMonitor"`
+		PrometheusRule struct{ Enabled bool } `json:"prometheusRule"`
 	}
 }
 
@@ -138,6 +139,29 @@ type rendered struct {
 	services       []corev1.Service
 	serviceMonitor []serviceMonitor
 	scaledJobs     []scaledJob
+	prometheusRule []prometheusRule
+}
+
+// prometheusRule is prometheus-operator's PrometheusRule: its spec is a
+// Prometheus rule file.
+type prometheusRule struct {
+	metav1.TypeMeta `json:",inline"`
+	Metadata        metav1.ObjectMeta `json:"metadata"`
+	Spec            ruleFile          `json:"spec"`
+}
+
+// ruleFile is a Prometheus rule file, as far as the chart writes one.
+type ruleFile struct {
+	Groups []struct {
+		Name  string `json:"name"`
+		Rules []struct {
+			Alert       string            `json:"alert"`
+			Expr        string            `json:"expr"`
+			For         string            `json:"for,omitempty"`
+			Labels      map[string]string `json:"labels"`
+			Annotations map[string]string `json:"annotations"`
+		} `json:"rules"`
+	} `json:"groups"`
 }
 
 // serviceMonitor is the part of prometheus-operator's ServiceMonitor the
@@ -208,6 +232,9 @@ func decodeStrict(t *testing.T, text string) rendered {
 		case "monitoring.coreos.com/v1 ServiceMonitor":
 			r.serviceMonitor = append(r.serviceMonitor, serviceMonitor{})
 			into = &r.serviceMonitor[len(r.serviceMonitor)-1]
+		case "monitoring.coreos.com/v1 PrometheusRule":
+			r.prometheusRule = append(r.prometheusRule, prometheusRule{})
+			into = &r.prometheusRule[len(r.prometheusRule)-1]
 		case "keda.sh/v1alpha1 ScaledJob":
 			r.scaledJobs = append(r.scaledJobs, scaledJob{})
 			into = &r.scaledJobs[len(r.scaledJobs)-1]
@@ -402,6 +429,13 @@ func checkChart(t *testing.T, name string, v chartValues, text string, r rendere
 		t.Errorf("no serviceMonitor asked for, %d rendered", len(r.serviceMonitor))
 	}
 
+	// Alerts: the rules shipped in packaging/monitoring, as they are.
+	if v.Metrics.PrometheusRule.Enabled {
+		checkPrometheusRule(t, r)
+	} else if len(r.prometheusRule) != 0 {
+		t.Errorf("no prometheusRule asked for, %d rendered", len(r.prometheusRule))
+	}
+
 	// Stopping: the grace period covers the drain, then the cancel grace.
 	cg, ok := flag("cancel-grace")
 	if !ok {
@@ -490,6 +524,37 @@ func checkChart(t *testing.T, name string, v chartValues, text string, r rendere
 		t.Error("a Deployment's workers must not exit after --max-calls (they would be restarted)")
 	}
 	t.Logf("%s: %s, grace %ds, --listen %s, token %s", name, v.Mode, *grace, listen, tokenFile)
+}
+
+// checkPrometheusRule: the chart's one PrometheusRule holds the rules of
+// packaging/monitoring/fluksio-worker.rules.yaml, and promtool (where
+// installed) accepts them as the chart renders them.
+func checkPrometheusRule(t *testing.T, r rendered) {
+	t.Helper()
+	if len(r.prometheusRule) != 1 {
+		t.Fatalf("prometheusRule.enabled: %d PrometheusRules rendered, want 1", len(r.prometheusRule))
+	}
+	b, err := os.ReadFile(filepath.Join(moduleRoot(t), monitoringDir, "fluksio-worker.rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shipped ruleFile
+	if err := yaml.UnmarshalStrict(b, &shipped); err != nil {
+		t.Fatalf("the shipped rules: %v", err)
+	}
+	got := r.prometheusRule[0].Spec
+	if want := mustJSON(t, shipped); !bytes.Equal(mustJSON(t, got), want) || len(got.Groups) == 0 {
+		t.Errorf("the PrometheusRule's rules differ from packaging/monitoring's:\n%s\nwant\n%s", mustJSON(t, got), want)
+	}
+	if _, err := exec.LookPath("promtool"); err != nil {
+		return
+	}
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	out, _ := yaml.Marshal(got)
+	if err := os.WriteFile(file, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	runTool(t, "", nil, "promtool", "check", "rules", file)
 }
 
 // mountedAt is the volume c mounts at dir, or "".
