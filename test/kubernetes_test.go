@@ -109,6 +109,8 @@ type chartValues struct {
 		TimeoutSeconds int `json:"timeoutSeconds"`
 	}
 	CancelGraceSeconds int `json:"cancelGraceSeconds"`
+	Warm               *int
+	Preload            []string
 	Metrics            struct {
 		Port           int
 		ServiceMonitor struct{ Enabled bool } `json:"serviceMonitor"`
@@ -473,6 +475,15 @@ func checkChart(t *testing.T, name string, v chartValues, text string, r rendere
 	grace := spec.TerminationGracePeriodSeconds
 	if grace == nil || time.Duration(*grace)*time.Second < drain+cancelGrace {
 		t.Errorf("terminationGracePeriodSeconds %v < drain %v + cancel grace %v", grace, drain, cancelGrace)
+	}
+
+	// Spares: --warm only when set (0 is set), --preload the list.
+	warm, hasWarm := flag("warm")
+	if (v.Warm == nil) != !hasWarm || (v.Warm != nil && warm != strconv.Itoa(*v.Warm)) {
+		t.Errorf("--warm %q (given: %v), values say %v", warm, hasWarm, v.Warm)
+	}
+	if preload, _ := flag("preload"); preload != strings.Join(v.Preload, ",") {
+		t.Errorf("--preload %q, values say %v", preload, v.Preload)
 	}
 
 	// GPUs: the limit and what the worker advertises agree.

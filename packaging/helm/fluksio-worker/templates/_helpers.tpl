@@ -85,6 +85,14 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - {{ printf "%ds" (int .Values.cancelGraceSeconds) | quote }}
 - --log-format
 - {{ .Values.logFormat | quote }}
+{{- if not (kindIs "invalid" .Values.warm) }}
+- --warm
+- {{ .Values.warm | int | quote }}
+{{- end }}
+{{- with .Values.preload }}
+- --preload
+- {{ join "," . | quote }}
+{{- end }}
 {{- with .Values.labels }}
 - --labels
 - {{ join "," . | quote }}
