@@ -308,6 +308,9 @@ func checkChart(t *testing.T, name string, v chartValues, text string, r rendere
 	if !strings.HasPrefix(initC.Image, v.WorkerImage.Repository+":") || strings.HasSuffix(initC.Image, ":") {
 		t.Errorf("init container image %q, want %s:TAG", initC.Image, v.WorkerImage.Repository)
 	}
+	if tag := strings.TrimPrefix(initC.Image, v.WorkerImage.Repository+":"); v.WorkerImage.Tag == "" && tag != chartAppVersion(t) {
+		t.Errorf("init container image tag %q, want the chart's appVersion %q by default", tag, chartAppVersion(t))
+	}
 
 	// The binary: the init container copies it into an emptyDir the main
 	// container mounts, and the main container runs it from there with `run`.
@@ -945,4 +948,79 @@ func TestTokenFileFromASecret(t *testing.T) {
 			t.Errorf("%s (mode %04o, owner %d, group %d, worker %d:%d): warned %v, want %v\n%s", c.name, c.mode, c.owner, gid, uid, gid, warned, c.wantNotice, out)
 		}
 	}
+}
+
+// TestChartVersionFollowsTheRelease: the chart's appVersion is the worker
+// image's default tag, and a release whose chart says another version is
+// refused before anything is built: packaging/helm/check-version.sh, run by
+// GoReleaser's before hook for a release (a tagged commit whose tag is not
+// the chart's appVersion fails `goreleaser build` with the script's
+// message), accepts the chart's own version.
+func TestChartVersionFollowsTheRelease(t *testing.T) {
+	t.Parallel()
+	root := moduleRoot(t)
+	appVersion := chartAppVersion(t)
+	check := filepath.Join(root, "packaging", "helm", "check-version.sh")
+	runTool(t, root, nil, "sh", check, appVersion)
+	out, err := exec.Command("sh", check, "99.1.0").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `appVersion "`+appVersion+`", but this release is 99.1.0`) {
+		t.Errorf("check-version.sh 99.1.0 with appVersion %s: %v, %s; want a refusal naming both", appVersion, err, out)
+	}
+	if testing.Short() {
+		return
+	}
+
+	// GoReleaser runs it: a copy of the tree, committed and tagged with
+	// another version than the chart's.
+	goreleaser := installGoreleaser(t)
+	tree := t.TempDir()
+	files, err := exec.Command("git", "-C", root, "ls-files", "--cached", "--others", "--exclude-standard").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range strings.Split(strings.TrimSpace(string(files)), "\n") {
+		src, dst := filepath.Join(root, f), filepath.Join(tree, f)
+		st, err := os.Lstat(src)
+		if err != nil {
+			continue // deleted, not yet staged
+		}
+		os.MkdirAll(filepath.Dir(dst), 0o755)
+		if st.Mode()&os.ModeSymlink != 0 {
+			target, _ := os.Readlink(src)
+			err = os.Symlink(target, dst)
+		} else if b, rerr := os.ReadFile(src); rerr == nil {
+			err = os.WriteFile(dst, b, st.Mode().Perm())
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	git := []string{"-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false", "-c", "tag.gpgsign=false"}
+	runTool(t, tree, nil, "git", "init", "-q")
+	runTool(t, tree, nil, "git", append(git, "add", "-A")...)
+	runTool(t, tree, nil, "git", append(git, "commit", "-q", "-m", "release")...)
+	runTool(t, tree, nil, "git", append(git, "tag", "v99.1.0")...)
+	runTool(t, tree, nil, "git", "remote", "add", "origin", "https://github.com/fluksio/fluksio-worker.git")
+	cmd := exec.Command(goreleaser, "build", "--single-target", "--clean", "--skip=validate")
+	cmd.Dir = tree
+	out, err = cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "but this release is 99.1.0") {
+		t.Errorf("goreleaser build of v99.1.0 with the chart at %s: %v; want the refusal\n%s", appVersion, err, out)
+	}
+}
+
+// chartAppVersion is the chart's appVersion, the worker image's default tag.
+func chartAppVersion(t *testing.T) string {
+	t.Helper()
+	var meta struct {
+		AppVersion string `json:"appVersion"`
+	}
+	b, err := os.ReadFile(filepath.Join(moduleRoot(t), chartDir, "Chart.yaml"))
+	if err == nil {
+		err = yaml.Unmarshal(b, &meta)
+	}
+	if err != nil || meta.AppVersion == "" {
+		t.Fatalf("Chart.yaml: no appVersion (%v)", err)
+	}
+	return meta.AppVersion
 }

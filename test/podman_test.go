@@ -151,18 +151,9 @@ func (p *podman) state(t *testing.T, ctr string) (string, int) {
 // `podman pull oci:DIR:REF`, under the chart's default name and tag; and
 // imports the Debian rootfs as the user's Python image. PATH must be set
 // by the import, or the worker finds no python3.
-func (p *podman) loadImages(t *testing.T, ctx context.Context, chart string) {
+func (p *podman) loadImages(t *testing.T, ctx context.Context) {
 	t.Helper()
-	var meta struct {
-		AppVersion string `json:"appVersion"`
-	}
-	b, err := os.ReadFile(filepath.Join(chart, "Chart.yaml"))
-	if err == nil {
-		err = yaml.Unmarshal(b, &meta)
-	}
-	if err != nil || meta.AppVersion == "" {
-		t.Fatalf("Chart.yaml: no appVersion (%v)", err)
-	}
+	appVersion := chartAppVersion(t)
 	// The image's binary is static, as the release's: the one under test
 	// may be built with cgo (the race detector needs it).
 	tool, bin := filepath.Join(p.dir, "ociimage"), filepath.Join(p.dir, "fluksio-worker")
@@ -170,9 +161,9 @@ func (p *podman) loadImages(t *testing.T, ctx context.Context, chart string) {
 	runTool(t, moduleRoot(t), []string{"CGO_ENABLED=0"}, "go", "build", "-o", bin, ".")
 	layoutDir := filepath.Join(p.dir, imageLayout)
 	runTool(t, p.dir, nil, tool, "add", "--layout", layoutDir, "--binary", bin, "--os", "linux", "--arch", goarch(t),
-		"--version", meta.AppVersion, "--created", "1700000000")
-	id := lastLine(p.run(t, "pull", "--quiet", "oci:"+layoutDir+":"+meta.AppVersion))
-	p.run(t, "tag", id, "ghcr.io/fluksio/fluksio-worker:"+meta.AppVersion)
+		"--version", appVersion, "--created", "1700000000")
+	id := lastLine(p.run(t, "pull", "--quiet", "oci:"+layoutDir+":"+appVersion))
+	p.run(t, "tag", id, "ghcr.io/fluksio/fluksio-worker:"+appVersion)
 
 	rootfs, err := nspawn.Rootfs(ctx)
 	if err != nil {
@@ -370,7 +361,7 @@ func TestHelmChartUnderPodman(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	start := time.Now()
-	pm.loadImages(t, ctx, chart)
+	pm.loadImages(t, ctx)
 	t.Logf("images loaded in %v", time.Since(start).Round(100*time.Millisecond))
 
 	render := func(t *testing.T, values string, eng *enginetest.Engine, port int, extra ...string) rendered {
