@@ -191,7 +191,7 @@ func exportedNames(t *testing.T, addr string) map[string]bool {
 // vector is an instant query's result.
 type vector []struct {
 	Metric map[string]string `json:"metric"`
-	Value  [2]any             `json:"value"`
+	Value  [2]any            `json:"value"`
 }
 
 // String is "label=value" per series, sorted, for a one-label vector.
