@@ -339,7 +339,9 @@ def inside():
 //   - deployment: the init container ran as its own user and left the
 //     binary; the worker attaches with the token from the Secret volume
 //     (no warning about its mode); the probes' URLs answer from the host
-//     (/livez, /healthz: podman does not run HTTP probes here); the call
+//     (/livez, /healthz: podman does not run HTTP probes here), and,
+//     asked as a kubelet would through an engine outage longer than the
+//     liveness window, would make the pod unready, never restart it; the call
 //     reports, from inside the pod, uid and gid 1000, no capabilities,
 //     no_new_privs, a read-only root and a writable /tmp; stopping the pod
 //     (SIGTERM) ends the worker with exit 0 within
@@ -386,7 +388,11 @@ func TestHelmChartUnderPodman(t *testing.T) {
 	t.Run("deployment", func(t *testing.T) {
 		eng := startEngine(t, enginetest.Options{})
 		port := freePort(t)
-		r := render(t, "minimal-values.yaml", eng, port)
+		// Probes at the kubelet's smallest period, so an engine outage
+		// longer than the liveness window takes seconds.
+		r := render(t, "minimal-values.yaml", eng, port, "--set-json", `extraArgs=["--health-grace","1s"]`,
+			"--set", "livenessProbe.periodSeconds=1", "--set", "livenessProbe.failureThreshold=3",
+			"--set", "readinessProbe.periodSeconds=1", "--set", "readinessProbe.failureThreshold=1")
 		spec := r.deployments[0].Spec.Template.Spec
 		main := spec.Containers[0]
 		ctr := pm.play(t, "deployment", spec)
@@ -407,6 +413,20 @@ func TestHelmChartUnderPodman(t *testing.T) {
 			eventually(t, 10*time.Second, "GET "+probe.HTTPGet.Path+" from the host to answer 200", func() bool {
 				return probeOK(t, main, probe)
 			})
+		}
+
+		// The engine away for longer than the liveness window: unready,
+		// ready again, never a restart.
+		kubelet := startKubelet(t, main)
+		window := time.Duration(main.LivenessProbe.PeriodSeconds*main.LivenessProbe.FailureThreshold) * time.Second
+		if err := eng.Restart(window + 3*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		wk = attach(t, eng)
+		eventually(t, 20*time.Second, "the pod to be ready again after the outage", kubelet.ready)
+		if restarts, unready := kubelet.stop(); restarts != 0 || unready == 0 {
+			t.Errorf("through an engine outage of %v (liveness window %v): %d restarts, %d turns unready; want none and at least one",
+				window+3*time.Second, window, restarts, unready)
 		}
 
 		answer, _ := runNode(t, wk, nodeRun("inside", insideCode, "inside", nil))
