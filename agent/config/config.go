@@ -51,7 +51,7 @@ type Config struct {
 	StateDir      string
 	CAFile        string        // extra trusted authorities, PEM; "" for the system's
 	MaxCalls      int           // 0: no limit
-	Listen        string        // host:port of /metrics and /healthz; "": off
+	Listen        string        // host:port of /metrics, /healthz and /livez; "": off
 	HealthGrace   time.Duration // how long /healthz stays 200 after a lost connection
 	Warm          *int          // spare runners in all; nil: as many as Parallel (warm.go)
 	Preload       []string      // modules spare runners import before they wait
@@ -188,7 +188,7 @@ var Options = []Option{
 		func(c *Config, v string) error { c.CAFile = v; return nil }},
 	{"max-calls", "N", "exit 0 once N calls have been answered: further calls are declined as in a drain (default: no limit)",
 		intSetter(func(c *Config, n int) { c.MaxCalls = n }, 0)},
-	{"listen", "ADDR", "serve Prometheus /metrics and /healthz on this address, e.g. 127.0.0.1:9465 (default: off; anyone who can reach it sees what the worker runs)",
+	{"listen", "ADDR", "serve Prometheus /metrics, /healthz and /livez on this address, e.g. 127.0.0.1:9465 (default: off; anyone who can reach it sees what the worker runs)",
 		func(c *Config, v string) error {
 			if v != "" {
 				if _, _, err := net.SplitHostPort(v); err != nil {
