@@ -750,20 +750,7 @@ func TestHelmChartPodRuns(t *testing.T) {
 				}
 				return
 			}
-			// The engine is away for longer than the liveness window: a
-			// kubelet probing as the chart says marks the pod unready and
-			// ready again once it is back, and never restarts it.
-			kubelet := startKubelet(t, main)
-			window := time.Duration(main.LivenessProbe.PeriodSeconds*main.LivenessProbe.FailureThreshold) * time.Second
-			if err := eng.Restart(window + 3*time.Second); err != nil {
-				t.Fatal(err)
-			}
-			wk = attach(t, eng)
-			eventually(t, 20*time.Second, "the pod to be ready again after the outage", kubelet.ready)
-			if restarts, unready := kubelet.stop(); restarts != 0 || unready == 0 {
-				t.Errorf("through an engine outage of %v (liveness window %v): %d restarts, %d turns unready; want none and at least one",
-					window+3*time.Second, window, restarts, unready)
-			}
+			wk = outlastLiveness(t, eng, main)
 
 			// A call is running when the pod is deleted: the preStop hook
 			// drains, the call finishes, the worker exits 0.
@@ -791,6 +778,26 @@ func TestHelmChartPodRuns(t *testing.T) {
 			t.Logf("drained in %v (grace %v)", time.Since(start).Round(time.Millisecond), grace)
 		})
 	}
+}
+
+// outlastLiveness takes the engine away for longer than c's liveness
+// window while a kubelet probes c as the chart says: the pod must turn
+// unready, be ready again once the worker has reattached, and never be
+// restarted. It returns the reattached worker.
+func outlastLiveness(t *testing.T, eng *enginetest.Engine, c corev1.Container) *enginetest.Worker {
+	t.Helper()
+	kubelet := startKubelet(t, c)
+	window := time.Duration(c.LivenessProbe.PeriodSeconds*c.LivenessProbe.FailureThreshold) * time.Second
+	if err := eng.Restart(window + 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	wk := attach(t, eng)
+	eventually(t, 20*time.Second, "the pod to be ready again after the outage", kubelet.ready)
+	if restarts, unready := kubelet.stop(); restarts != 0 || unready == 0 {
+		t.Errorf("through an engine outage of %v (liveness window %v): %d restarts, %d turns unready; want none and at least one",
+			window+3*time.Second, window, restarts, unready)
+	}
+	return wk
 }
 
 // probeOK asks an HTTP probe of c, on the host's loopback, as the kubelet

@@ -354,6 +354,7 @@ def inside():
 // hook and stop signal (TestHelmChartPodRuns runs the hook), fsGroup and
 // a Secret volume's defaultMode (podman ignores both; see makeSecret).
 func TestHelmChartUnderPodman(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("loads images into podman and runs pods; skipped with -short")
 	}
@@ -396,7 +397,7 @@ func TestHelmChartUnderPodman(t *testing.T) {
 		spec := r.deployments[0].Spec.Template.Spec
 		main := spec.Containers[0]
 		ctr := pm.play(t, "deployment", spec)
-		wk := attach(t, eng)
+		attach(t, eng)
 
 		// The init container ran as its user and left the binary.
 		binVol := "deployment-" + spec.InitContainers[0].VolumeMounts[0].Name
@@ -417,17 +418,7 @@ func TestHelmChartUnderPodman(t *testing.T) {
 
 		// The engine away for longer than the liveness window: unready,
 		// ready again, never a restart.
-		kubelet := startKubelet(t, main)
-		window := time.Duration(main.LivenessProbe.PeriodSeconds*main.LivenessProbe.FailureThreshold) * time.Second
-		if err := eng.Restart(window + 3*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		wk = attach(t, eng)
-		eventually(t, 20*time.Second, "the pod to be ready again after the outage", kubelet.ready)
-		if restarts, unready := kubelet.stop(); restarts != 0 || unready == 0 {
-			t.Errorf("through an engine outage of %v (liveness window %v): %d restarts, %d turns unready; want none and at least one",
-				window+3*time.Second, window, restarts, unready)
-		}
+		wk := outlastLiveness(t, eng, main)
 
 		answer, _ := runNode(t, wk, nodeRun("inside", insideCode, "inside", nil))
 		out := outputsOf(t, answer)
