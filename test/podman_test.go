@@ -76,8 +76,9 @@ func newPodman(t *testing.T) *podman {
 	//     for nofile 1048576 and nproc 4194304 and is refused (and this
 	//     sandbox refuses an nproc above kernel.pid_max, whatever the hard
 	//     limit says).
-	//   - storage, run and temporary directories of its own, so nothing
-	//     of the host's podman is seen or changed.
+	//   - storage, run, network and temporary directories of its own, so
+	//     nothing of the host's podman is seen or changed (not even by the
+	//     `system reset` that cleans up).
 	var nofile, nproc syscall.Rlimit
 	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &nofile)
 	syscall.Getrlimit(6 /* RLIMIT_NPROC */, &nproc)
@@ -95,6 +96,8 @@ cgroup_manager = "cgroupfs"
 events_logger = "file"
 events_logfile_path = "%[3]s/events.log"
 tmp_dir = "%[3]s/tmp"
+[network]
+network_config_dir = "%[3]s/networks"
 `, min(nofile.Cur, 65536), min(nproc.Cur, pidMax), dir)
 	storage := fmt.Sprintf("[storage]\ndriver = \"overlay\"\nrunroot = %q\ngraphroot = %q\n", filepath.Join(dir, "run"), filepath.Join(dir, "root"))
 	for name, text := range map[string]string{"containers.conf": conf, "storage.conf": storage} {
