@@ -14,10 +14,6 @@ import (
 // Health says whether the worker is well, with a one-line reason.
 type Health func() (ok bool, reason string)
 
-// LivePath is the liveness endpoint: it fails only when the worker itself
-// is wedged, never because the engine is away (that is /healthz).
-const LivePath = "/livez"
-
 // Limits of the monitoring endpoint. It serves a scraper and a probe, not
 // the public: a client that dawdles over its request is cut off, and a
 // handful of scrapes at once is plenty.
@@ -30,7 +26,7 @@ const (
 
 // Server is the monitoring endpoint: GET or HEAD /metrics, /healthz (ready:
 // attached, or within the grace) and /livez (alive: the worker's main loop
-// runs).
+// runs, whatever the engine does).
 type Server struct {
 	srv  *http.Server
 	ln   net.Listener
@@ -51,7 +47,7 @@ func Listen(addr string, m *Metrics, health, live Health) (*Server, error) {
 		MaxRequestsInFlight: maxScrapesInFlight,
 	})))
 	mux.Handle("/healthz", readOnly(probe(health)))
-	mux.Handle(LivePath, readOnly(probe(live)))
+	mux.Handle("/livez", readOnly(probe(live)))
 	s := &Server{
 		srv: &http.Server{
 			Handler:           mux,
