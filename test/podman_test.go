@@ -332,6 +332,15 @@ def inside():
             "python": os.path.realpath(sys.executable)}
 `
 
+// slowCode is a call that says it runs, then runs until stopped.
+const slowCode = `
+import time
+
+def slow():
+    print("running", flush=True)
+    time.sleep(600)
+`
+
 // TestHelmChartUnderPodman runs the chart's pods in a real container
 // runtime: the OCI image the release builds (packaging/ociimage from the
 // binary under test), loaded offline, is the init container that copies
@@ -347,8 +356,8 @@ def inside():
 //     liveness window, would make the pod unready, never restart it; the call
 //     reports, from inside the pod, uid and gid 1000, no capabilities,
 //     no_new_privs, a read-only root and a writable /tmp; stopping the pod
-//     (SIGTERM) ends the worker with exit 0 within
-//     terminationGracePeriodSeconds.
+//     (SIGTERM) while a call runs stops the call, which is answered, and
+//     ends the worker with exit 0 within terminationGracePeriodSeconds.
 //   - job and scaledJob: the Job's and the KEDA ScaledJob's pod template
 //     run one call and exit 0 (--max-calls 1).
 //
@@ -438,6 +447,12 @@ func TestHelmChartUnderPodman(t *testing.T) {
 		}
 		t.Logf("inside the pod: %v", out)
 
+		// The pod is stopped (SIGTERM) while a call runs: the call is
+		// stopped and answered, the worker exits 0 within the grace.
+		call := startNode(t, wk, nodeRun("slow", slowCode, "slow", nil))
+		if _, err := call.Next(timeoutCtx(t, 30*time.Second)); err != nil {
+			t.Fatalf("the slow call said nothing: %v", err)
+		}
 		grace := time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second
 		// kube play 4.3 does not take the stop timeout from
 		// terminationGracePeriodSeconds (it keeps 10 s): given here.
@@ -446,6 +461,10 @@ func TestHelmChartUnderPodman(t *testing.T) {
 		took := time.Since(begin)
 		if status, code := pm.state(t, ctr); status != "exited" || code != 0 || took >= grace {
 			t.Errorf("stopped: %s, exit %d after %v; want exited 0 within the grace of %v", status, code, took.Round(time.Millisecond), grace)
+		}
+		t.Logf("stopped with a call running in %v (grace %v)", took.Round(time.Millisecond), grace)
+		if answer, _, err := call.WaitTimeout(5 * time.Second); err != nil || answer.OK {
+			t.Errorf("the call running at the stop: %v %s; want an error answer (stopped with the worker)", err, answer.Raw)
 		}
 		logs := pm.run(t, "logs", ctr)
 		if strings.Contains(logs, "holds the token and is mode") || strings.Contains(logs, testToken) {
