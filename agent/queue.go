@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/logging"
+	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 )
 
@@ -194,6 +195,7 @@ func (a *Agent) answerWaiting(reason string) {
 		a.log.Info("answering the calls waiting for a slot; none of them started", "calls", len(waiting), "reason", reason)
 	}
 	for _, c := range waiting {
+		c.outcome, c.errType, c.errMsg = metrics.OutcomeCancelled, protocol.TypeNodeCancelled, reason
 		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeNodeCancelled, reason))
 		a.callEnded(c)
 	}
