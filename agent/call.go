@@ -23,13 +23,13 @@ type call struct {
 	id       string
 	op       string   // run or compile
 	function string   // the request's function, for the log
-	request []byte   // the request line, without its env; dropped once written
-	size    int      // the request's size, for the queue's bound
-	env     []string // the request's env, added to the agent's own
-	agent   *Agent
-	conn    *engine.Conn
-	log     *slog.Logger
-	arrived time.Time
+	request  []byte   // the request line, without its env; dropped once written
+	size     int      // the request's size, for the queue's bound
+	env      []string // the request's env, added to the agent's own
+	agent    *Agent
+	conn     *engine.Conn
+	log      *slog.Logger
+	arrived  time.Time
 
 	// ctx is the call's, from its arrival: stop cancels it with a
 	// *runner.StopError, which stops its runner, started or not yet.
@@ -74,7 +74,7 @@ const (
 	// msgConnectionLost says why a call the worker stopped with its
 	// connection ended; nobody hears its answer.
 	msgConnectionLost = "the connection to the engine was lost"
-	msgDraining = "the worker is draining"
+	msgDraining       = "the worker is draining"
 	// msgCancelledWaiting answers a cancel of a call that was still
 	// waiting for a slot: nothing of it ever ran.
 	msgCancelledWaiting = "the call was cancelled before it started"
