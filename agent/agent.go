@@ -42,10 +42,14 @@ type Agent struct {
 	metrics  *metrics.Metrics  // nil without --listen
 	runners  *runner.Pool      // starts runners, keeps the warm spares
 
-	attaching  chan struct{} // closed when the first attempt to attach starts
-	attachOnce sync.Once
-	loopBeat   atomic.Int64 // when the main loop last pulsed (unix ns)
-	detachedAt atomic.Int64 // when the last attached connection was lost (unix ns)
+	attaching    chan struct{} // closed when the first attempt to attach starts
+	attachOnce   sync.Once
+	loopBeat     atomic.Int64 // when the main loop last pulsed (unix ns)
+	detachedAt   atomic.Int64 // when the last attached connection was lost (unix ns)
+	everWelcomed atomic.Bool  // the engine welcomed this worker at least once
+
+	endMu  sync.Mutex
+	endWhy string // why the worker is to finish, said in its last record
 
 	mu       sync.Mutex
 	calls    map[string]*call   // calls the engine awaits an answer for, waiting ones included
@@ -99,6 +103,38 @@ func New(cfg config.Config, log *slog.Logger, python, stateDir string) *Agent {
 	}, a.redact, func(err error) { log.Debug("could not write the status file", "error", err) })
 	return a
 }
+
+// endBecause records why the worker is to finish, for its last log
+// record; the first reason wins (a drain that --max-calls began, then a
+// SIGTERM, ended because of --max-calls).
+func (a *Agent) endBecause(why string) {
+	a.endMu.Lock()
+	defer a.endMu.Unlock()
+	if a.endWhy == "" {
+		a.endWhy = why
+	}
+}
+
+// EndReason is why the worker finished, once Serve returned nil.
+func (a *Agent) EndReason() string {
+	a.endMu.Lock()
+	defer a.endMu.Unlock()
+	return a.endWhy
+}
+
+// NeverAttachedError is what Serve returns when --max-idle ran out and the
+// engine never welcomed this worker: a batch job with a wrong URL or
+// token must not end as if it had done its work.
+type NeverAttachedError struct {
+	MaxIdle time.Duration
+	Last    error // why the last attempt failed
+}
+
+func (e *NeverAttachedError) Error() string {
+	return fmt.Sprintf("never attached to the engine in --max-idle %s; the last attempt: %v", e.MaxIdle, e.Last)
+}
+
+func (e *NeverAttachedError) Unwrap() error { return e.Last }
 
 // Stop stops every running call (each answered NodeCancelled, "the worker
 // is stopping"), closes the connection cleanly, and makes Serve return.
@@ -167,37 +203,41 @@ func (a *Agent) Serve(ctx context.Context) error {
 		a.log.Warn("disconnected; retrying", "error", err, "retry_in", wait.Round(time.Millisecond).String())
 		a.status.Update(func(s *status.Status) { s.State = "connecting"; s.Name = ""; s.LastError = err.Error() })
 		backoff = min(backoff*2, backoffMax)
-		if a.waitOffline(ctx, wait) {
+		if done, idle := a.waitOffline(ctx, wait); done {
+			if idle && !a.everWelcomed.Load() {
+				return &NeverAttachedError{MaxIdle: a.cfg.MaxIdle, Last: err}
+			}
 			return a.finished()
 		}
 	}
 }
 
-// waitOffline sleeps between connections. It reports true when the worker
+// waitOffline sleeps between connections. It reports done when the worker
 // should exit instead: stopped, drained or reloaded (nothing can be
-// running while disconnected) or idle.
-func (a *Agent) waitOffline(ctx context.Context, wait time.Duration) bool {
+// running while disconnected) or idle, and whether it was idle.
+func (a *Agent) waitOffline(ctx context.Context, wait time.Duration) (done, idle bool) {
 	retry := time.NewTimer(wait)
 	defer retry.Stop()
-	var idle <-chan time.Time
+	var idleC <-chan time.Time
 	if a.cfg.MaxIdle > 0 {
 		t := time.NewTimer(time.Until(a.idleDeadline()))
 		defer t.Stop()
-		idle = t.C
+		idleC = t.C
 	}
 	select {
 	case <-retry.C:
-		return false
-	case <-idle:
+		return false, false
+	case <-idleC:
+		a.endBecause("nothing ran for --max-idle")
 		a.log.Info("nothing ran for --max-idle; stopping", "max_idle", a.cfg.MaxIdle.String())
-		return true
+		return true, true
 	case <-a.stopCh:
 	case <-a.drainCh:
 	case <-a.killCh:
 	case <-a.reloadCh:
 	case <-ctx.Done():
 	}
-	return true
+	return true, false
 }
 
 // errFinished ends a session on purpose: stopped, drained or idle.
@@ -313,6 +353,7 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 			reload.changed()
 		case <-idleC:
 			if a.running() == 0 && time.Now().After(a.idleDeadline()) {
+				a.endBecause("nothing ran for --max-idle")
 				a.log.Info("nothing ran for --max-idle; stopping", "max_idle", a.cfg.MaxIdle.String())
 				conn.Close()
 				return true, errFinished
