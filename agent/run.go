@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -45,7 +46,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stdout, "fluksio-worker %s\n", Version)
 		return config.ExitOK
 	case err != nil:
-		fmt.Fprintf(stderr, "fluksio-worker: %s\n", logging.NewRedactor(cfg.Token).Scrub(err.Error()))
+		fmt.Fprintf(stderr, "%sfluksio-worker: %s\n", logging.PriorityPrefix(stderr), logging.NewRedactor(cfg.Token).Scrub(err.Error()))
 		return config.ExitUsage
 	}
 	log := logging.NewLogger(stderr, cfg.LogFormat, cfg.LogLevel, cfg.Token)
@@ -53,6 +54,12 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		log.Warn("check the configuration", "warning", w)
 	}
 	service := platform.NewServiceManager(log)
+	if service.Enabled() {
+		// A panic exits 2, which the unit reads as a bad configuration and
+		// does not restart (RestartPreventExitStatus); dying of SIGABRT,
+		// with every goroutine's stack in the journal, it is restarted.
+		debug.SetTraceback("crash")
+	}
 	python, pyVersion, err := platform.FindPython(ctx, cfg.Python)
 	if err != nil {
 		log.Error("cannot run node code", "error", err)

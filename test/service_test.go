@@ -120,7 +120,7 @@ func TestServiceUnderSystemd(t *testing.T) {
 	// What systemd made of the unit: the GPUs stay reachable (no device
 	// ACL), a refusal is not restarted, stopping leaves calls to the agent.
 	props := must("systemctl show fluksio-worker -p User -p KillMode -p DevicePolicy -p RestartPreventExitStatus -p ProtectHome -p NoNewPrivileges")
-	for _, want := range []string{"User=fluksio-worker", "KillMode=mixed", "DevicePolicy=auto", "RestartPreventExitStatus=1", "ProtectHome=read-only", "NoNewPrivileges=yes"} {
+	for _, want := range []string{"User=fluksio-worker", "KillMode=mixed", "DevicePolicy=auto", "RestartPreventExitStatus=1 2", "ProtectHome=read-only", "NoNewPrivileges=yes"} {
 		if !strings.Contains(props, want) {
 			t.Errorf("systemctl show lacks %q:\n%s", want, props)
 		}
@@ -244,6 +244,24 @@ func TestServiceUnderSystemd(t *testing.T) {
 	runDouble(ctx, t, w, "c5", 9) // the running worker is undisturbed
 	step("install with a refused token")
 
+	checkJournal(ctx, t, w, must)
+	step("the journal's priorities")
+	// A bad configuration exits 2, which systemd does not restart: the
+	// unit is failed, the reason in its journal, until it is fixed.
+	must("cp /etc/fluksio-worker/config.toml /root/config.good && echo 'bogus-key = 1' >> /etc/fluksio-worker/config.toml")
+	sh("systemctl restart fluksio-worker")
+	serviceGone(t, w)
+	time.Sleep(7 * time.Second) // RestartSec=5 and a moment: a restart would have happened
+	if got := must("systemctl show fluksio-worker -p ActiveState -p ExecMainStatus -p NRestarts"); !strings.Contains(got, "ActiveState=failed") || !strings.Contains(got, "ExecMainStatus=2") || !strings.Contains(got, "NRestarts=0") {
+		t.Errorf("after a bad configuration: %s; want failed with exit 2, not restarted", got)
+	}
+	if got := must("journalctl --no-pager -o cat -u fluksio-worker -p err -n 5"); !strings.Contains(got, `unknown key "bogus-key"`) {
+		t.Errorf("journalctl -p err does not say what is wrong with the configuration:\n%s", got)
+	}
+	must("cp /root/config.good /etc/fluksio-worker/config.toml && systemctl restart fluksio-worker")
+	w = liveWorker(ctx, t, eng)
+	step("a bad configuration is not restarted")
+
 	// The token is in the config and nowhere else: not in any process's
 	// argv, the unit, the journal, or any other file.
 	argv := must("for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done")
@@ -325,6 +343,41 @@ func TestServiceUnderSystemd(t *testing.T) {
 	must("fluksio-worker uninstall") // nothing installed: still fine
 	step("uninstall --purge")
 	t.Logf("the whole service test took %v", time.Since(started).Round(time.Second))
+}
+
+// checkJournal runs a node that raises and reads the journal back as an
+// operator would: `-p warning` shows the failed call and not the ordinary
+// lines, and no line repeats the timestamp journald records itself.
+func checkJournal(ctx context.Context, t *testing.T, w *enginetest.Worker, must func(string) string) {
+	t.Helper()
+	c, err := w.Run(map[string]any{
+		"op": "run", "call_id": "journal-fail",
+		"node":     map[string]any{"source": "def f():\n    raise ValueError('journal test')\n", "filename": "f.py"},
+		"function": "f", "inputs": map[string]any{}, "settings": map[string]any{},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if answer, _, err := c.Wait(wctx); err != nil || answer.OK {
+		t.Fatalf("the failing node answered %s (%v)", answer.Raw, err)
+	}
+	var warnings string
+	eventuallyIn(t, 15*time.Second, "journalctl -p warning to show the failed call", func() (bool, string) {
+		warnings = must("journalctl --no-pager -o cat -u fluksio-worker -p warning")
+		return strings.Contains(warnings, "call_id=journal-fail") && strings.Contains(warnings, "outcome=error"), warnings
+	})
+	if strings.Contains(warnings, "msg=attached") || strings.Contains(warnings, "level=INFO") {
+		t.Errorf("journalctl -p warning shows info lines:\n%s", warnings)
+	}
+	all := must("journalctl --no-pager -o cat -u fluksio-worker -p debug")
+	if !strings.Contains(all, "msg=attached") {
+		t.Errorf("the journal lacks the info line attached:\n%s", all)
+	}
+	if strings.Contains(all, "time=") {
+		t.Errorf("the journal's lines carry their own timestamp:\n%s", all)
+	}
 }
 
 // maxServiceExposure is the rating the README gives the installed unit
