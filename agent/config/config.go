@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -146,7 +147,7 @@ var Options = []Option{
 		intInRange(func(c *Config, n int) { c.GPUs = &n }, 0, maxGPUs, "more than a machine has")},
 	{"ram-mb", "MB", "memory in MiB to advertise (default: what the job, container or machine has)",
 		intInRange(func(c *Config, n int) { c.RAMMB = n }, 1, maxRAMMB, "1 PiB, more than a machine has")},
-	{"max-idle", "SECONDS", "exit 0 after this long with no call running, for batch jobs (default: never)",
+	{"max-idle", "DURATION", "exit 0 after this long with no call running, for batch jobs, e.g. 10m or 600 (seconds); exit 4 if the worker never attached to the engine in that time (default: never)",
 		durationUpTo(func(c *Config, d time.Duration) { c.MaxIdle = d }, maxMaxIdle, "a year; for never, leave --max-idle out")},
 	{"runtime", "auto|embedded|PATH", "the runner script: the engine's if it serves one (auto), the one built in (embedded), or a file",
 		func(c *Config, v string) error { c.Runtime = v; return nil }},
@@ -274,8 +275,8 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	for _, o := range Options {
 		name := o.Name
 		fs.Func(name, o.Help, func(v string) error {
-			// Applied in command-line order, so of --token and
-			// --token-file the one given last wins.
+			// Applied in command-line order, so a flag given twice
+			// counts as given last.
 			order = append(order, name)
 			flagValues = append(flagValues, v)
 			return nil
@@ -289,6 +290,12 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	}
 	if fs.NArg() > 0 {
 		return cfg, Usagef("unexpected argument %q (see 'fluksio-worker run --help')", fs.Arg(0))
+	}
+	if slices.Contains(order, "token") && slices.Contains(order, "token-file") {
+		return cfg, Usagef("give the token once: --token or --token-file, not both")
+	}
+	if getenv(EnvPrefix+"TOKEN") != "" && getenv(EnvPrefix+"TOKEN_FILE") != "" {
+		return cfg, Usagef("give the token once: %sTOKEN or %sTOKEN_FILE, not both", EnvPrefix, EnvPrefix)
 	}
 	if showVersion {
 		return cfg, ErrVersion
@@ -401,12 +408,21 @@ func ApplyFile(cfg *Config, path string) error {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	if _, token := values["token"]; token {
+		if _, file := values["token-file"]; file {
+			return Usagef("%s: give the token once: token or token-file, not both", path)
+		}
+	}
 	for _, k := range keys {
 		o, ok := OptionByName(k)
 		if !ok {
 			return Usagef("%s: unknown key %q (known keys are the long flags of 'fluksio-worker run --help')", path, k)
 		}
-		text, err := ValueText(values[k])
+		err := o.CheckValueType(values[k])
+		var text string
+		if err == nil {
+			text, err = ValueText(values[k])
+		}
 		if err == nil && configRelative[o.Name] && text != "" && !filepath.IsAbs(text) {
 			text = filepath.Join(filepath.Dir(path), text)
 		}
@@ -433,6 +449,80 @@ func ReadFile(path string) (map[string]any, error) {
 		return nil, fmt.Errorf("reading config %s: %w", path, err)
 	}
 	return values, nil
+}
+
+// TakesNumber says whether the option is a whole number (--parallel N),
+// written in a config file as a TOML integer.
+func (o Option) TakesNumber() bool {
+	return o.Arg == "N" || o.Arg == "K" || o.Arg == "MB"
+}
+
+// CheckValueType refuses a config file value of the wrong TOML type for
+// the option, read from its placeholder: a whole number for a count
+// (parallel = 2), a list of strings or one comma-separated string for a
+// list (labels = ["gpu"]), a number of seconds or a string for a duration
+// or a size, and a string for the rest. labels = 5 or parallel = "2" is a
+// mistake better said than guessed at.
+func (o Option) CheckValueType(v any) error {
+	var want string
+	switch x := v.(type) {
+	case int64, int:
+		if o.TakesNumber() || o.Arg == "DURATION" || o.Arg == "BYTES" {
+			return nil
+		}
+	case float64:
+		if o.Arg == "DURATION" {
+			return nil
+		}
+	case string:
+		if !o.TakesNumber() {
+			return nil
+		}
+	case []string:
+		if strings.Contains(o.Arg, ",") {
+			return nil
+		}
+	case []any:
+		if strings.Contains(o.Arg, ",") {
+			for _, item := range x {
+				if _, ok := item.(string); !ok {
+					return fmt.Errorf("expected a list of strings, e.g. %s = [\"a\", \"b\"], got %v", o.Name, v)
+				}
+			}
+			return nil
+		}
+	}
+	switch {
+	case o.TakesNumber():
+		want = fmt.Sprintf("a whole number without quotes, e.g. %s = 2", o.Name)
+	case strings.Contains(o.Arg, ","):
+		want = fmt.Sprintf("a list of strings, e.g. %s = [\"a\", \"b\"]", o.Name)
+	case o.Arg == "DURATION":
+		want = fmt.Sprintf("a duration in quotes or seconds, e.g. %s = \"5m\" or %s = 300", o.Name, o.Name)
+	case o.Arg == "BYTES":
+		want = fmt.Sprintf("a size in quotes or bytes, e.g. %s = \"256MiB\"", o.Name)
+	default:
+		want = fmt.Sprintf("a string in quotes, e.g. %s = \"...\"", o.Name)
+	}
+	return fmt.Errorf("expected %s, got %v (a TOML %s)", want, v, tomlTypeName(v))
+}
+
+func tomlTypeName(v any) string {
+	switch v.(type) {
+	case int64, int:
+		return "integer"
+	case float64:
+		return "float"
+	case bool:
+		return "boolean"
+	case string:
+		return "string"
+	case []any, []string:
+		return "array"
+	case map[string]any:
+		return "table"
+	}
+	return fmt.Sprintf("%T", v)
 }
 
 // ValueText turns a config value (as TOML decodes it, or as the installer

@@ -511,3 +511,36 @@ func TestOptionLimits(t *testing.T) {
 		}
 	}
 }
+
+// The token given twice in one place is a mistake, said as install says
+// it; only a higher layer (flags over variables over the file) overrides.
+func TestTokenGivenTwiceRefused(t *testing.T) {
+	fileTok := writeToken(t, "tok-in-file\n")
+	_, err := Load([]string{"--token", "t", "--token-file", fileTok}, envMap(nil))
+	wantUsageError(t, err, "give the token once", "--token", "--token-file")
+	_, err = Load(nil, envMap(map[string]string{"FLUKSIO_WORKER_TOKEN": "t", "FLUKSIO_WORKER_TOKEN_FILE": fileTok}))
+	wantUsageError(t, err, "give the token once", "FLUKSIO_WORKER_TOKEN", "FLUKSIO_WORKER_TOKEN_FILE")
+	path := writeConfig(t, "token = \"t\"\ntoken-file = \""+fileTok+"\"\n")
+	_, err = Load([]string{"--config", path}, envMap(nil))
+	wantUsageError(t, err, path, "give the token once")
+}
+
+// A config value of the wrong TOML type is refused with what to write.
+func TestConfigValueTypes(t *testing.T) {
+	for _, tt := range []struct{ conf, want string }{
+		{`labels = 5`, `a list of strings, e.g. labels = ["a", "b"]`},
+		{`parallel = "2"`, `a whole number without quotes, e.g. parallel = 2`},
+		{`parallel = 2.5`, `a whole number`},
+		{`name = 7`, `a string in quotes`},
+		{`max-idle = true`, `a duration`},
+		{`labels = ["gpu", 1]`, `a list of strings`},
+	} {
+		path := writeConfig(t, tt.conf)
+		_, err := Load([]string{"--config", path}, envMap(nil))
+		wantUsageError(t, err, path, tt.want)
+	}
+	// What the documentation shows stays accepted.
+	for _, conf := range []string{`parallel = 2`, `labels = ["gpu"]`, `labels = "gpu,cuda"`, `max-idle = 300`, `max-idle = "10m"`, `max-line = "256MiB"`, `max-line = 1048576`, `cancel-grace = 2.5`} {
+		mustLoad(t, []string{"--config", writeConfig(t, conf)}, nil)
+	}
+}
