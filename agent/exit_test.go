@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/fluksio/fluksio-worker/agent"
@@ -118,4 +119,28 @@ func TestMaxCallsLastRecord(t *testing.T) {
 		t.Fatalf("exit code %d; want 0", code)
 	}
 	lastRecord(t, records, config.ExitOK, "INFO", "--max-calls answered")
+}
+
+// wss:// against an engine without TLS is a wrong URL, not an outage: it
+// says what to write, and exits 2 at once instead of retrying forever.
+func TestWSSAgainstPlainServer(t *testing.T) {
+	t.Parallel()
+	eng, err := enginetest.Start(enginetest.Options{Tokens: []string{sessionToken}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(eng.Close)
+	code, records := runCommand(t, "wss://"+eng.Addr()+"/api/v1/workers/attach")
+	if code != config.ExitUsage {
+		t.Fatalf("exit code %d; want %d", code, config.ExitUsage)
+	}
+	want := "the server at " + eng.Addr() + " does not speak TLS: use ws://" + eng.Addr() + "/api/v1/workers/attach"
+	found := false
+	for _, r := range records {
+		found = found || strings.Contains(fmt.Sprint(r["error"]), want)
+	}
+	if !found {
+		t.Errorf("no record says %q", want)
+	}
+	lastRecord(t, records, config.ExitUsage, "ERROR", "bad configuration")
 }
