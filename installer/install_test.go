@@ -56,7 +56,7 @@ func TestInstallRejectsBadOptions(t *testing.T) {
 		{[]string{"--user", "bob", "--user-service"}, "do not go together"},
 		{[]string{"--token", "a", "--token-file", "/f"}, "not both"},
 		{[]string{"--refresh-unit", "--labels", "gpu"}, "--refresh-unit only"},
-		{[]string{"--colour", "red"}, "not defined"},
+		{[]string{"--colour", "red"}, "unknown option --colour"},
 		{[]string{"extra"}, "unexpected argument"},
 	} {
 		code, _, stderr := runInstall(t, testHost(t, 0), tc.args...)

@@ -142,7 +142,7 @@ func checkImage(t *testing.T, dist, version string) {
 	}
 
 	out, err := exec.Command(here, "version").CombinedOutput()
-	if got := strings.TrimSpace(string(out)); err != nil || got != "fluksio-worker "+version {
+	if got, _, _ := strings.Cut(string(out), "\n"); err != nil || got != "fluksio-worker "+version {
 		t.Errorf("image's fluksio-worker version = %q, %v; want %q", got, err, "fluksio-worker "+version)
 	}
 	out, err = exec.Command(here, "inventory", "--python", fakeRunner, "--labels", "gpu").Output()
@@ -163,7 +163,7 @@ func checkImage(t *testing.T, dist, version string) {
 		t.Fatalf("the copy: %v, mode %v; want 0755", err, st)
 	}
 	out, err = exec.Command(filepath.Join(shared, "fluksio-worker"), "version").CombinedOutput()
-	if got := strings.TrimSpace(string(out)); err != nil || got != "fluksio-worker "+version {
+	if got, _, _ := strings.Cut(string(out), "\n"); err != nil || got != "fluksio-worker "+version {
 		t.Errorf("the copied binary's version = %q, %v", got, err)
 	}
 }

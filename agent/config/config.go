@@ -286,7 +286,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		if errors.Is(err, flag.ErrHelp) {
 			return cfg, err
 		}
-		return cfg, Usagef("%v (see 'fluksio-worker run --help')", err)
+		return cfg, Usagef("%v (see 'fluksio-worker run --help')", FlagError(fs, args, err))
 	}
 	if fs.NArg() > 0 {
 		return cfg, Usagef("unexpected argument %q (see 'fluksio-worker run --help')", fs.Arg(0))

@@ -544,3 +544,13 @@ func TestConfigValueTypes(t *testing.T) {
 		mustLoad(t, []string{"--config", writeConfig(t, conf)}, nil)
 	}
 }
+
+// An unknown option is shown as typed, with the nearest known one.
+func TestUnknownOptionDidYouMean(t *testing.T) {
+	_, err := Load([]string{"--urll", "wss://e/x"}, envMap(nil))
+	wantUsageError(t, err, "unknown option --urll; did you mean --url?")
+	_, err = Load([]string{"-paralel=2"}, envMap(nil))
+	wantUsageError(t, err, "unknown option -paralel; did you mean --parallel?")
+	_, err = Load([]string{"--frobnicate"}, envMap(nil))
+	wantUsageError(t, err, "unknown option --frobnicate (see")
+}
