@@ -95,11 +95,18 @@ func New(cfg config.Config, log *slog.Logger, python, stateDir string) *Agent {
 	}
 	a.baseEnv = runnerBaseEnv(cfg, stateDir, platform.WithoutServiceManager(os.Environ()), os.Getenv, log)
 	a.redact = logging.NewRedactor(cfg.Token)
+	// A reload re-executes the worker in place, so the status file this
+	// process wrote before it is its own: the calls done so far count on,
+	// as `status` showed them.
+	if prev, err := status.Read(stateDir); err == nil && prev.PID == os.Getpid() {
+		a.done = prev.CallsDone
+	}
 	a.status = status.NewFile(stateDir, status.Status{
-		PID:     os.Getpid(),
-		Version: Version,
-		Engine:  logging.ShownURL(cfg.URL),
-		State:   "connecting",
+		PID:       os.Getpid(),
+		Version:   Version,
+		Engine:    logging.ShownURL(cfg.URL),
+		State:     "connecting",
+		CallsDone: a.done,
 	}, a.redact, func(err error) { log.Debug("could not write the status file", "error", err) })
 	return a
 }
