@@ -232,7 +232,7 @@ func checkRuntime(ctx context.Context, c *checklist, cfg config.Config) {
 }
 
 func writeCheckUsage(w io.Writer) {
-	fmt.Fprint(w, `Usage: sudo fluksio-worker check [--user-service | --config FILE] [--json] [options]
+	fmt.Fprint(w, `Usage: sudo fluksio-worker check [--user-service | --config FILE] [options]
 
 Checks, one item at a time, what a worker needs, and says what to fix:
   config     the settings load (the installed service's config by default)

@@ -301,7 +301,8 @@ func waitAttached(ctx context.Context, m *manager, stateDir string, started time
 }
 
 func writeStatusUsage(w io.Writer) {
-	fmt.Fprint(w, `Usage: fluksio-worker status [--user-service | --state-dir DIR | --config FILE] [--json]
+	fmt.Fprint(w, `Usage: fluksio-worker status [--user-service] [--json]
+       fluksio-worker status --state-dir DIR | --config FILE [--json]
 
 Shows whether the worker service is running, and what the worker says it is
 doing: which engine, attached under which name since when, how many calls it
@@ -317,6 +318,7 @@ Options:
 	config.WriteOption(w, "--config FILE", "show the worker this config file describes (its state-dir, else the default)")
 	config.WriteOption(w, "--json", "print the state and the worker's status file as one JSON object, for scripts")
 	fmt.Fprint(w, `
-Exit status, as systemctl's: 0 running, 3 stopped (or failed), 4 not installed (or no worker ever ran with that state directory).
+Exit status, as systemctl's: 0 running, 3 stopped (or failed), 4 not
+installed (or no worker ever ran with that state directory).
 `)
 }

@@ -88,12 +88,30 @@ func TestServiceUnderSystemd(t *testing.T) {
 		t.Error("install without root created /etc/fluksio-worker")
 	}
 
+	// What a user can fix is checked before anything is made: a binary
+	// under /tmp, a token the engine refuses. Neither leaves the account.
+	must("cp /usr/local/bin/fluksio-worker /tmp/fluksio-worker")
+	out, code = sh(strings.Replace(install, "| fluksio-worker", "| /tmp/fluksio-worker", 1))
+	if code != 1 || !strings.Contains(out, "cannot see /tmp") {
+		t.Errorf("install from /tmp: exit %d\n%s", code, out)
+	}
+	out, code = sh(strings.Replace(install, serviceToken, "not-the-token", 1))
+	if code != 1 || !strings.Contains(out, "refused") || !strings.Contains(out, "nothing was installed") {
+		t.Errorf("install with a refused token: exit %d\n%s", code, out)
+	}
+	if out, code := sh("getent passwd fluksio-worker"); code == 0 {
+		t.Errorf("a failed install created the account: %s", out)
+	}
+
 	// Install: the account is created, the service enabled, started, and
 	// the install waits to report it attached.
 	out = must(install)
 	t.Logf("install said:\n%s", out)
 	if !strings.Contains(out, `attached as "e2e-box"`) || !strings.Contains(out, "accepts this worker") {
 		t.Errorf("install did not report the engine check and the attached worker:\n%s", out)
+	}
+	if !strings.Contains(out, "Added fluksio-worker to the groups video and render") {
+		t.Errorf("install did not say which GPU groups it added the account to:\n%s", out)
 	}
 	if state := strings.TrimSpace(must("systemctl is-active fluksio-worker; systemctl is-enabled fluksio-worker")); state != "active\nenabled" {
 		t.Fatalf("after install the service is %q", state)
