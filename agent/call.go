@@ -272,7 +272,19 @@ func (a *Agent) runnerConfig() runner.Config {
 		OutsizedRequest: engine.OutsizedMessage,
 		Log:             a.log,
 		Metrics:         a.metrics,
+		NodeLog:         nodeLog(a.cfg.NodeLogLevel),
 	}
+}
+
+// nodeLog reads --node-log-level.
+func nodeLog(level string) runner.NodeLog {
+	switch level {
+	case "off":
+		return runner.NodeLog{Off: true}
+	case "debug":
+		return runner.NodeLog{Level: slog.LevelDebug}
+	}
+	return runner.NodeLog{Level: slog.LevelInfo}
 }
 
 // maxLoggedError bounds an error message in a call's end record: its

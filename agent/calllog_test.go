@@ -171,3 +171,30 @@ func waitStream(t *testing.T, c *enginetest.Call) {
 		}
 	}
 }
+
+// --node-log-level quiets what nodes print on stderr without hiding the
+// worker's own records of its calls.
+func TestNodeLogLevel(t *testing.T) {
+	const node = "import sys\ndef talk():\n    sys.stderr.write('node-said-this\\n')\n    sys.stderr.flush()\n    return {}\n"
+	call := map[string]any{"op": "run", "call_id": "talk-1", "node": map[string]any{"source": node, "filename": "talk.py"},
+		"function": "talk", "inputs": map[string]any{}, "settings": map[string]any{}}
+	for _, tt := range []struct {
+		level string
+		shown bool
+	}{{"info", true}, {"debug", false}, {"off", false}} {
+		t.Run(tt.level, func(t *testing.T) {
+			s := startSession(t, "--log-format", "json", "--log-level", "info", "--node-log-level", tt.level)
+			c, err := s.wk.Run(call)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := c.WaitTimeout(callTimeout); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, goneTimeout, "the call's end record", func() bool { return endRecords(t, s.log.String())["talk-1"] != nil })
+			if shown := strings.Contains(s.log.String(), "node-said-this"); shown != tt.shown {
+				t.Errorf("--node-log-level %s at --log-level info: the node's stderr line logged: %v, want %v", tt.level, shown, tt.shown)
+			}
+		})
+	}
+}

@@ -310,6 +310,10 @@ func TestServiceUnderSystemd(t *testing.T) {
 	if w.Hello.MaxParallel != 2 {
 		t.Errorf("after a start the worker offers %d at a time; install --no-start wrote 2", w.Hello.MaxParallel)
 	}
+	// Spares stopped with the service are no node's leftovers: no warning.
+	if warned := must("journalctl --no-pager -o cat -u fluksio-worker -p warning | grep spare_of= || true"); strings.TrimSpace(warned) != "" {
+		t.Errorf("stopping the service warned about its spare runners:\n%s", warned)
+	}
 	step("stop, start")
 
 	// install --user alice: the service runs as a person's account, whose

@@ -46,6 +46,7 @@ type Config struct {
 	MaxLine       int64
 	LogFormat     string
 	LogLevel      string
+	NodeLogLevel  string // info ("" too), debug or off: a node's stderr lines (runner.NodeLog)
 	StateDir      string
 	CAFile        string        // extra trusted authorities, PEM; "" for the system's
 	MaxCalls      int           // 0: no limit
@@ -178,8 +179,10 @@ var Options = []Option{
 		}},
 	{"log-format", "text|json", "how log lines are written to stderr",
 		oneOf(func(c *Config, v string) { c.LogFormat = v }, "text", "json")},
-	{"log-level", "LEVEL", "debug, info, warn or error",
+	{"log-level", "LEVEL", "the worker's own messages shown: debug, info, warn or error (debug adds dial, hello and welcome with their timings)",
 		oneOf(func(c *Config, v string) { c.LogLevel = v }, "debug", "info", "warn", "error")},
+	{"node-log-level", "LEVEL", "what a node prints on stderr is logged as a node stderr line at info, at debug (shown only with --log-level debug), or off (not logged); so --log-level warn is not needed to quiet a chatty node",
+		oneOf(func(c *Config, v string) { c.NodeLogLevel = v }, "info", "debug", "off")},
 	{"state-dir", "DIR", "where the runtime cache and the status file live, private to this worker's user (default: $STATE_DIRECTORY, else the user cache directory)",
 		func(c *Config, v string) error { c.StateDir = v; return nil }},
 	{"ca-file", "PATH", "PEM file of certificate authorities to trust for the engine and the artifact store besides the system's, for an engine with its own CA (node processes get it through SSL_CERT_FILE)",

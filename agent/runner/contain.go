@@ -106,6 +106,20 @@ type box struct {
 	// What the call's cgroup said it cost, read before it is removed.
 	cgCPU  time.Duration
 	cgPeak int64
+	// killed: the worker killed everything of it on purpose (a spare
+	// stopped at shutdown), so what the sweep still finds is expected,
+	// not a node that outlived its call.
+	killed bool
+}
+
+// leftover says the sweep found processes still running: a warning about
+// a call's node, a debug line about a spare the worker killed itself.
+func (b *box) leftover(msg string, args ...any) {
+	if b.killed {
+		b.log.Debug(msg, args...)
+		return
+	}
+	b.log.Warn(msg, args...)
 }
 
 // prepare gives the box its cookie and the runner its environment.
@@ -225,7 +239,7 @@ func (b *box) anyAlive() bool {
 func (b *box) sweep() {
 	if g := b.cg; g != nil {
 		if g.Populated() {
-			b.log.Warn("processes of the call were still running after it was stopped; killing its cgroup")
+			b.leftover("processes of the call were still running after it was stopped; killing its cgroup")
 			g.Kill()
 		}
 		b.cgCPU, b.cgPeak = g.CPU(), g.PeakMemory()
@@ -252,7 +266,7 @@ func (b *box) sweep() {
 	}
 	settle() // what the stop ladder killed may take a moment to exit
 	if b.signalAll(syscall.SIGKILL) {
-		b.log.Warn("processes of the call were still running after it was stopped; killed them")
+		b.leftover("processes of the call were still running after it was stopped; killed them")
 		settle()
 	}
 }

@@ -44,6 +44,14 @@ type Config struct {
 	OutsizedRequest int
 	Log             *slog.Logger
 	Metrics         *metrics.Metrics // nil-safe: nil without --listen
+	NodeLog         NodeLog          // how a node's stderr lines are logged (--node-log-level)
+}
+
+// NodeLog is the level a node's stderr lines are logged at, or Off: a
+// node's own log, apart from the worker's (--node-log-level).
+type NodeLog struct {
+	Level slog.Level
+	Off   bool
 }
 
 // env adds a request's env to the worker's own; later entries win.

@@ -536,6 +536,7 @@ func (p *warmPool) discard(s *spare) {
 		}
 	}
 	// Nothing of a call ran in it: no grace is owed.
+	s.box.killed = true
 	s.box.signalAll(syscall.SIGKILL)
 	<-s.exited
 	s.box.sweep()
