@@ -270,16 +270,25 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 		}
 		cancelPrepare()
 	}()
+	began := time.Now()
 	rt, err := runtime.Ensure(prepare, a.cfg, a.stateDir, a.log)
 	if err != nil {
 		return false, err
 	}
+	helloAt := time.Now()
 	hello := a.hello(prepare)
+	dialAt := time.Now()
+	// Most of the seconds before attaching are pip freeze, run for the
+	// hello's venv_digest; the debug line says so, with the numbers.
+	a.log.Debug("hello ready; dialing", "runtime_ms", helloAt.Sub(began).Milliseconds(),
+		"hello_ms", dialAt.Sub(helloAt).Milliseconds(), "note", "hello_ms is mostly pip freeze, hashed as venv_digest")
 	conn, name, err := engine.Attach(prepare, a.cfg, hello)
 	if err != nil {
+		a.log.Debug("attach failed", "dial_ms", time.Since(dialAt).Milliseconds(), "error", err)
 		return false, err
 	}
 	since := time.Now()
+	a.log.Debug("welcomed", "dial_hello_welcome_ms", since.Sub(dialAt).Milliseconds(), "total_ms", since.Sub(began).Milliseconds())
 	a.welcomed()
 	a.log.Info("attached", "engine", logging.ShownURL(a.cfg.URL), "name", name, "labels", hello.Labels,
 		"runtime", rt.Source, "runtime_hash", rt.Hash[:12])

@@ -198,3 +198,26 @@ func TestNodeLogLevel(t *testing.T) {
 		})
 	}
 }
+
+// --log-level debug says where the time before attaching went.
+func TestAttachTimingsAtDebug(t *testing.T) {
+	s := startSession(t, "--log-format", "json")
+	var hello, welcomed map[string]any
+	eventually(t, goneTimeout, "the welcome's debug record", func() bool {
+		for _, r := range logRecords(t, s.log.String()) {
+			switch r["msg"] {
+			case "hello ready; dialing":
+				hello = r
+			case "welcomed":
+				welcomed = r
+			}
+		}
+		return welcomed != nil
+	})
+	if hello == nil || hello["level"] != "DEBUG" || hello["hello_ms"] == nil || !strings.Contains(fmt.Sprint(hello["note"]), "pip freeze") {
+		t.Errorf("the hello's debug record: %v; want hello_ms and a note that it is mostly pip freeze", hello)
+	}
+	if _, ok := welcomed["dial_hello_welcome_ms"].(float64); !ok {
+		t.Errorf("the welcome's debug record: %v; want dial_hello_welcome_ms", welcomed)
+	}
+}
