@@ -3,12 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/fluksio/fluksio-worker/agent/clidoc"
 	"github.com/fluksio/fluksio-worker/agent/config"
+	"github.com/fluksio/fluksio-worker/agent/metrics"
+	"github.com/fluksio/fluksio-worker/agent/protocol"
 )
 
 // `help COMMAND` is what `COMMAND --help` prints.
@@ -45,5 +49,46 @@ func TestCopyNeedsAnExistingDirectory(t *testing.T) {
 	}
 	if st, err := os.Stat(filepath.Join(dir, "fluksio-worker")); err != nil || st.Mode().Perm() != 0o755 {
 		t.Errorf("the copy: %v %v", st, err)
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite the README's generated tables")
+
+// The README's options and metrics tables are generated from the options
+// table and the metrics registry: a new option or series that is not in
+// the README fails here (go test -run TestREADMETables . -update).
+func TestREADMETables(t *testing.T) {
+	var options, series bytes.Buffer
+	clidoc.WriteOptionsTable(&options, config.Options)
+	if err := metrics.New("dev", protocol.Version).WriteTable(&series); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	for _, table := range []struct{ name, text string }{{"options", options.String()}, {"metrics", series.String()}} {
+		head := "<!-- " + table.name + " table: "
+		end := "<!-- " + table.name + ":end -->\n"
+		i := strings.Index(readme, head)
+		j := strings.Index(readme, end)
+		if i < 0 || j < i {
+			t.Fatalf("README.md has no %q ... %q markers around its %s table", head, end, table.name)
+		}
+		i += strings.Index(readme[i:], "\n") + 1
+		if readme[i:j] == table.text {
+			continue
+		}
+		if !*update {
+			t.Errorf("README.md's %s table differs from the code's; run: go test -run TestREADMETables . -update\nwant:\n%s", table.name, table.text)
+			continue
+		}
+		readme = readme[:i] + table.text + readme[j:]
+	}
+	if *update {
+		if err := os.WriteFile("README.md", []byte(readme), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

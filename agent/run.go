@@ -226,7 +226,7 @@ Options:
 		if o.Env() != "" {
 			head += "  [" + o.Env() + "]"
 		}
-		config.WriteOption(w, head, o.Help)
+		config.WriteOption(w, head, o.HelpWithDefault())
 	}
 	fmt.Fprint(w, `  --version
         print the version

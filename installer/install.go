@@ -502,7 +502,7 @@ Service options:
 Worker options (written to the config; as in 'fluksio-worker run --help'):
 `)
 	for _, o := range config.Options {
-		help := o.Help
+		help := o.HelpWithDefault()
 		if h, ok := installHelp[o.Name]; ok {
 			help = h
 		}

@@ -251,7 +251,7 @@ func (m *roff) block(b block) {
 func (m *roff) option(o config.Option) {
 	m.req(".TP")
 	m.line(flagText("--" + o.Name + " " + o.Arg))
-	m.line(text(o.Help))
+	m.line(text(o.HelpWithDefault()))
 	m.req(".br")
 	where := "No variable"
 	if o.Env() != "" {

@@ -554,3 +554,32 @@ func TestUnknownOptionDidYouMean(t *testing.T) {
 	_, err = Load([]string{"--frobnicate"}, envMap(nil))
 	wantUsageError(t, err, "unknown option --frobnicate (see")
 }
+
+// Every option says its default, and a default given as a value is the
+// one the worker really has: given explicitly, it changes nothing.
+func TestOptionDefaultsAreTheRealOnes(t *testing.T) {
+	for _, o := range Options {
+		d, ok := optionDefaults[o.Name]
+		if !ok {
+			t.Errorf("--%s has no entry in optionDefaults: add its default (in parentheses where it is a description), so --help, the manual and the README show it", o.Name)
+			continue
+		}
+		if d == "" || strings.HasPrefix(d, "(") {
+			continue
+		}
+		cfg := DefaultConfig()
+		if err := o.set(&cfg, d); err != nil {
+			t.Errorf("--%s: its documented default %q is refused: %v", o.Name, d, err)
+		} else if !reflect.DeepEqual(cfg, DefaultConfig()) {
+			t.Errorf("--%s: its documented default %q is not the real one: it changes the configuration", o.Name, d)
+		}
+		if !strings.Contains(o.HelpWithDefault(), "(default: "+d+")") {
+			t.Errorf("--%s: the help does not show the default: %q", o.Name, o.HelpWithDefault())
+		}
+	}
+	for name := range optionDefaults {
+		if _, ok := OptionByName(name); !ok {
+			t.Errorf("optionDefaults has %q, which is no option", name)
+		}
+	}
+}
