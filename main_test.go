@@ -92,3 +92,32 @@ func TestREADMETables(t *testing.T) {
 		}
 	}
 }
+
+// The manual's ENVIRONMENT names every variable the worker reads, and its
+// EXIT STATUS every command's codes.
+func TestManualEnvironmentAndExitStatus(t *testing.T) {
+	var man, errs bytes.Buffer
+	if code := dispatch(context.Background(), []string{"man"}, &man, &errs); code != config.ExitOK {
+		t.Fatalf("man: exit %d: %s", code, errs.String())
+	}
+	page := man.String()
+	env := page[strings.Index(page, `.SH "ENVIRONMENT"`):strings.Index(page, `.SH "FILES"`)]
+	for _, name := range []string{"FLUKSIO_WORKER_CONFIG", "FLUKSIO_WORKER_GPUS", "SLURM_CPUS_ON_NODE", "SLURM_MEM_PER_NODE",
+		"SLURM_GPUS_ON_NODE", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES", "STATE_DIRECTORY", "XDG_CACHE_HOME", "SSL_CERT_FILE",
+		"HTTPS_PROXY", "NO_PROXY", "GOGC", "JOURNAL_STREAM"} {
+		if !strings.Contains(env, strings.ReplaceAll(name, "-", `\-`)) {
+			t.Errorf("the manual's ENVIRONMENT does not name %s", name)
+		}
+	}
+	for _, o := range config.Options {
+		if o.Env() != "" && !strings.Contains(env, o.Env()) {
+			t.Errorf("the manual's ENVIRONMENT does not name %s", o.Env())
+		}
+	}
+	exit := page[strings.Index(page, `.SH "EXIT STATUS"`):]
+	for _, c := range commands() {
+		if !strings.Contains(exit, `\fB`+c.name+`\fR`) {
+			t.Errorf("the manual's EXIT STATUS does not give %s's codes (its --help needs an \"Exit status:\" sentence)", c.name)
+		}
+	}
+}

@@ -249,7 +249,7 @@ func InventoryCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	cfg, err := config.Load(args, os.Getenv)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprintln(stdout, "Usage: fluksio-worker inventory [--cpus N] [--gpus N] [--ram-mb MB] [--labels A,B] [--python P] [--config PATH]\n\nPrints what this worker would tell the engine it holds, as JSON.")
+		fmt.Fprintln(stdout, "Usage: fluksio-worker inventory [--cpus N] [--gpus N] [--ram-mb MB] [--labels A,B] [--python P] [--config PATH]\n\nPrints the hello this worker would send the engine, as JSON: its name,\nlabels, Python, max_parallel, venv_digest and what it holds (inventory).\n\nExit status: 0 printed, 2 bad options.")
 		return config.ExitOK
 	case err != nil:
 		fmt.Fprintf(stderr, "fluksio-worker: %v\n", err)
@@ -265,15 +265,11 @@ func InventoryCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	if a.python == "" {
 		hello.VenvDigest = ""
 	}
-	// The containment is this machine's, not the engine's business: it is
-	// shown here but not sent in hello.
-	mode := runner.ProbeContainment(cfg.Containment)
+	// Exactly the hello, nothing the engine is not told: the containment,
+	// this machine's business, is in check and status.
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
-	enc.Encode(struct {
-		protocol.Hello
-		Containment string `json:"containment"`
-	}{hello, mode})
+	enc.Encode(hello)
 	return config.ExitOK
 }
 

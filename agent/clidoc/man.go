@@ -102,6 +102,11 @@ func WriteMan(w io.Writer, c CLI, files []File) error {
 		m.line(`\fB` + code(o.Env()) + `\fR`)
 		m.line("as " + flagText("--"+o.Name) + ".")
 	}
+	for _, e := range c.Environment {
+		m.req(".TP")
+		m.line(`\fB` + code(e[0]) + `\fR`)
+		m.line(text(e[1]))
+	}
 
 	m.section("FILES")
 	for _, f := range files {
