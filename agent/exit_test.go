@@ -18,6 +18,8 @@ import (
 
 // runCommand runs `fluksio-worker run` in this process with a JSON log and
 // the embedded runtime, and returns its exit code and its log records.
+// One at a time: run sets up what is the process's (its signal handlers,
+// its containment), as the worker it is meant to be.
 func runCommand(t *testing.T, url string, extra ...string) (int, []map[string]any) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), attachTimeout)
@@ -31,6 +33,8 @@ func runCommand(t *testing.T, url string, extra ...string) (int, []map[string]an
 		"--warm", "0",
 		"--state-dir", filepath.Join(t.TempDir(), "state"),
 		"--log-format", "json",
+		// No cgroup of its own for this test process: it is not a worker.
+		"--containment", "subreaper",
 	}, extra...)
 	logs := &enginetest.Buffer{}
 	t.Cleanup(func() {
@@ -55,7 +59,6 @@ func lastRecord(t *testing.T, records []map[string]any, code int, level, reason 
 // A batch job pointed at the wrong place must not end as if it had done
 // its work: --max-idle without ever attaching exits 4 with the last error.
 func TestMaxIdleNeverAttachedFails(t *testing.T) {
-	t.Parallel()
 	// A port nothing listens on: bound, then closed.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -81,7 +84,6 @@ func TestMaxIdleNeverAttachedFails(t *testing.T) {
 
 // Idle after a successful attach is the batch job's normal end: exit 0.
 func TestMaxIdleAfterAttachExitsZero(t *testing.T) {
-	t.Parallel()
 	eng, err := enginetest.Start(enginetest.Options{Tokens: []string{sessionToken}})
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +98,6 @@ func TestMaxIdleAfterAttachExitsZero(t *testing.T) {
 
 // --max-calls says so on the way out.
 func TestMaxCallsLastRecord(t *testing.T) {
-	t.Parallel()
 	eng, err := enginetest.Start(enginetest.Options{Tokens: []string{sessionToken}})
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +125,6 @@ func TestMaxCallsLastRecord(t *testing.T) {
 // wss:// against an engine without TLS is a wrong URL, not an outage: it
 // says what to write, and exits 2 at once instead of retrying forever.
 func TestWSSAgainstPlainServer(t *testing.T) {
-	t.Parallel()
 	eng, err := enginetest.Start(enginetest.Options{Tokens: []string{sessionToken}})
 	if err != nil {
 		t.Fatal(err)
