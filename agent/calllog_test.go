@@ -31,11 +31,7 @@ def sleeps():
 `
 
 func callLogCall(id, function string, inputs map[string]any) map[string]any {
-	return map[string]any{
-		"op": "run", "call_id": id,
-		"node":     map[string]any{"source": callLogNodes, "filename": "call_log_nodes.py"},
-		"function": function, "inputs": inputs, "settings": map[string]any{},
-	}
+	return sourceCall(callLogNodes, "call_log_nodes.py", id, function, inputs)
 }
 
 // logRecords parses a JSON log, one record a line.
@@ -176,8 +172,7 @@ func waitStream(t *testing.T, c *enginetest.Call) {
 // worker's own records of its calls.
 func TestNodeLogLevel(t *testing.T) {
 	const node = "import sys\ndef talk():\n    sys.stderr.write('node-said-this\\n')\n    sys.stderr.flush()\n    return {}\n"
-	call := map[string]any{"op": "run", "call_id": "talk-1", "node": map[string]any{"source": node, "filename": "talk.py"},
-		"function": "talk", "inputs": map[string]any{}, "settings": map[string]any{}}
+	call := sourceCall(node, "talk.py", "talk-1", "talk", map[string]any{})
 	for _, tt := range []struct {
 		level string
 		shown bool

@@ -46,10 +46,23 @@ func runCommand(t *testing.T, url string, extra ...string) (int, []map[string]an
 	return code, logRecords(t, logs.String())
 }
 
-// lastRecord checks the log's last record says the worker exits, why, and
-// with which code.
-func lastRecord(t *testing.T, records []map[string]any, code int, level, reason string) {
+func startTestEngine(t *testing.T) *enginetest.Engine {
 	t.Helper()
+	eng, err := enginetest.Start(enginetest.Options{Tokens: []string{sessionToken}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(eng.Close)
+	return eng
+}
+
+// exited checks the exit code is code, and that the log's last record says
+// the worker exits, why, and with which code.
+func exited(t *testing.T, got int, records []map[string]any, code int, level, reason string) {
+	t.Helper()
+	if got != code {
+		t.Fatalf("exit code %d; want %d", got, code)
+	}
 	last := records[len(records)-1]
 	if last["msg"] != "exiting" || last["exit_code"] != float64(code) || last["reason"] != reason || last["level"] != level {
 		t.Errorf("the last log record is %v; want msg exiting, exit_code %d, reason %q, level %s", last, code, reason, level)
@@ -67,9 +80,7 @@ func TestMaxIdleNeverAttachedFails(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close()
 	code, records := runCommand(t, "ws://"+addr+"/api/v1/workers/attach", "--max-idle", "1s")
-	if code != config.ExitNeverAttached || code == config.ExitOK {
-		t.Fatalf("exit code %d; want %d (never attached)", code, config.ExitNeverAttached)
-	}
+	exited(t, code, records, config.ExitNeverAttached, "ERROR", "never attached to the engine within --max-idle")
 	var said map[string]any
 	for _, r := range records {
 		if r["last_error"] != nil {
@@ -79,30 +90,18 @@ func TestMaxIdleNeverAttachedFails(t *testing.T) {
 	if said == nil || said["level"] != "ERROR" || fmt.Sprint(said["last_error"]) == "" {
 		t.Errorf("no ERROR record with the last error: %v", records)
 	}
-	lastRecord(t, records, config.ExitNeverAttached, "ERROR", "never attached to the engine within --max-idle")
 }
 
 // Idle after a successful attach is the batch job's normal end: exit 0.
 func TestMaxIdleAfterAttachExitsZero(t *testing.T) {
-	eng, err := enginetest.Start(enginetest.Options{Tokens: []string{sessionToken}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(eng.Close)
+	eng := startTestEngine(t)
 	code, records := runCommand(t, eng.AttachURL(), "--max-idle", "1s")
-	if code != config.ExitOK {
-		t.Fatalf("exit code %d; want 0", code)
-	}
-	lastRecord(t, records, config.ExitOK, "INFO", "nothing ran for --max-idle")
+	exited(t, code, records, config.ExitOK, "INFO", "nothing ran for --max-idle")
 }
 
 // --max-calls says so on the way out.
 func TestMaxCallsLastRecord(t *testing.T) {
-	eng, err := enginetest.Start(enginetest.Options{Tokens: []string{sessionToken}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(eng.Close)
+	eng := startTestEngine(t)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), attachTimeout)
 		defer cancel()
@@ -116,24 +115,15 @@ func TestMaxCallsLastRecord(t *testing.T) {
 		}
 	}()
 	code, records := runCommand(t, eng.AttachURL(), "--max-calls", "1")
-	if code != config.ExitOK {
-		t.Fatalf("exit code %d; want 0", code)
-	}
-	lastRecord(t, records, config.ExitOK, "INFO", "--max-calls answered")
+	exited(t, code, records, config.ExitOK, "INFO", "--max-calls answered")
 }
 
 // wss:// against an engine without TLS is a wrong URL, not an outage: it
 // says what to write, and exits 2 at once instead of retrying forever.
 func TestWSSAgainstPlainServer(t *testing.T) {
-	eng, err := enginetest.Start(enginetest.Options{Tokens: []string{sessionToken}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(eng.Close)
+	eng := startTestEngine(t)
 	code, records := runCommand(t, "wss://"+eng.Addr()+"/api/v1/workers/attach")
-	if code != config.ExitUsage {
-		t.Fatalf("exit code %d; want %d", code, config.ExitUsage)
-	}
+	exited(t, code, records, config.ExitUsage, "ERROR", "bad configuration")
 	want := "the server at " + eng.Addr() + " does not speak TLS: use ws://" + eng.Addr() + "/api/v1/workers/attach"
 	found := false
 	for _, r := range records {
@@ -142,5 +132,4 @@ func TestWSSAgainstPlainServer(t *testing.T) {
 	if !found {
 		t.Errorf("no record says %q", want)
 	}
-	lastRecord(t, records, config.ExitUsage, "ERROR", "bad configuration")
 }

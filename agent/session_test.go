@@ -216,9 +216,14 @@ def hang():
 `
 
 func nodeCall(id, function string, inputs map[string]any) map[string]any {
+	return sourceCall(sessionNodes, "session_nodes.py", id, function, inputs)
+}
+
+// sourceCall is a run request for function of a node's source.
+func sourceCall(source, filename, id, function string, inputs map[string]any) map[string]any {
 	return map[string]any{
 		"op": "run", "call_id": id,
-		"node":     map[string]any{"source": sessionNodes, "filename": "session_nodes.py"},
+		"node":     map[string]any{"source": source, "filename": filename},
 		"function": function, "inputs": inputs, "settings": map[string]any{},
 	}
 }

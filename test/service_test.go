@@ -326,17 +326,7 @@ func TestServiceUnderSystemd(t *testing.T) {
 	if user := strings.TrimSpace(must("systemctl show -p User --value fluksio-worker")); user != "alice" {
 		t.Errorf("after install --user alice the service runs as %q", user)
 	}
-	cache, err := w.Run(map[string]any{
-		"op": "run", "call_id": "home",
-		"node":     map[string]any{"source": "import os\ndef f():\n    p = os.path.expanduser('~/.cache/node/weights')\n    os.makedirs(os.path.dirname(p), exist_ok=True)\n    with open(p, 'w') as fh:\n        fh.write('kept')\n    return {'path': p}\n", "filename": "f.py"},
-		"function": "f", "inputs": map[string]any{}, "settings": map[string]any{},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
-	answer, _, err = cache.Wait(wctx)
-	wcancel()
+	answer, err = runSource(ctx, w, "home", "import os\ndef f():\n    p = os.path.expanduser('~/.cache/node/weights')\n    os.makedirs(os.path.dirname(p), exist_ok=True)\n    with open(p, 'w') as fh:\n        fh.write('kept')\n    return {'path': p}\n")
 	if err != nil || !answer.OK || !strings.Contains(string(answer.Raw), `"/home/alice/.cache/node/weights"`) {
 		t.Errorf("a node writing its cache in alice's home answered %s (%v)", answer.Raw, err)
 	}
@@ -367,22 +357,29 @@ func TestServiceUnderSystemd(t *testing.T) {
 	t.Logf("the whole service test took %v", time.Since(started).Round(time.Second))
 }
 
+// runSource runs the function f of a node's source as call id and waits
+// up to a minute for its answer.
+func runSource(ctx context.Context, w *enginetest.Worker, id, source string) (enginetest.Message, error) {
+	c, err := w.Run(map[string]any{
+		"op": "run", "call_id": id,
+		"node":     map[string]any{"source": source, "filename": "f.py"},
+		"function": "f", "inputs": map[string]any{}, "settings": map[string]any{},
+	})
+	if err != nil {
+		return enginetest.Message{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	answer, _, err := c.Wait(ctx)
+	return answer, err
+}
+
 // checkJournal runs a node that raises and reads the journal back as an
 // operator would: `-p warning` shows the failed call and not the ordinary
 // lines, and no line repeats the timestamp journald records itself.
 func checkJournal(ctx context.Context, t *testing.T, w *enginetest.Worker, must func(string) string) {
 	t.Helper()
-	c, err := w.Run(map[string]any{
-		"op": "run", "call_id": "journal-fail",
-		"node":     map[string]any{"source": "def f():\n    raise ValueError('journal test')\n", "filename": "f.py"},
-		"function": "f", "inputs": map[string]any{}, "settings": map[string]any{},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	if answer, _, err := c.Wait(wctx); err != nil || answer.OK {
+	if answer, err := runSource(ctx, w, "journal-fail", "def f():\n    raise ValueError('journal test')\n"); err != nil || answer.OK {
 		t.Fatalf("the failing node answered %s (%v)", answer.Raw, err)
 	}
 	var warnings string
