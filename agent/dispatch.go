@@ -133,7 +133,7 @@ func (a *Agent) startCall(at *attachment, m protocol.Message) {
 		log.Info("call queued: every --parallel slot is busy", "op", m.Op, "parallel", a.cfg.Parallel, "waiting", waiting)
 		return
 	}
-	log.Info("call started", "op", m.Op)
+	log.Info("call started", "op", m.Op, "function", logging.Cut(c.function, maxLoggedID))
 	at.calls.Add(1)
 	go a.runSlot(at, c)
 }

@@ -156,7 +156,7 @@ func (a *Agent) runSlot(at *attachment, c *call) {
 		a.mu.Unlock()
 		if c != nil {
 			a.publishCounts(running, waiting)
-			c.log.Info("call started after waiting for a slot", "op", c.op,
+			c.log.Info("call started after waiting for a slot", "op", c.op, "function", logging.Cut(c.function, maxLoggedID),
 				"waited", time.Since(c.arrived).Round(time.Millisecond).String())
 		}
 	}
