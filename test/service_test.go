@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -167,6 +168,30 @@ func TestServiceUnderSystemd(t *testing.T) {
 	out = must("fluksio-worker check")
 	if !strings.Contains(out, "token      accepted") || !strings.Contains(out, "account    fluksio-worker") {
 		t.Errorf("check:\n%s", out)
+	}
+	// The same, for scripts and fleet tools; and the worker found by its
+	// state directory, as a worker not run as a service would be.
+	var report struct {
+		State  string `json:"state"`
+		Worker struct {
+			State     string `json:"state"`
+			CallsDone int    `json:"calls_done"`
+		} `json:"worker"`
+	}
+	if out := must("fluksio-worker status --json"); json.Unmarshal([]byte(out), &report) != nil || report.State != "running" || report.Worker.State != "attached" || report.Worker.CallsDone != 1 {
+		t.Errorf("status --json: %+v\n%s", report, out)
+	}
+	if out := must("fluksio-worker status --state-dir /var/lib/fluksio-worker"); !strings.Contains(out, "fluksio-worker: running") || !strings.Contains(out, `attached as "e2e-box"`) {
+		t.Errorf("status --state-dir:\n%s", out)
+	}
+	var checked struct {
+		OK    bool `json:"ok"`
+		Items []struct {
+			Item, Result string
+		} `json:"items"`
+	}
+	if out := must("fluksio-worker check --json"); json.Unmarshal([]byte(out), &checked) != nil || !checked.OK || len(checked.Items) < 7 {
+		t.Errorf("check --json: %+v\n%s", checked, out)
 	}
 	step("config, unit, status, check")
 	checkServiceContainment(ctx, t, w, must)
