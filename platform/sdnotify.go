@@ -44,6 +44,9 @@ func NewServiceManager(log *slog.Logger) *ServiceManager {
 	return m
 }
 
+// Enabled reports whether a service manager is listening.
+func (m *ServiceManager) Enabled() bool { return m.enabled }
+
 // WatchdogPeriod is WatchdogSec= of the unit, or 0 without a watchdog.
 // Pings must come at least this often; sd_notify(3) advises twice as often.
 func (m *ServiceManager) WatchdogPeriod() time.Duration { return m.watchdog }

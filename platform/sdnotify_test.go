@@ -40,6 +40,9 @@ func TestServiceManagerNotifies(t *testing.T) {
 	t.Setenv("WATCHDOG_USEC", "4000000")
 	t.Setenv("WATCHDOG_PID", "")
 	m := NewServiceManager(slog.New(slog.DiscardHandler))
+	if !m.Enabled() {
+		t.Error("Enabled() is false with NOTIFY_SOCKET set")
+	}
 	if m.WatchdogPeriod() != 4*time.Second {
 		t.Errorf("WatchdogPeriod() = %v; want WATCHDOG_USEC's 4s", m.WatchdogPeriod())
 	}
@@ -70,6 +73,9 @@ func TestServiceManagerNotifies(t *testing.T) {
 func TestServiceManagerOutsideSystemd(t *testing.T) {
 	t.Setenv("NOTIFY_SOCKET", "")
 	m := NewServiceManager(nil)
+	if m.Enabled() {
+		t.Error("Enabled() outside systemd")
+	}
 	m.Ready()
 	m.Status("x")
 	m.Watchdog()

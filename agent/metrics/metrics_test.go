@@ -179,7 +179,9 @@ func TestServerServesMetricsAndHealth(t *testing.T) {
 	m := New("9.9.9", 1)
 	m.Welcomed()
 	healthy, reason := true, "ok: attached"
-	srv, err := Listen("127.0.0.1:0", m, func() (bool, string) { return healthy, reason })
+	alive := true
+	srv, err := Listen("127.0.0.1:0", m, func() (bool, string) { return healthy, reason },
+		func() (bool, string) { return alive, "the main loop runs" })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +204,15 @@ func TestServerServesMetricsAndHealth(t *testing.T) {
 	if code, _, body = get(t, http.MethodHead, base+"/healthz"); code != http.StatusServiceUnavailable || body != "" {
 		t.Errorf("HEAD /healthz: %d %q; want 503 without a body", code, body)
 	}
-	for _, path := range []string{"/metrics", "/healthz"} {
+	// Liveness is the main loop's alone, whatever the engine does.
+	if code, _, body = get(t, http.MethodGet, base+"/livez"); code != http.StatusOK || body != "the main loop runs\n" {
+		t.Errorf("GET /livez while alive, not ready: %d %q", code, body)
+	}
+	alive = false
+	if code, _, _ = get(t, http.MethodGet, base+"/livez"); code != http.StatusServiceUnavailable {
+		t.Errorf("GET /livez while stuck: %d; want 503", code)
+	}
+	for _, path := range []string{"/metrics", "/healthz", "/livez"} {
 		code, header, _ := get(t, http.MethodPost, base+path)
 		if code != http.StatusMethodNotAllowed || header.Get("Allow") != "GET, HEAD" {
 			t.Errorf("POST %s: %d, Allow %q; want 405 and GET, HEAD", path, code, header.Get("Allow"))
@@ -217,12 +227,13 @@ func TestServerServesMetricsAndHealth(t *testing.T) {
 // An address that cannot be bound is an error at once, naming --listen.
 func TestListenOnABusyAddress(t *testing.T) {
 	m := New("dev", 1)
-	srv, err := Listen("127.0.0.1:0", m, func() (bool, string) { return true, "" })
+	ok := func() (bool, string) { return true, "" }
+	srv, err := Listen("127.0.0.1:0", m, ok, ok)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	if _, err := Listen(srv.Addr(), m, func() (bool, string) { return true, "" }); err == nil || !strings.Contains(err.Error(), "--listen "+srv.Addr()) {
+	if _, err := Listen(srv.Addr(), m, ok, ok); err == nil || !strings.Contains(err.Error(), "--listen "+srv.Addr()) {
 		t.Errorf("Listen on a busy address: %v; want an error naming --listen", err)
 	}
 }

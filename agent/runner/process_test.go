@@ -129,15 +129,18 @@ func (c *call) output(t *testing.T) Output {
 	}
 }
 
-// end calls End, failing the test if it does not return.
-func (c *call) end(t *testing.T, answered bool) {
+// end calls End, failing the test if it does not return, and returns
+// what End says the runner cost.
+func (c *call) end(t *testing.T, answered bool) Usage {
 	t.Helper()
-	done := make(chan struct{})
-	go func() { c.End(answered); close(done) }()
+	done := make(chan Usage, 1)
+	go func() { done <- c.End(answered) }()
 	select {
-	case <-done:
+	case u := <-done:
+		return u
 	case <-time.After(waitLong):
 		t.Fatalf("call %s: End did not return within %s", c.id, waitLong)
+		return Usage{}
 	}
 }
 
@@ -240,13 +243,16 @@ func TestRunnerAnswersAndRelaysItsOutput(t *testing.T) {
 	if len(dirs) != 1 {
 		t.Errorf("call directories while the call runs: %v; want one", dirs)
 	}
-	c.end(t, true)
+	u := c.end(t, true)
 	gone(t, "after End", pidOf(a["outputs"].(map[string]any), "pid"))
+	if u.Wall <= 0 || u.PeakRSSByte <= 0 {
+		t.Errorf("End says the runner cost %+v; want its wall time and peak memory", u)
+	}
 	if dirs := r.callDirs(); len(dirs) != 0 {
 		t.Errorf("End left call directories behind: %v", dirs)
 	}
 	log := r.log.String()
-	for _, want := range []string{"hello from the node", "this is not JSON", "call ended"} {
+	for _, want := range []string{"hello from the node", "this is not JSON"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("the log lacks %q", want)
 		}
