@@ -311,22 +311,50 @@ func TestDrain(t *testing.T) {
 	}
 }
 
-// --max-calls 2: the third call is declined, and the worker ends once two
-// calls are answered.
+// TestMaxCalls: with --max-calls 3 the worker answers three calls, declines
+// the fourth as a draining worker does, and exits 0 once the three are done.
 func TestMaxCalls(t *testing.T) {
 	t.Parallel()
-	f := serveFake(t, enginetest.Options{}, "--max-calls", "2")
-	a := f.run(t, "a", map[string]any{"announce": true}, map[string]any{"sleep_ms": 300})
-	started(t, a)
-	b := f.run(t, "b")
-	declined(t, answerOf(t, f.run(t, "c")), protocol.TypeNodeCancelled, "the worker is draining")
-	for _, c := range []*enginetest.Call{a, b} {
-		if answer := answerOf(t, c); !answer.OK {
-			t.Errorf("%s answered %s", c.ID, answer.Raw)
+	f := serveFake(t, enginetest.Options{}, "--max-calls", "3", "--parallel", "4")
+	wk := f.wk
+	var calls []*enginetest.Call
+	for i := 1; i <= 4; i++ {
+		calls = append(calls, run(t, wk, fmt.Sprintf("mc%d", i), step{"sleep_ms": 500}))
+	}
+	for i, c := range calls {
+		answer, _ := wait(t, c)
+		if i < 3 && !answer.OK {
+			t.Errorf("call %s: %s; want ok", c.ID, answer.Raw)
+		}
+		if i == 3 && (answer.OK || answer.Error == nil || answer.Error.Type != "NodeCancelled" || answer.Error.Message != "the worker is draining") {
+			t.Errorf("the fourth call: %s; want NodeCancelled, the worker is draining", answer.Raw)
 		}
 	}
 	if err := f.result(t); err != nil {
-		t.Errorf("Serve after --max-calls: %v", err)
+		t.Errorf("Serve after --max-calls: %v; want nil (exit 0)", err)
+	}
+	if !strings.Contains(f.log.String(), "--max-calls") {
+		t.Errorf("the log does not say why the worker stopped:\n%s", f.log.String())
+	}
+}
+
+// TestMaxCallsCountsAnswersNotAttempts: a call that never got its answer
+// (the connection was lost) leaves its place to another.
+func TestMaxCallsCountsAnswersNotAttempts(t *testing.T) {
+	t.Parallel()
+	f := serveFake(t, enginetest.Options{}, "--max-calls", "1")
+	wk := f.wk
+	lost := run(t, wk, "lost", step{"announce": true}, step{"sleep_ms": 60000})
+	if _, err := lost.Next(timeoutCtx(t, 20*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	wk.Drop()
+	wk = f.attach(t)
+	if answer, _ := wait(t, run(t, wk, "kept", step{"events": 1})); !answer.OK {
+		t.Errorf("after a lost call, the one call --max-calls allows: %s", answer.Raw)
+	}
+	if err := f.result(t); err != nil {
+		t.Errorf("Serve after --max-calls: %v; want nil (exit 0)", err)
 	}
 }
 
@@ -449,6 +477,52 @@ func TestMaxIdle(t *testing.T) {
 	case <-f.wk.Done():
 	case <-time.After(goneTimeout):
 		t.Fatal("the idle worker left its connection open")
+	}
+}
+
+// --max-idle counts while the worker cannot reach the engine too: a batch
+// job whose engine is gone gives its node back, and says it never
+// attached (exit 4), not that it did its work.
+func TestMaxIdleWhileDisconnected(t *testing.T) {
+	t.Parallel()
+	d, err := enginetest.StartDoorman(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	self, _ := os.Executable()
+	noEnv := func(string) string { return "" }
+	cfg, err := config.Load([]string{"--url", d.AttachURL(), "--token", fakeToken, "--python", self,
+		"--runtime", "embedded", "--state-dir", t.TempDir(), "--max-idle", "3"}, noEnv)
+	if err == nil {
+		err = cfg.Resolve()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	stateDir, err := config.ResolveStateDir(cfg, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := agent.New(cfg, logging.NewLogger(io.Discard, "text", "info", fakeToken), self, stateDir)
+	start := time.Now()
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(context.Background()) }()
+	select {
+	case err := <-served:
+		var never *agent.NeverAttachedError
+		if !errors.As(err, &never) || never.MaxIdle != 3*time.Second {
+			t.Errorf("Serve of an idle worker that cannot attach: %v; want a NeverAttachedError", err)
+		}
+	case <-time.After(goneTimeout):
+		a.Stop()
+		t.Fatal("the worker did not give up after --max-idle 3")
+	}
+	if took := time.Since(start); took < 2500*time.Millisecond {
+		t.Errorf("Serve returned after %s, before --max-idle 3", took)
+	}
+	if n := len(d.Attempts()); n < 2 {
+		t.Errorf("%d attach attempts: the worker was not retrying while idle", n)
 	}
 }
 

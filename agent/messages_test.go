@@ -51,6 +51,18 @@ func TestHelloDescribesTheWorker(t *testing.T) {
 	}
 }
 
+// Without --name the worker attaches as the host name.
+func TestDefaultNameIsTheHostName(t *testing.T) {
+	t.Parallel()
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		t.Skipf("no host name here: %v", err)
+	}
+	if got := serveFake(t, enginetest.Options{}).wk.Hello.Name; got != host {
+		t.Errorf("name %q, want the host name %q", got, host)
+	}
+}
+
 func TestInventoryFromSLURMAndFlags(t *testing.T) {
 	for _, kv := range []string{"SLURM_CPUS_ON_NODE=6", "SLURM_MEM_PER_NODE=12000", "SLURM_JOB_GPUS=2,5,7"} {
 		name, value, _ := strings.Cut(kv, "=")

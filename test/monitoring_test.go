@@ -317,34 +317,6 @@ func TestHealthFollowsTheEngine(t *testing.T) {
 	}
 }
 
-// TestMonitoringIsReadOnly: GET and HEAD only, on the three paths only.
-func TestMonitoringIsReadOnly(t *testing.T) {
-	t.Parallel()
-	eng := startEngine(t, enginetest.Options{})
-	w := startWorker(t, eng, nil, "--listen", "127.0.0.1:0")
-	addr := monitorAddr(t, w)
-	attach(t, eng)
-	for _, path := range []string{"/metrics", "/healthz", "/livez"} {
-		for _, method := range []string{"POST", "PUT", "DELETE", "PATCH", "OPTIONS"} {
-			req, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader("x"))
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET, HEAD" {
-				t.Errorf("%s %s: HTTP %d, Allow %q; want 405 and GET, HEAD", method, path, resp.StatusCode, resp.Header.Get("Allow"))
-			}
-		}
-		if code, _ := get(t, "GET", "http://"+addr+path); code != http.StatusOK {
-			t.Errorf("GET %s: HTTP %d", path, code)
-		}
-	}
-	if code, _ := get(t, "GET", "http://"+addr+"/"); code != http.StatusNotFound {
-		t.Errorf("GET /: HTTP %d, want 404", code)
-	}
-}
-
 // TestListenOnATakenAddressIsAUsageError: a worker that cannot serve what
 // it was asked to says so and exits 2, rather than running unwatched.
 func TestListenOnATakenAddressIsAUsageError(t *testing.T) {
@@ -354,54 +326,5 @@ func TestListenOnATakenAddressIsAUsageError(t *testing.T) {
 	w := startWorker(t, eng, nil, "--listen", eng.Addr())
 	if code := w.wait(30 * time.Second); code != 2 || !strings.Contains(w.logs.String(), "--listen "+eng.Addr()) {
 		t.Errorf("exit %d; want 2 and the address named:\n%s", code, w.logs.String())
-	}
-}
-
-// TestMaxCalls: with --max-calls 3 the worker answers three calls, declines
-// the fourth as a draining worker does, and exits 0 once the three are done.
-func TestMaxCalls(t *testing.T) {
-	t.Parallel()
-	eng := startEngine(t, enginetest.Options{})
-	w := startWorker(t, eng, nil, "--max-calls", "3", "--parallel", "4")
-	wk := attach(t, eng)
-	var calls []*enginetest.Call
-	for i := 1; i <= 4; i++ {
-		calls = append(calls, run(t, wk, fmt.Sprintf("mc%d", i), step{"sleep_ms": 500}))
-	}
-	for i, c := range calls {
-		answer, _ := wait(t, c)
-		if i < 3 && !answer.OK {
-			t.Errorf("call %s: %s; want ok", c.ID, answer.Raw)
-		}
-		if i == 3 && (answer.OK || answer.Error == nil || answer.Error.Type != "NodeCancelled" || answer.Error.Message != "the worker is draining") {
-			t.Errorf("the fourth call: %s; want NodeCancelled, the worker is draining", answer.Raw)
-		}
-	}
-	if code := w.wait(30 * time.Second); code != 0 {
-		t.Errorf("exit %d after --max-calls; want 0", code)
-	}
-	if !strings.Contains(w.logs.String(), "--max-calls") {
-		t.Errorf("the log does not say why the worker stopped:\n%s", w.logs.String())
-	}
-}
-
-// TestMaxCallsCountsAnswersNotAttempts: a call that never got its answer
-// (the connection was lost) leaves its place to another.
-func TestMaxCallsCountsAnswersNotAttempts(t *testing.T) {
-	t.Parallel()
-	eng := startEngine(t, enginetest.Options{})
-	w := startWorker(t, eng, nil, "--max-calls", "1")
-	wk := attach(t, eng)
-	lost := run(t, wk, "lost", step{"announce": true}, step{"sleep_ms": 60000})
-	if _, err := lost.Next(timeoutCtx(t, 20*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	wk.Drop()
-	wk = attach(t, eng)
-	if answer, _ := wait(t, run(t, wk, "kept", step{"events": 1})); !answer.OK {
-		t.Errorf("after a lost call, the one call --max-calls allows: %s", answer.Raw)
-	}
-	if code := w.wait(30 * time.Second); code != 0 {
-		t.Errorf("exit %d; want 0", code)
 	}
 }

@@ -168,24 +168,6 @@ func TestBackoffStopsAt30s(t *testing.T) {
 	}
 }
 
-// --max-idle counts while the worker cannot reach the engine too: a batch
-// job whose engine is gone gives its node back.
-func TestMaxIdleWhileDisconnected(t *testing.T) {
-	t.Parallel()
-	d := startDoorman(t, 0)
-	start := time.Now()
-	w := workerAt(t, d.AttachURL(), "--max-idle", "3")
-	if code := w.wait(30 * time.Second); code != 0 {
-		t.Fatalf("exit %d, want 0", code)
-	}
-	if took := time.Since(start); took < 2500*time.Millisecond {
-		t.Errorf("exited after %s, before --max-idle 3", took)
-	}
-	if n := len(d.Attempts()); n < 2 {
-		t.Errorf("%d attach attempts: the worker was not retrying while idle", n)
-	}
-}
-
 // A stop or a drain while the worker waits to reconnect ends the wait:
 // the worker exits 0 at once, not after the backoff.
 func TestStopAndDrainWhileDisconnected(t *testing.T) {
@@ -212,24 +194,6 @@ func TestStopAndDrainWhileDisconnected(t *testing.T) {
 				t.Errorf("%d attach attempts after %s, want 4", n, sig)
 			}
 		})
-	}
-}
-
-// The token travels as ?token= and as a bearer header on the upgrade.
-func TestTheUpgradeCarriesTheToken(t *testing.T) {
-	t.Parallel()
-	eng := startEngine(t, enginetest.Options{})
-	startWorker(t, eng, nil)
-	attach(t, eng)
-	a := eng.Attempts()
-	if len(a) != 1 {
-		t.Fatalf("%d attach attempts, want 1", len(a))
-	}
-	if got := a[0].Header.Get("Authorization"); got != "Bearer "+testToken {
-		t.Errorf("Authorization: %q, want the bearer token", got)
-	}
-	if got := a[0].URL.Query().Get("token"); got != testToken {
-		t.Errorf("?token=%q, want the token", got)
 	}
 }
 
@@ -380,20 +344,6 @@ func TestPingsEvery20s(t *testing.T) {
 	case <-wk.Done():
 		t.Errorf("a healthy, quiet connection was dropped after %s", time.Since(attached))
 	case <-time.After(time.Until(attached.Add(45 * time.Second))):
-	}
-}
-
-// Without --name the worker attaches as the host name.
-func TestDefaultNameIsTheHostName(t *testing.T) {
-	t.Parallel()
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		t.Skipf("no host name here: %v", err)
-	}
-	eng := startEngine(t, enginetest.Options{})
-	startWorker(t, eng, nil)
-	if got := attach(t, eng).Hello.Name; got != host {
-		t.Errorf("name %q, want the host name %q", got, host)
 	}
 }
 

@@ -77,6 +77,23 @@ func attach(t *testing.T, eng *enginetest.Engine) (*Conn, *enginetest.Worker) {
 	return conn, wk
 }
 
+// The token travels as ?token= and as a bearer header on the upgrade.
+func TestTheUpgradeCarriesTheToken(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, enginetest.Options{})
+	attach(t, eng)
+	a := eng.Attempts()
+	if len(a) != 1 {
+		t.Fatalf("%d attach attempts, want 1", len(a))
+	}
+	if got := a[0].Header.Get("Authorization"); got != "Bearer "+token {
+		t.Errorf("Authorization: %q, want the bearer token", got)
+	}
+	if got := a[0].URL.Query().Get("token"); got != token {
+		t.Errorf("?token=%q, want the token", got)
+	}
+}
+
 // Frames from many goroutines arrive whole, each sender's in its order:
 // one goroutine writes the socket.
 func TestConcurrentSendsArriveWholeAndInOrder(t *testing.T) {

@@ -212,11 +212,17 @@ func TestServerServesMetricsAndHealth(t *testing.T) {
 	if code, _, _ = get(t, http.MethodGet, base+"/livez"); code != http.StatusServiceUnavailable {
 		t.Errorf("GET /livez while stuck: %d; want 503", code)
 	}
+	// The endpoint changes nothing, and says so.
 	for _, path := range []string{"/metrics", "/healthz", "/livez"} {
-		code, header, _ := get(t, http.MethodPost, base+path)
-		if code != http.StatusMethodNotAllowed || header.Get("Allow") != "GET, HEAD" {
-			t.Errorf("POST %s: %d, Allow %q; want 405 and GET, HEAD", path, code, header.Get("Allow"))
+		for _, method := range []string{"POST", "PUT", "DELETE", "PATCH", "OPTIONS"} {
+			code, header, _ := get(t, method, base+path)
+			if code != http.StatusMethodNotAllowed || header.Get("Allow") != "GET, HEAD" {
+				t.Errorf("%s %s: %d, Allow %q; want 405 and GET, HEAD", method, path, code, header.Get("Allow"))
+			}
 		}
+	}
+	if code, _, _ := get(t, http.MethodGet, base+"/"); code != http.StatusNotFound {
+		t.Errorf("GET /: %d; want 404", code)
 	}
 	srv.Close()
 	if _, err := http.Get(base + "/healthz"); err == nil {
