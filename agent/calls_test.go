@@ -150,22 +150,30 @@ func declined(t *testing.T, m enginetest.Message, typ, want string) {
 	}
 }
 
-// started waits for a call's "started" event (the announce step).
-func started(t *testing.T, c *enginetest.Call) int {
+// nextEvent reads a call's frames up to the next event of kind, failing
+// the test if the call answers first.
+func nextEvent(t *testing.T, c *enginetest.Call, kind string) enginetest.Message {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	for {
 		m, err := c.Next(ctx)
 		if err != nil || m.IsAnswer() {
-			t.Fatalf("call %s: no started event: %s %v", c.ID, m.Raw, err)
+			t.Fatalf("call %s: no %s event: %s %v", c.ID, kind, m.Raw, err)
 		}
-		if m.Event == "started" {
-			var ev struct{ PID int }
-			m.Decode(&ev)
-			return ev.PID
+		if m.Event == kind {
+			return m
 		}
 	}
+}
+
+// started waits for a call's "started" event (the announce step) and
+// returns the runner's pid.
+func started(t *testing.T, c *enginetest.Call) int {
+	t.Helper()
+	var ev struct{ PID int }
+	nextEvent(t, c, "started").Decode(&ev)
+	return ev.PID
 }
 
 // served waits for Serve's result.

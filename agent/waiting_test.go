@@ -66,7 +66,7 @@ func TestWaitingCallsRunInOrderWithHeartbeats(t *testing.T) {
 	f := serveFake(t, enginetest.Options{}, "--parallel", "1")
 	wk := f.wk
 	first := run(t, wk, "w0", step{"announce": true}, step{"sleep_ms": 11000})
-	startedEvent(t, first)
+	started(t, first)
 	b := run(t, wk, "w1", step{"announce": true})
 	cancelled := run(t, wk, "w2", step{"announce": true})
 	d := run(t, wk, "w3", step{"announce": true})
@@ -127,7 +127,7 @@ func TestStopAnswersWaitingCallsWithoutStartingThem(t *testing.T) {
 	f := serveFake(t, enginetest.Options{}, "--parallel", "1", "--cancel-grace", "1s")
 	wk := f.wk
 	running := run(t, wk, "s0", step{"announce": true}, step{"sleep_ms": 60000})
-	startedEvent(t, running)
+	started(t, running)
 	waiting := []*enginetest.Call{run(t, wk, "s1", step{"announce": true}), run(t, wk, "s2", step{"announce": true})}
 	queued(t, f, 2)
 	f.a.Stop()
@@ -152,7 +152,7 @@ func TestDrainRunsWaitingCalls(t *testing.T) {
 	f := serveFake(t, enginetest.Options{}, "--parallel", "1")
 	wk := f.wk
 	first := run(t, wk, "q0", step{"announce": true}, step{"sleep_ms": 1500})
-	startedEvent(t, first)
+	started(t, first)
 	second := run(t, wk, "q1", step{"announce": true})
 	queued(t, f, 1)
 	f.a.Drain()
@@ -200,24 +200,6 @@ func TestLostConnectionDropsWaitingCalls(t *testing.T) {
 	answer, events := wait(t, run(t, wk, "fresh", step{"announce": true}))
 	if !answer.OK || !startedIn(events) {
 		t.Errorf("after the drop: %s", answer.Raw)
-	}
-}
-
-// startedEvent reads a call's frames up to its "started" event and fails
-// if the answer comes first.
-func startedEvent(t *testing.T, c *enginetest.Call) {
-	t.Helper()
-	for {
-		m, err := c.Next(timeoutCtx(t, 30*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m.Event == "started" {
-			return
-		}
-		if m.IsAnswer() {
-			t.Fatalf("%s answered %s before it started", c.ID, m.Raw)
-		}
 	}
 }
 
