@@ -57,6 +57,10 @@ type Agent struct {
 	answered int64         // calls whose answer was sent, for --max-calls
 	changed  chan struct{} // a call started or ended
 
+	// outliving counts the goroutines of calls that may outlive their
+	// connection (the resume extension, resume.go); Serve waits for them.
+	outliving sync.WaitGroup
+
 	stopCh    chan struct{}
 	stopOnce  sync.Once
 	drainCh   chan struct{}
@@ -140,11 +144,14 @@ func (a *Agent) Serve(ctx context.Context) error {
 		a.status.Update(func(s *status.Status) { s.State = "stopped" })
 		a.status.Flush()
 	}()
+	held, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go a.watchHeld(held)
 	backoff := backoffMin
 	for {
 		attached, err := a.session(ctx)
-		if errors.Is(err, errFinished) || closed(a.stopCh) || closed(a.drainCh) || closed(a.killCh) || closed(a.reloadCh) {
-			return a.finished()
+		if a.over(err) || ctx.Err() != nil {
+			return a.finish()
 		}
 		var refused *protocol.RefusedError
 		var usage *config.UsageError
@@ -153,10 +160,9 @@ func (a *Agent) Serve(ctx context.Context) error {
 		}
 		if errors.As(err, &refused) || errors.As(err, &usage) {
 			a.status.Update(func(s *status.Status) { s.State = "refused"; s.LastError = err.Error() })
+			a.stopAllHeld(err.Error())
+			a.outliving.Wait()
 			return err
-		}
-		if ctx.Err() != nil {
-			return nil
 		}
 		if attached {
 			backoff = backoffMin
@@ -164,40 +170,83 @@ func (a *Agent) Serve(ctx context.Context) error {
 		}
 		// Jitter spreads a fleet's reconnections after an engine restart.
 		wait := backoff/2 + rand.N(backoff/2+1)
+		if attached {
+			// Right after a drop a whole fleet retries at once: the first
+			// retry is spread over 0-2 s (equal jitter on 1 s would put a
+			// fifth of the fleet in each of the first 100 ms); the later
+			// ones keep equal jitter on a doubling backoff.
+			wait = rand.N(firstRetrySpread + 1)
+		}
+		backoff = min(backoff*2, backoffMax)
 		a.log.Warn("disconnected; retrying", "error", err, "retry_in", wait.Round(time.Millisecond).String())
 		a.status.Update(func(s *status.Status) { s.State = "connecting"; s.Name = ""; s.LastError = err.Error() })
-		backoff = min(backoff*2, backoffMax)
 		if a.waitOffline(ctx, wait) {
-			return a.finished()
+			return a.finish()
 		}
 	}
 }
 
+// firstRetrySpread is the window the first retry after a lost connection
+// falls in.
+const firstRetrySpread = 2 * time.Second
+
+// over says whether the worker should finish after a session that ended
+// with err: stopped, killed or finished on purpose; drained or reloading
+// once no call is held through an outage (those wait for held calls as
+// they wait for running ones).
+func (a *Agent) over(err error) bool {
+	if errors.Is(err, errFinished) || closed(a.stopCh) || closed(a.killCh) {
+		return true
+	}
+	return (closed(a.drainCh) || closed(a.reloadCh)) && len(a.heldCalls()) == 0
+}
+
+// finish stops what is still held (nobody can hear it now) and waits for
+// every call's goroutine, then says how Serve ends.
+func (a *Agent) finish() error {
+	a.stopAllHeld(msgStopping)
+	a.outliving.Wait()
+	return a.finished()
+}
+
 // waitOffline sleeps between connections. It reports true when the worker
-// should exit instead: stopped, drained or reloaded (nothing can be
-// running while disconnected) or idle.
+// should exit instead: stopped, or drained or reloaded with nothing held
+// through the outage, or idle.
 func (a *Agent) waitOffline(ctx context.Context, wait time.Duration) bool {
 	retry := time.NewTimer(wait)
 	defer retry.Stop()
 	var idle <-chan time.Time
-	if a.cfg.MaxIdle > 0 {
+	if a.cfg.MaxIdle > 0 && a.running() == 0 {
 		t := time.NewTimer(time.Until(a.idleDeadline()))
 		defer t.Stop()
 		idle = t.C
 	}
-	select {
-	case <-retry.C:
-		return false
-	case <-idle:
-		a.log.Info("nothing ran for --max-idle; stopping", "max_idle", a.cfg.MaxIdle.String())
-		return true
-	case <-a.stopCh:
-	case <-a.drainCh:
-	case <-a.killCh:
-	case <-a.reloadCh:
-	case <-ctx.Done():
+	// A drain or reload with calls held keeps reconnecting, so that they
+	// can finish; the session then waits for them as for any running call.
+	drain, reload := a.drainCh, a.reloadCh
+	for {
+		select {
+		case <-retry.C:
+			return false
+		case <-idle:
+			a.log.Info("nothing ran for --max-idle; stopping", "max_idle", a.cfg.MaxIdle.String())
+			return true
+		case <-a.changed: // a held call ended
+		case <-drain:
+			drain = nil
+		case <-reload:
+			reload = nil
+		case <-a.stopCh:
+			return true
+		case <-a.killCh:
+			return true
+		case <-ctx.Done():
+			return true
+		}
+		if a.over(nil) {
+			return true
+		}
 	}
-	return true
 }
 
 // errFinished ends a session on purpose: stopped, drained or idle.
@@ -213,12 +262,18 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 	prepare, cancelPrepare := context.WithCancel(ctx)
 	defer cancelPrepare()
 	a.attemptStarted()
+	// Calls held through an outage are running calls: a drain or reload
+	// waits for them, so the worker attaches again to let them finish.
+	drainC, reloadC := a.drainCh, a.reloadCh
+	if len(a.heldCalls()) > 0 {
+		drainC, reloadC = nil, nil
+	}
 	go func() {
 		select {
 		case <-a.stopCh:
-		case <-a.drainCh:
+		case <-drainC:
 		case <-a.killCh:
-		case <-a.reloadCh:
+		case <-reloadC:
 		case <-prepare.Done():
 		}
 		cancelPrepare()
@@ -257,7 +312,16 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 		calls.Wait()
 		at.noise.Close()
 		conn.Abort()
+		if at.resumeTimer != nil {
+			at.resumeTimer.Stop()
+		}
+		a.holdCalls()
 	}()
+	if conn.ResumeGrace() > 0 {
+		a.offerHeld(at)
+	} else {
+		a.stopAllHeld(msgNoResume)
+	}
 	calls.Add(1)
 	go a.beatWaiting(at)
 	lost := make(chan error, 1)

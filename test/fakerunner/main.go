@@ -10,6 +10,8 @@
 // one fails instead of passing for the wrong reason):
 //
 //	{"events": N}         N stream events {"call_id","event":"stream","values":{"i":k}}
+//	{"paced_events": N}   the same, one every 100 ms, as a generator node yields
+//	{"padded_events": N}  the same, each with 4 KiB more ("pad"), as fast as the pipe takes them
 //	{"raw": "text"}       a raw stdout line (garbage, or hand-written JSON)
 //	{"raw_hex": "hex"}    a raw stdout line given as hex, for bytes JSON cannot carry
 //	{"stderr": "text"}    a line on stderr
@@ -90,6 +92,18 @@ func main() {
 			case "events":
 				for i := 0; i < int(n); i++ {
 					fmt.Fprintf(out, `{"call_id":%s,"event":"stream","values":{"i":%d}}`+"\n", id, i)
+				}
+				out.Flush()
+			case "paced_events":
+				for i := 0; i < int(n); i++ {
+					fmt.Fprintf(out, `{"call_id":%s,"event":"stream","values":{"i":%d}}`+"\n", id, i)
+					out.Flush()
+					time.Sleep(100 * time.Millisecond)
+				}
+			case "padded_events":
+				pad := strings.Repeat("x", 4096)
+				for i := 0; i < int(n); i++ {
+					fmt.Fprintf(out, `{"call_id":%s,"event":"stream","values":{"i":%d,"pad":"%s"}}`+"\n", id, i, pad)
 				}
 				out.Flush()
 			case "raw":
