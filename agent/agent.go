@@ -41,6 +41,7 @@ type Agent struct {
 	redact   *logging.Redactor // the token out of text the worker shows
 	metrics  *metrics.Metrics  // nil without --listen
 	runners  *runner.Pool      // starts runners, keeps the warm spares
+	digests  *platform.VenvDigests
 
 	attaching  chan struct{} // closed when the first attempt to attach starts
 	attachOnce sync.Once
@@ -89,6 +90,7 @@ func New(cfg config.Config, log *slog.Logger, python, stateDir string) *Agent {
 		reloadCh: make(chan struct{}),
 
 		attaching: make(chan struct{}),
+		digests:   platform.NewVenvDigests(python),
 	}
 	if cfg.Listen != "" {
 		a.metrics = metrics.New(Version, protocol.Version)
@@ -390,9 +392,11 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 	}
 }
 
-// hello describes this worker. The inventory and the venv digest are taken
-// afresh for each connection: a GPU added or a package installed between
-// connections is advertised on the next one.
+// hello describes this worker. The inventory is taken afresh for each
+// connection: a GPU added between connections is advertised on the next
+// one. The venv digest is taken once and again when the interpreter's
+// package directories change, in the background (platform.VenvDigests): a
+// package installed is advertised once its digest is taken.
 func (a *Agent) hello(ctx context.Context) protocol.Hello {
 	name := a.cfg.Name
 	if name == "" {
@@ -413,7 +417,7 @@ func (a *Agent) hello(ctx context.Context) protocol.Hello {
 		Labels:      labels,
 		Python:      python,
 		MaxParallel: a.cfg.Parallel,
-		VenvDigest:  platform.VenvDigest(ctx, a.python),
+		VenvDigest:  a.digests.Get(ctx),
 		Inventory:   platform.DetectInventory(a.cfg.Overrides()),
 	}
 }

@@ -71,6 +71,7 @@ func TestLoadDefaults(t *testing.T) {
 		LogFormat:   "text",
 		LogLevel:    "info",
 		HealthGrace: time.Minute,
+		OutageGrace: 5 * time.Minute,
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("defaults = %+v, want %+v", cfg, want)
@@ -102,6 +103,7 @@ state-dir = "/var/lib/fluksio-worker"
 max-calls = 3
 listen = "127.0.0.1:9465"
 health_grace = "90s"
+outage_grace = "2m"
 `
 
 func checkFullConfig(t *testing.T, cfg Config) {
@@ -128,6 +130,7 @@ func checkFullConfig(t *testing.T, cfg Config) {
 		MaxCalls:    3,
 		Listen:      "127.0.0.1:9465",
 		HealthGrace: 90 * time.Second,
+		OutageGrace: 2 * time.Minute,
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("config from the file =\n %+v\nwant\n %+v", cfg, want)
