@@ -3,7 +3,8 @@
 // agent. Started as `fakerunner RUNTIME_PATH`, it reads one request line
 // and follows the request's "steps", then answers ok with what it saw.
 // Started as `fakerunner -c …` it answers the agent's Python version check;
-// as `fakerunner -m pip freeze` it prints a fixed package list.
+// as `fakerunner -m pip freeze` it prints a fixed package list (after
+// FAKERUNNER_FREEZE_MS milliseconds of CPU, when that is set).
 //
 // Steps (each an object with one key; a step it does not know ends the
 // runner with status 3 and a message on stderr, so a test that misspells
@@ -42,6 +43,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -54,6 +56,12 @@ func main() {
 			fmt.Println("3.11.0")
 			return
 		case "-m":
+			// FAKERUNNER_FREEZE_MS: pip freeze's CPU cost, spent busy, as
+			// a real one spends it (a third of a second with a few dozen
+			// packages), for benchmarks of what it costs a fleet.
+			if ms, err := strconv.Atoi(os.Getenv("FAKERUNNER_FREEZE_MS")); err == nil {
+				burnCPU(time.Duration(ms) * time.Millisecond)
+			}
 			fmt.Println("fakerunner==1.0")
 			return
 		case "--hold":
@@ -204,4 +212,18 @@ func main() {
 	out.Write(b)
 	out.WriteByte('\n')
 	out.Flush()
+}
+
+// burnCPU spins until the process has used d of CPU time (not wall time:
+// on a loaded machine a fleet's freezes take longer, as real ones do).
+func burnCPU(d time.Duration) {
+	for {
+		var ru syscall.Rusage
+		syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		if time.Duration(ru.Utime.Nano()+ru.Stime.Nano()) >= d {
+			return
+		}
+		for i := 0; i < 100000; i++ {
+		}
+	}
 }
