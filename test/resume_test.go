@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -338,4 +339,45 @@ func TestProtocol2EngineSeesNoResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "the call of the lost connection to be stopped", func() bool { return !platform.ProcessAlive(runner) })
+}
+
+// A reload asked while disconnected waits for the calls held through the
+// outage, as it waits for running ones: the call completes after the
+// engine is back, then the worker re-executes.
+func TestReloadWhileDisconnectedWaitsForHeldCalls(t *testing.T) {
+	t.Parallel()
+	eng := resumeEngine(t, 10*time.Minute)
+	r := startReloadable(t, eng)
+	wk := attach(t, eng)
+	c := run(t, wk, "held", step{"announce": true}, step{"paced_events": 40})
+	runner := runnerPID(t, c)
+	restarted := make(chan error, 1)
+	go func() { restarted <- eng.Restart(2 * time.Second) }()
+	eventually(t, 10*time.Second, "the worker to notice the outage", func() bool {
+		return strings.Contains(r.logs.String(), "disconnected; retrying")
+	})
+	r.signal(syscall.SIGHUP)
+	if err := <-restarted; err != nil {
+		t.Fatal(err)
+	}
+	if !platform.ProcessAlive(runner) {
+		t.Fatal("the reload stopped the held call")
+	}
+	wk = attach(t, eng)
+	answer, events, err := c.WaitTimeout(time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !answer.OK {
+		t.Fatalf("answer: %s", answer.Raw)
+	}
+	exactlyOnceInOrder(t, streamValues(t, events), 40)
+	eventually(t, 20*time.Second, "the re-exec once the held call is done", func() bool {
+		return strings.Contains(r.logs.String(), "executing the binary on disk")
+	})
+	logs := r.logs.String()
+	if strings.Index(logs, "executing the binary on disk") < strings.Index(logs, "held call resumed") {
+		t.Error("the worker re-executed before the held call was resumed")
+	}
+	attach(t, eng)
 }
