@@ -146,6 +146,7 @@ func (a *Agent) Serve(ctx context.Context) error {
 		a.status.Update(func(s *status.Status) { s.State = "stopped" })
 		a.status.Flush()
 	}()
+	a.removeStaleSpills()
 	held, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	go a.watchHeld(held)

@@ -48,11 +48,11 @@ type call struct {
 	proc atomic.Pointer[runner.Process] // once started, for kill
 
 	// Set by attachment.adopt before the call runs (resume.go).
-	rt      runner.Runtime   // the runner script of the call's connection
-	session context.Context  // ends when nobody can hear the call any more
-	wg      *sync.WaitGroup  // counts the goroutine serving the call
-	journal *hold.Journal    // numbers and keeps its frames; nil without the resume extension
-	grace   time.Duration    // how long it may be held through an outage
+	rt      runner.Runtime     // the runner script of the call's connection
+	session context.Context    // ends when nobody can hear the call any more
+	wg      *sync.WaitGroup    // counts the goroutine serving the call
+	journal *hold.Journal      // numbers and keeps its frames; nil without the resume extension
+	grace   time.Duration      // how long it may be held through an outage
 	release context.CancelFunc // ends session, for a held call
 	// Guarded by Agent.mu: while held, the timer that stops it at the end
 	// of its grace, and when the hold began.

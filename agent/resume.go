@@ -13,6 +13,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -49,6 +50,20 @@ const (
 
 // heldDir is where held calls spill their output.
 func (a *Agent) heldDir() string { return filepath.Join(a.stateDir, "held") }
+
+// removeStaleSpills deletes spill files a previous worker process left
+// (it crashed or was killed while holding calls): nothing is kept across
+// processes. A spill file still in use elsewhere is read through its open
+// descriptor, so its path going away does not disturb its owner.
+func (a *Agent) removeStaleSpills() {
+	stale, _ := filepath.Glob(filepath.Join(a.heldDir(), "call-*.spill"))
+	for _, f := range stale {
+		os.Remove(f)
+	}
+	if len(stale) > 0 {
+		a.log.Info("removed output a previous worker process kept for calls that died with it", "files", len(stale))
+	}
+}
 
 // adopt makes c a call of at: on a connection that accepted the extension
 // its frames go through a journal and it outlives the connection; on any

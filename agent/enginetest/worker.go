@@ -85,11 +85,11 @@ type Worker struct {
 
 func newWorker(ws *websocket.Conn, hello Hello) *Worker {
 	w := &Worker{
-		Hello: hello,
-		ws:    ws,
-		done:  make(chan struct{}),
-		calls: map[string]*Call{},
-		other: make(chan Message, 1024),
+		Hello:  hello,
+		ws:     ws,
+		done:   make(chan struct{}),
+		calls:  map[string]*Call{},
+		other:  make(chan Message, 1024),
 		resume: make(chan protocol.ResumeHello, 1),
 	}
 	ws.SetPingHandler(func(data string) error {

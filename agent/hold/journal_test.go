@@ -31,7 +31,9 @@ func (c *conn) got() []string {
 	return append([]string(nil), c.frames...)
 }
 
-func line(i int) []byte { return []byte(fmt.Sprintf(`{"call_id":"c","event":"stream","values":{"i":%d}}`, i)) }
+func line(i int) []byte {
+	return []byte(fmt.Sprintf(`{"call_id":"c","event":"stream","values":{"i":%d}}`, i))
+}
 
 func spillFiles(t *testing.T, dir string) int {
 	entries, err := os.ReadDir(dir)
