@@ -267,16 +267,16 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 	a.attemptStarted()
 	// Calls held through an outage are running calls: a drain or reload
 	// waits for them, so the worker attaches again to let them finish.
-	drainC, reloadC := a.drainCh, a.reloadCh
+	drained, reloaded := a.drainCh, a.reloadCh
 	if len(a.heldCalls()) > 0 {
-		drainC, reloadC = nil, nil
+		drained, reloaded = nil, nil
 	}
 	go func() {
 		select {
 		case <-a.stopCh:
-		case <-drainC:
+		case <-drained:
 		case <-a.killCh:
-		case <-reloadC:
+		case <-reloaded:
 		case <-prepare.Done():
 		}
 		cancelPrepare()

@@ -270,7 +270,11 @@ func (a *Agent) publishHeld() {
 		slices.Sort(h.Calls)
 		h.Memory, h.Disk = mem, disk
 	}
-	a.metrics.SetHeld(len(held), mem, disk)
+	var oldest time.Duration
+	if h != nil {
+		oldest = time.Since(h.Since)
+	}
+	a.metrics.SetHeld(len(held), oldest, mem, disk)
 	a.status.Update(func(s *status.Status) { s.Held = h })
 }
 

@@ -212,6 +212,9 @@ func TestEngineCancelsAHeldCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	wk = attach(t, eng)
+	if got := heldCallIDs(t, wk); len(got) != 1 {
+		t.Fatalf("the worker says it holds %v, want [unwanted]", got)
+	}
 	answer, _, err := c.WaitTimeout(30 * time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -267,7 +270,8 @@ func TestFloodDuringTheOutageSpillsToDisk(t *testing.T) {
 	const n = 8000 // about 32 MiB of events
 	eng := resumeEngine(t, 10*time.Minute)
 	state := t.TempDir()
-	w := startWorker(t, eng, nil, "--state-dir", state)
+	w := startWorker(t, eng, nil, "--state-dir", state, "--listen", "127.0.0.1:0")
+	addr := monitorAddr(t, w)
 	wk := attach(t, eng)
 	c := run(t, wk, "flood", step{"announce": true}, step{"sleep_ms": 1000}, step{"padded_events": n})
 	runnerPID(t, c)
@@ -290,10 +294,23 @@ func TestFloodDuringTheOutageSpillsToDisk(t *testing.T) {
 	if st.Held.Memory > 8<<20 {
 		t.Errorf("%d bytes of held output in memory, over the 4 MiB kept plus 4 MiB retained", st.Held.Memory)
 	}
+	if len(st.Held.Calls) != 1 || st.Held.Calls[0] != "flood" || st.Held.Deadline.Before(st.Held.Since.Add(9*time.Minute)) {
+		t.Errorf("status says held %+v; want the call flood, to be stopped 10 minutes after it was held", st.Held)
+	}
+	eventually(t, 10*time.Second, "the metrics to show the held call and its spill", func() bool {
+		m := scrape(t, addr)
+		return m.value(t, "fluksio_worker_calls_held") == 1 && m.value(t, "fluksio_worker_held_output_bytes", "where", "disk") > 24<<20
+	})
+	if code, body := get(t, "GET", "http://"+addr+"/healthz"); !strings.Contains(body, "1 call(s) held") {
+		t.Errorf("/healthz (HTTP %d) does not mention the held call: %s", code, body)
+	}
 	if err := <-restarted; err != nil {
 		t.Fatal(err)
 	}
 	wk = attach(t, eng)
+	if got := heldCallIDs(t, wk); len(got) != 1 {
+		t.Fatalf("the worker says it holds %v, want [flood]", got)
+	}
 	answer, events, err := c.WaitTimeout(2 * time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -305,6 +322,10 @@ func TestFloodDuringTheOutageSpillsToDisk(t *testing.T) {
 	eventually(t, 10*time.Second, "the spill file to be removed", func() bool {
 		left, _ := filepath.Glob(filepath.Join(held, "*"))
 		return len(left) == 0
+	})
+	eventually(t, 10*time.Second, "the metrics to count the call resumed", func() bool {
+		m := scrape(t, addr)
+		return m.value(t, "fluksio_worker_calls_held") == 0 && m.value(t, "fluksio_worker_held_calls_total", "result", "resumed") == 1
 	})
 }
 
@@ -364,6 +385,9 @@ func TestReloadWhileDisconnectedWaitsForHeldCalls(t *testing.T) {
 		t.Fatal("the reload stopped the held call")
 	}
 	wk = attach(t, eng)
+	if got := heldCallIDs(t, wk); len(got) != 1 {
+		t.Fatalf("the worker says it holds %v, want [held]", got)
+	}
 	answer, events, err := c.WaitTimeout(time.Minute)
 	if err != nil {
 		t.Fatal(err)

@@ -275,10 +275,11 @@ func (e *Engine) attach(w http.ResponseWriter, r *http.Request) {
 		ws.Close()
 		return
 	}
-	wk := newWorker(ws, hello)
+	var resumer *Engine
 	if resume {
-		wk.engine = e
+		resumer = e
 	}
+	wk := newWorker(ws, hello, resumer)
 	e.mu.Lock()
 	e.conns[wk] = struct{}{}
 	e.mu.Unlock()

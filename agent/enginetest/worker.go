@@ -83,8 +83,9 @@ type Worker struct {
 	resume chan protocol.ResumeHello
 }
 
-func newWorker(ws *websocket.Conn, hello Hello) *Worker {
+func newWorker(ws *websocket.Conn, hello Hello, resumer *Engine) *Worker {
 	w := &Worker{
+		engine: resumer,
 		Hello:  hello,
 		ws:     ws,
 		done:   make(chan struct{}),

@@ -1,6 +1,10 @@
 package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // What became of a call held through an outage (the resume extension).
 const (
@@ -14,6 +18,7 @@ var HeldResults = []string{HeldResumed, HeldCancelled, HeldStopped}
 
 type heldMetrics struct {
 	calls   prometheus.Gauge
+	oldest  prometheus.Gauge
 	bytes   *prometheus.GaugeVec   // where: memory, disk
 	results *prometheus.CounterVec // result
 }
@@ -22,6 +27,8 @@ func newHeldMetrics(f factory) heldMetrics {
 	h := heldMetrics{
 		calls: f.gauge("calls_held",
 			"Calls running through an outage of the connection to the engine (resume extension), their output kept for the engine."),
+		oldest: f.gauge("held_seconds",
+			"How long the call held longest has been held through the outage; 0 with none held."),
 		bytes: f.gaugeVec("held_output_bytes",
 			"Bytes of output kept for held calls, by where it is kept: memory, or disk (spill files in the state directory).", "where"),
 		results: f.counterVec("held_calls_total",
@@ -35,10 +42,12 @@ func newHeldMetrics(f factory) heldMetrics {
 	return h
 }
 
-// SetHeld sets how many calls are held and how much output they keep.
-func (m *Metrics) SetHeld(calls int, memory, disk int64) {
+// SetHeld sets how many calls are held, for how long the oldest hold, and
+// how much output they keep.
+func (m *Metrics) SetHeld(calls int, oldest time.Duration, memory, disk int64) {
 	if m != nil {
 		m.held.calls.Set(float64(calls))
+		m.held.oldest.Set(oldest.Seconds())
 		m.held.bytes.WithLabelValues("memory").Set(float64(memory))
 		m.held.bytes.WithLabelValues("disk").Set(float64(disk))
 	}
