@@ -411,6 +411,10 @@ func (a *Agent) hello(ctx context.Context) protocol.Hello {
 	if labels == nil {
 		labels = []string{}
 	}
+	digest := a.digests.Get // a serving agent's, kept between connections
+	if a.digests == nil {   // inventory and check say hello once
+		digest = func(ctx context.Context) string { return platform.VenvDigest(ctx, a.python) }
+	}
 	return protocol.Hello{
 		Op:          protocol.OpHello,
 		Protocol:    protocol.Version,
@@ -418,7 +422,7 @@ func (a *Agent) hello(ctx context.Context) protocol.Hello {
 		Labels:      labels,
 		Python:      python,
 		MaxParallel: a.cfg.Parallel,
-		VenvDigest:  a.digests.Get(ctx),
+		VenvDigest:  digest(ctx),
 		Inventory:   platform.DetectInventory(a.cfg.Overrides()),
 	}
 }
