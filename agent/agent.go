@@ -153,8 +153,12 @@ func (a *Agent) Serve(ctx context.Context) error {
 	backoff := backoffMin
 	for {
 		attached, err := a.session(ctx)
-		if a.over(err) || ctx.Err() != nil {
+		if a.over(err) {
 			return a.finish()
+		}
+		if ctx.Err() != nil {
+			a.finish()
+			return nil
 		}
 		var refused *protocol.RefusedError
 		var usage *config.UsageError
