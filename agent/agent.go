@@ -156,10 +156,6 @@ func (a *Agent) Serve(ctx context.Context) error {
 		if a.over(err) {
 			return a.finish()
 		}
-		if ctx.Err() != nil {
-			a.finish()
-			return nil
-		}
 		var refused *protocol.RefusedError
 		var usage *config.UsageError
 		if errors.As(err, &refused) {
@@ -170,6 +166,10 @@ func (a *Agent) Serve(ctx context.Context) error {
 			a.stopAllHeld(err.Error())
 			a.outliving.Wait()
 			return err
+		}
+		if ctx.Err() != nil {
+			a.finish()
+			return nil
 		}
 		if attached {
 			backoff = backoffMin
