@@ -187,3 +187,57 @@ func TestDiscardDropsEverything(t *testing.T) {
 		t.Fatalf("after the discard: %q", got)
 	}
 }
+
+// cutAfter takes n frames, then is gone.
+type cutAfter struct {
+	conn
+	n int
+}
+
+func (c *cutAfter) Send(b []byte) bool {
+	if len(c.got()) >= c.n {
+		return false
+	}
+	return c.conn.Send(b)
+}
+
+// A connection lost in the middle of a replay leaves the journal held with
+// nothing dropped: the next replay, from what the engine got, completes it.
+func TestReplayCutShortResumesAgain(t *testing.T) {
+	j := New(&conn{}, t.TempDir(), Limits{Memory: 500, Disk: 1 << 20, Retain: 1 << 20})
+	j.Detach()
+	for i := 0; i < 100; i++ {
+		j.Append(line(i), false)
+	}
+	first := &cutAfter{n: 30}
+	if err := j.Replay(first, 0); err != ErrLost {
+		t.Fatalf("replay over a connection cut after 30 frames: %v, want ErrLost", err)
+	}
+	if !j.Stats().Held {
+		t.Fatal("not held after the connection was lost mid-replay")
+	}
+	j.Append(line(100), false) // the call goes on meanwhile, and ends
+	j.Append([]byte(`{"call_id":"c","ok":true}`), true)
+	// The engine read 25 of the 30 frames it was sent.
+	second := &conn{}
+	if err := j.Replay(second, 25); err != nil {
+		t.Fatal(err)
+	}
+	got := append(first.got()[:25], second.got()...)
+	if len(got) != 102 {
+		t.Fatalf("%d frames in all, want 102", len(got))
+	}
+	for i := 0; i <= 100; i++ {
+		if got[i] != string(line(i)) {
+			t.Fatalf("frame %d is %s", i, got[i])
+		}
+	}
+	if got[101] != `{"call_id":"c","ok":true}` {
+		t.Fatalf("the last frame is %s, want the answer", got[101])
+	}
+	select {
+	case <-j.Delivered():
+	default:
+		t.Fatal("the answer went out but is not delivered")
+	}
+}
