@@ -163,7 +163,7 @@ func (a *Agent) Serve(ctx context.Context) error {
 		}
 		if errors.As(err, &refused) || errors.As(err, &usage) {
 			a.status.Update(func(s *status.Status) { s.State = "refused"; s.LastError = err.Error() })
-			a.stopAllHeld(err.Error())
+			a.abandonAll(err.Error())
 			a.outliving.Wait()
 			return err
 		}
@@ -211,7 +211,7 @@ func (a *Agent) over(err error) bool {
 // finish stops what is still held (nobody can hear it now) and waits for
 // every call's goroutine, then says how Serve ends.
 func (a *Agent) finish() error {
-	a.stopAllHeld(msgStopping)
+	a.abandonAll(msgStopping)
 	a.outliving.Wait()
 	return a.finished()
 }

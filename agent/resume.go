@@ -152,6 +152,25 @@ func (a *Agent) stopAllHeld(reason string) {
 	}
 }
 
+// abandonAll is the worker's end: every call that could outlive its
+// connection is stopped, held or not (one caught between connections by a
+// second signal), and nothing it kept waits for an engine any more.
+func (a *Agent) abandonAll(reason string) {
+	a.stopAllHeld(reason)
+	a.mu.Lock()
+	var left []*call
+	for _, c := range a.calls {
+		if c.journal != nil {
+			left = append(left, c)
+		}
+	}
+	a.mu.Unlock()
+	for _, c := range left {
+		c.journal.Close()
+		c.release()
+	}
+}
+
 // offerHeld starts a connection whose welcome accepted the extension: it
 // tells the engine which calls this worker holds and how far each got, and
 // stops them all if no answer comes.

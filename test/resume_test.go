@@ -407,3 +407,30 @@ func TestReloadWhileDisconnectedWaitsForHeldCalls(t *testing.T) {
 	}
 	attach(t, eng)
 }
+
+// A stop while disconnected stops held calls (nobody can hear them) and
+// deletes what they kept; the worker exits 0 as it always did.
+func TestStopWhileDisconnectedStopsHeldCalls(t *testing.T) {
+	t.Parallel()
+	eng := resumeEngine(t, 10*time.Minute)
+	state := t.TempDir()
+	w := startWorker(t, eng, nil, "--state-dir", state, "--cancel-grace", "500ms")
+	wk := attach(t, eng)
+	c := run(t, wk, "held", step{"announce": true}, step{"sleep_ms": 500}, step{"padded_events": 2000}, step{"sleep_ms": 60000})
+	runner := runnerPID(t, c)
+	eng.Close()
+	eventually(t, 30*time.Second, "the held call's output to spill", func() bool {
+		st, err := status.Read(state)
+		return err == nil && st.Held != nil && st.Held.Disk > 0
+	})
+	w.signal(syscall.SIGTERM)
+	if code := w.wait(20 * time.Second); code != 0 {
+		t.Fatalf("exit %d, want 0", code)
+	}
+	if platform.ProcessAlive(runner) {
+		t.Error("the held call's runner outlived the worker")
+	}
+	if left, _ := filepath.Glob(filepath.Join(state, "held", "*")); len(left) != 0 {
+		t.Errorf("kept output left behind: %v", left)
+	}
+}
