@@ -117,6 +117,7 @@ func (a *Agent) startCall(at *attachment, m protocol.Message) {
 			state = "waiting for a free slot"
 		}
 		a.mu.Unlock()
+		c.abandon()
 		refuse(protocol.TypeRemoteError, fmt.Sprintf("a call with call_id %q is already %s on this worker; this duplicate was not started", logging.Cut(m.CallID, maxLoggedID), state))
 		return
 	}
@@ -128,6 +129,7 @@ func (a *Agent) startCall(at *attachment, m protocol.Message) {
 	case !a.queue.fits(c.size):
 		msg := a.queue.fullError(a.cfg.Parallel)
 		a.mu.Unlock()
+		c.abandon()
 		refuse(protocol.TypeRemoteError, msg)
 		return
 	default:

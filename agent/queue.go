@@ -143,9 +143,10 @@ func (a *Agent) runSlot(c *call) {
 		c = nil
 		// A stopping worker answers the waiting calls itself (stopAll); a
 		// lost connection drops them (dropWaiting). Neither starts them.
-		// A slot whose call outlived its connection (resume.go) serves the
-		// calls of the connection there is now.
-		if !closed(a.stopCh) && !closed(a.killCh) {
+		// A slot whose call could outlive its connection (resume.go)
+		// serves the calls of the connection there is now.
+		connected := done.journal != nil || done.session.Err() == nil
+		if connected && !closed(a.stopCh) && !closed(a.killCh) {
 			c = a.queue.pop()
 		}
 		if c == nil {

@@ -80,6 +80,13 @@ func (at *attachment) adopt(a *Agent, c *call) {
 	}
 }
 
+// abandon lets go of what adopt made for a call that is refused.
+func (c *call) abandon() {
+	if c.release != nil {
+		c.release()
+	}
+}
+
 // holdCalls holds every running call that has a journal: the connection
 // is gone. Each is stopped when its grace runs out unless an engine claims
 // it first.
