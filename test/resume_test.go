@@ -434,3 +434,32 @@ func TestStopWhileDisconnectedStopsHeldCalls(t *testing.T) {
 		t.Errorf("kept output left behind: %v", left)
 	}
 }
+
+// The offer is a header on the upgrade, with --outage-grace in seconds;
+// --outage-grace 0 sends none, and the worker then behaves as with a
+// plain engine even where the engine would accept.
+func TestOutageGraceZeroTurnsTheExtensionOff(t *testing.T) {
+	t.Parallel()
+	eng := resumeEngine(t, 10*time.Minute)
+	startWorker(t, eng, nil, "--outage-grace", "90s")
+	attach(t, eng)
+	if got := eng.Attempts()[0].Header.Get("Fluksio-Resume"); got != "1; grace=90" {
+		t.Errorf("the upgrade offers %q, want \"1; grace=90\"", got)
+	}
+
+	off := resumeEngine(t, 10*time.Minute)
+	startWorker(t, off, nil, "--outage-grace", "0", "--cancel-grace", "500ms")
+	wk := attach(t, off)
+	if got := off.Attempts()[0].Header.Values("Fluksio-Resume"); len(got) != 0 {
+		t.Errorf("with --outage-grace 0 the upgrade still offers %q", got)
+	}
+	c := run(t, wk, "plain", step{"announce": true}, step{"sleep_ms": 60000})
+	runner := runnerPID(t, c)
+	if m, err := wk.Stray(timeoutCtx(t, 10*time.Millisecond)); err == nil {
+		t.Fatalf("a frame the engine did not ask for: %s", m.Raw)
+	}
+	if err := off.Restart(300 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the call of the lost connection to be stopped", func() bool { return !platform.ProcessAlive(runner) })
+}
