@@ -77,6 +77,8 @@ type Metrics struct {
 	warmRunners prometheus.Gauge
 	warmHits    prometheus.Counter
 	warmMisses  prometheus.Counter
+
+	held heldMetrics // calls held through an outage (held.go)
 }
 
 // New makes the worker's registry: the Go runtime and process collectors,
@@ -131,6 +133,7 @@ func New(version string, protocol int) *Metrics {
 		warmMisses: f.counter("warm_runner_misses_total",
 			"Calls with --warm above 0 that started their runner cold: no fresh spare of their environment was ready."),
 	}
+	m.held = newHeldMetrics(f)
 	f.gaugeVec("build_info", "Always 1; the labels say which worker this is.", "version", "protocol").
 		WithLabelValues(version, strconv.Itoa(protocol)).Set(1)
 	for _, op := range Ops {
