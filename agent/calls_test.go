@@ -652,3 +652,80 @@ func TestProbe(t *testing.T) {
 		t.Errorf("Probe with a wrong token: %v; want a refusal", err)
 	}
 }
+
+// /healthz is 200 once attached, 503 once the engine has been gone past
+// --health-grace, 200 again when it is back; /metrics follows the same
+// connection.
+func TestHealthFollowsTheEngine(t *testing.T) {
+	t.Parallel()
+	f := serveFake(t, enginetest.Options{}, "--listen", "127.0.0.1:0", "--health-grace", "1s", "--name", "h-box")
+	srv, err := f.a.ListenMonitoring()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	base := "http://" + srv.Addr()
+	var body string
+	healthIs := func(want int) func() bool {
+		return func() bool {
+			var code int
+			code, body = httpGet(t, base+"/healthz")
+			return code == want
+		}
+	}
+	eventually(t, goneTimeout, "/healthz to be 200 once attached", healthIs(http.StatusOK))
+	if !strings.Contains(body, `attached as "h-box" to `+f.eng.AttachURL()) || strings.Count(body, "\n") != 1 {
+		t.Errorf("attached: %q; want one line naming the worker and the engine", body)
+	}
+	restarted := make(chan error, 1)
+	go func() { restarted <- f.eng.Restart(6 * time.Second) }()
+	eventually(t, goneTimeout, "/healthz to turn 503 with the engine gone", healthIs(http.StatusServiceUnavailable))
+	if !strings.Contains(body, "not attached to "+f.eng.AttachURL()) || !strings.Contains(body, "--health-grace") {
+		t.Errorf("with the engine gone /healthz says %q; want why, with the engine and the grace", body)
+	}
+	if _, m := httpGet(t, base+"/metrics"); !strings.Contains(m, "fluksio_worker_connected 0") || !strings.Contains(m, "fluksio_worker_disconnects_total 1") {
+		t.Errorf("with the engine gone /metrics does not say disconnected once:\n%s", m)
+	}
+	if err := <-restarted; err != nil {
+		t.Fatal(err)
+	}
+	f.attach(t)
+	eventually(t, goneTimeout, "/healthz to be 200 again", healthIs(http.StatusOK))
+	if _, m := httpGet(t, base+"/metrics"); !strings.Contains(m, "fluksio_worker_connected 1") || !strings.Contains(m, "fluksio_worker_welcomes_total 2") {
+		t.Errorf("back: /metrics does not say connected, welcomed twice:\n%s", m)
+	}
+}
+
+// httpGet fetches url; no answer may carry the token.
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if strings.Contains(string(b), fakeToken) {
+		t.Errorf("%s shows the token", url)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// A worker that cannot serve what it was asked to says so and exits 2,
+// rather than running unwatched.
+func TestListenOnATakenAddressIsAUsageError(t *testing.T) {
+	t.Parallel()
+	eng, err := enginetest.Start(enginetest.Options{Tokens: []string{fakeToken}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	self, _ := os.Executable()
+	var out enginetest.Buffer
+	// The engine's own address is surely taken.
+	code := agent.RunCommand(context.Background(), []string{"--url", eng.AttachURL(), "--token", fakeToken, "--python", self,
+		"--runtime", "embedded", "--state-dir", t.TempDir(), "--listen", eng.Addr()}, &out, &out)
+	if code != config.ExitUsage || !strings.Contains(out.String(), "--listen "+eng.Addr()) {
+		t.Errorf("exit %d; want 2 and the address named:\n%s", code, out.String())
+	}
+}
