@@ -22,6 +22,7 @@ It is shipped as this one file and uses the standard library only (Python
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import importlib
 import io
@@ -49,12 +50,16 @@ RUNTIME_VERSION = "1"
 RUNTIME_FILE = os.path.abspath(__file__)
 
 # Log events are bounded so a node printing in a tight loop cannot flood the
-# engine: a burst of LOG_BURST lines, then LOG_RATE lines per second. Lines
-# over the budget are counted and reported as one "lines dropped" note. The
-# runner's stderr still gets every line (that is the local log, and its reader
-# provides back-pressure).
+# engine: a burst of LOG_BURST lines, then LOG_RATE lines per second. Under a
+# flood the beginning and the end are kept and the middle goes: the newest
+# LOG_TAIL lines over the budget are held back, sent as the budget refills
+# and all of them before the answer (the end of a run, `FINAL accuracy=...`,
+# is what matters most), and a "lines dropped here" note stands where lines
+# went missing. The runner's stderr still gets every line (that is the local
+# log, and its reader provides back-pressure).
 LOG_BURST = 1000
 LOG_RATE = 200.0
+LOG_TAIL = 100
 # One log line longer than this is cut: a progress bar without newlines or a
 # dumped array must not become one event of hundreds of MiB.
 LOG_LINE_MAX = 8192
@@ -84,6 +89,14 @@ def cancel_grace() -> float:
     return grace if math.isfinite(grace) and grace >= 0 else DEFAULT_CANCEL_GRACE_S
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+# What the protocol is written with, bound here at import, before any node
+# code runs: node code may patch the standard library (json.dumps made to
+# indent, os.write wrapped, print or sys.stdout replaced), and none of that
+# may reach the protocol. ASCII-only JSON: any string (lone surrogates from
+# odd file names included) travels as valid UTF-8.
+_ENCODE = json.JSONEncoder(ensure_ascii=True, allow_nan=False).encode
+_WRITE = os.write
 
 
 class NodeCancelled(BaseException):
@@ -138,12 +151,10 @@ class Channel:
     def _write(self, obj: dict) -> None:
         if self.pid != os.getpid() or self.fd < 0:
             return
-        # ASCII-only JSON: any string (lone surrogates from odd file names
-        # included) travels as valid UTF-8.
-        data = (json.dumps(obj, allow_nan=False) + "\n").encode("ascii")
+        data = (_ENCODE(obj) + "\n").encode("ascii")
         view = memoryview(data)
         while view:
-            n = os.write(self.fd, view)
+            n = _WRITE(self.fd, view)
             view = view[n:]
 
     def event(self, kind: str, **fields) -> None:
@@ -250,7 +261,7 @@ class Captured:
         self.cutting = False
 
     def feed(self, data: bytes) -> list:
-        """The complete lines data finishes (empty ones left out)."""
+        """The complete lines data finishes (blank ones left out)."""
         lines = []
         parts = LINE_END.split(data)
         for part in parts[:-1]:
@@ -277,10 +288,11 @@ class Captured:
 
     @staticmethod
     def _take(lines: list, line: bytes) -> None:
+        if not line.strip():
+            return  # empty, or what a progress bar clears itself with ("\r" + spaces)
         if len(line) > LOG_LINE_MAX:
             line = line[:LOG_LINE_MAX] + CUT_MARK.encode("utf-8")
-        if line:
-            lines.append(line)
+        lines.append(line)
 
 
 class LogPump:
@@ -297,7 +309,8 @@ class LogPump:
         self.streams = {}  # read fd -> Captured
         self.tokens = float(LOG_BURST)
         self.refilled = time.monotonic()
-        self.dropped = 0
+        self.held = collections.deque()  # (name, raw) over the budget, oldest first
+        self.dropped = 0  # lines dropped since the last one sent
         # The node's thread wakes the pump through this pipe to ask for a
         # drain (sync) or the final drain (finish); `drained` counts answers.
         self.wake_r, self.wake_w = os.pipe()
@@ -326,7 +339,7 @@ class LogPump:
         with self.cond:
             self.asked += 1
             target = self.asked
-            os.write(self.wake_w, b"s")
+            _WRITE(self.wake_w, b"s")
             self.cond.wait_for(lambda: self.drained >= target or not self.thread.is_alive(), timeout)
 
     def finish(self, timeout: float = 2.0) -> None:
@@ -338,7 +351,7 @@ class LogPump:
         """
         with self.cond:
             self.stopping = True
-        os.write(self.wake_w, b"f")
+        _WRITE(self.wake_w, b"f")
         self.thread.join(timeout)
 
     def _run(self) -> None:
@@ -350,6 +363,10 @@ class LogPump:
                     with self.cond:
                         target, stopping = self.asked, self.stopping
                     self._drain()
+                    if stopping:
+                        for fd in list(self.streams):
+                            self._flush_partial(fd)
+                    self._release(final=stopping)
                     with self.cond:
                         self.drained = target
                         self.cond.notify_all()
@@ -358,9 +375,6 @@ class LogPump:
                     continue
                 for fd in ready:
                     self._read(fd)
-            for fd in list(self.streams):
-                self._flush_partial(fd)
-            self._note_dropped()
         except Exception as exc:  # the pump must not die silently
             self._echo(("fluksio runtime: log pump failed: %r\n" % (exc,)).encode())
         finally:
@@ -400,7 +414,7 @@ class LogPump:
     def _echo(self, data: bytes) -> None:
         try:
             while data:
-                data = data[os.write(self.echo_fd, data):]
+                data = data[_WRITE(self.echo_fd, data):]
         except OSError:
             pass  # nobody reads our stderr any more; the events still go
 
@@ -408,10 +422,29 @@ class LogPump:
         now = time.monotonic()
         self.tokens = min(float(LOG_BURST), self.tokens + (now - self.refilled) * LOG_RATE)
         self.refilled = now
-        if self.tokens < 1:
+        self.held.append((name, raw))
+        if len(self.held) > LOG_TAIL:
+            self.held.popleft()
             self.dropped += 1
-            return
-        self.tokens -= 1
+        while self.held and self.tokens >= 1:
+            self.tokens -= 1
+            self._emit(*self.held.popleft())
+
+    def _release(self, final: bool) -> None:
+        """Settles the held lines: all sent at the end of the call, dropped before a stream event.
+
+        Before a stream event they cannot wait (they would arrive after
+        values the node yielded later), and sending them past the budget at
+        every yield would let a chatty generator flood the engine.
+        """
+        if not final:
+            self.dropped += len(self.held)
+            self.held.clear()
+        self._note_dropped()
+        while self.held:
+            self._emit(*self.held.popleft())
+
+    def _emit(self, name: str, raw: bytes) -> None:
         self._note_dropped()
         self.channel.event("log", stream=name, line=raw.decode("utf-8", "replace"))
 
@@ -421,8 +454,8 @@ class LogPump:
             self.channel.event(
                 "log",
                 stream="stderr",
-                line="… %d lines dropped (log events are limited to %d lines/s; the worker's log has them all)"
-                % (count, int(LOG_RATE)),
+                line="… %d lines dropped here (a call's log events are limited to %d lines, then %d a second; the runner's stderr has them all)"
+                % (count, LOG_BURST, int(LOG_RATE)),
             )
 
 
@@ -751,8 +784,40 @@ def observe_real_node(sdk) -> None:
     sdk.node = observed
 
 
+# What `fluksio` offers node code when the real SDK is not installed.
+SDK_NAMES = ("node", "Port", "Flow", "use", "save_artifact", "load_artifact")
+
+# The SDK this process installed, once it did (a spare installs it before
+# its preloads, and its call finds it there).
+SDK = []
+
+# The package other interpreters of the call import as `fluksio`: it loads
+# this very file, under another name, and takes its SDK surface. There,
+# artifacts raise RuntimeError as they do outside any call (a child has no
+# call of its own).
+SDK_PACKAGE = """\
+\"\"\"The Fluksio SDK surface for the processes a node call starts, written by fluksio-worker's runtime.\"\"\"
+import importlib.util as _util
+
+_spec = _util.spec_from_file_location("_fluksio_worker_runtime", %r)
+_runtime = _util.module_from_spec(_spec)
+_spec.loader.exec_module(_runtime)
+globals().update({_name: getattr(_runtime, _name) for _name in _runtime.SDK_NAMES})
+__fluksio_runtime__ = _runtime.RUNTIME_VERSION
+"""
+
+
 def install_sdk():
-    """Makes `import fluksio` work for node code and binds artifacts to this call."""
+    """Makes `import fluksio` work for node code and binds artifacts to this call.
+
+    Where the real SDK is not installed, the runner's own `fluksio` is a
+    module made here, and a `fluksio` package for any other interpreter the
+    call starts (a joblib/loky worker unpickling a node's function, a
+    `subprocess.run([sys.executable, ...])`) is written into a directory of
+    this call at the end of PYTHONPATH, which they inherit.
+    """
+    if SDK:
+        return SDK[0]
     try:
         sdk = importlib.import_module("fluksio")
     except ImportError:
@@ -763,12 +828,19 @@ def install_sdk():
             setattr(sdk, name, value)
         sdk.__fluksio_runtime__ = RUNTIME_VERSION
         sys.modules["fluksio"] = sdk
+        sdk_dir = call_dir("fluksio-sdk-")
+        os.mkdir(os.path.join(sdk_dir, "fluksio"))
+        with open(os.path.join(sdk_dir, "fluksio", "__init__.py"), "w", encoding="utf-8") as f:
+            f.write(SDK_PACKAGE % RUNTIME_FILE)
+        inherited = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = (inherited + os.pathsep if inherited else "") + sdk_dir
     else:
         observe_real_node(sdk)
     # Only these two are bound to this runtime, even with the real SDK: the
     # store and its token are this call's.
     sdk.save_artifact = save_artifact
     sdk.load_artifact = load_artifact
+    SDK.append(sdk)
     return sdk
 
 
@@ -1270,10 +1342,27 @@ def _short(value) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def exact_bool(value):
+    """value as a bool when it is one exactly (numpy.bool_ included), else None.
+
+    By type, so numpy is never imported here: `arr.mean() > 0.5` gives a
+    numpy.bool_ (numpy.bool from numpy 2), which is not a bool subclass.
+    """
+    if isinstance(value, bool):
+        return value
+    kind = type(value)
+    if kind.__module__ == "numpy" and kind.__name__ in ("bool_", "bool"):
+        return bool(value)
+    return None
+
+
 def check_json(value, where: str):
     """Returns value as plain JSON types, or raises TypeError/ValueError naming where."""
-    if value is None or isinstance(value, (str, bool)):
+    if value is None or isinstance(value, str):
         return value
+    flag = exact_bool(value)
+    if flag is not None:
+        return flag
     if isinstance(value, numbers.Integral):
         return int(value)
     if isinstance(value, numbers.Real):
@@ -1310,9 +1399,10 @@ def check_port_value(port: dict, value, kind=None, where=None):
             raise TypeError("%s got %s (%s); it takes an int" % (label, _short(value), _type_name(value)))
         return int(value)
     if kind == "bool":
-        if not isinstance(value, bool):
+        flag = exact_bool(value)
+        if flag is None:
             raise TypeError("%s got %s (%s); it takes a bool" % (label, _short(value), _type_name(value)))
-        return value
+        return flag
     if kind == "str":
         if not isinstance(value, str):
             raise TypeError("%s got %s (%s); it takes a str" % (label, _short(value), _type_name(value)))
@@ -1432,17 +1522,23 @@ def ship_source(name: str, source: str) -> str:
     PYTHONPATH (any other Python the node starts). The directory is under
     the agent's per-call directory (FLUKSIO_CALL_DIR) when there is one.
     """
-    base = os.environ.get("FLUKSIO_CALL_DIR") or None
-    if base is not None and not os.path.isdir(base):
-        base = None
-    code_dir = tempfile.mkdtemp(prefix="fluksio-code-", dir=base)
-    CALL_DIRS.append(code_dir)
+    code_dir = call_dir("fluksio-code-")
     with open(os.path.join(code_dir, name + ".py"), "w", encoding="utf-8", errors="surrogatepass") as f:
         f.write(source)
     sys.path.insert(0, code_dir)
     inherited = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = code_dir + (os.pathsep + inherited if inherited else "")
     return code_dir
+
+
+def call_dir(prefix: str) -> str:
+    """A new private directory of this call, under FLUKSIO_CALL_DIR when there is one."""
+    base = os.environ.get("FLUKSIO_CALL_DIR") or None
+    if base is not None and not os.path.isdir(base):
+        base = None
+    path = tempfile.mkdtemp(prefix=prefix, dir=base)
+    CALL_DIRS.append(path)
+    return path
 
 
 def remove_call_dirs() -> None:
@@ -1832,6 +1928,12 @@ def spare_prepare() -> None:
     saved = os.dup(1)
     os.dup2(2, 1)
     try:
+        # Node modules start with `from fluksio import ...`: preloading the
+        # user's own package needs the SDK in place.
+        try:
+            install_sdk()
+        except BaseException as exc:  # the call will try again, and answer why
+            failed["fluksio"] = "%s: %s" % (type(exc).__name__, exc)
         for name in preloads:
             try:
                 importlib.import_module(name)
