@@ -97,6 +97,8 @@ DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 # odd file names included) travels as valid UTF-8.
 _ENCODE = json.JSONEncoder(ensure_ascii=True, allow_nan=False).encode
 _WRITE = os.write
+# The real os._exit; in the runner, node code's goes through exit_after_output.
+_EXIT = os._exit
 
 
 class NodeCancelled(BaseException):
@@ -499,12 +501,19 @@ class Cancel:
         self.shield = 0
         self.on_timeout = None  # set by the call: writes the answer and exits
         self.wakeup = ()  # the wakeup pipe's (read, write) descriptors
+        # Set once a SIGTERM is read off the wakeup pipe, which the C-level
+        # handler writes to whatever Python handler node code installed.
+        # The lock makes reading the pipe and setting the flag one step, so
+        # cancelled() never misses a SIGTERM the watcher is taking.
+        self.signalled = False
+        self.pipe_lock = threading.Lock()
 
     def install(self) -> None:
         signal.signal(signal.SIGTERM, self._handler)
         try:
             read_fd, write_fd = os.pipe()
             os.set_blocking(write_fd, False)
+            os.set_blocking(read_fd, False)
             # The C-level handler writes the signal number here at once, even
             # while the main thread is busy in C code and cannot run Python.
             signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
@@ -555,7 +564,7 @@ class Cancel:
                 os.kill(os.getpid(), signal.SIGTERM)
             except (OSError, ValueError):
                 pass
-            os._exit(128 + signal.SIGTERM)
+            _EXIT(128 + signal.SIGTERM)
         self.requested = True
         if not self.shield:
             raise NodeCancelled("the call was cancelled")
@@ -564,15 +573,33 @@ class Cancel:
         if self.requested and not self.shield:
             raise NodeCancelled("the call was cancelled")
 
+    def cancelled(self) -> bool:
+        """Whether the runner got SIGTERM, even if node code's own handler took it."""
+        if self.wakeup:
+            self._take_signals(self.wakeup[0])
+        return self.signalled
+
+    def _take_signals(self, read_fd: int) -> bool:
+        with self.pipe_lock:
+            try:
+                data = os.read(read_fd, 64)
+            except BlockingIOError:
+                return True
+            except OSError:
+                return False
+            if signal.SIGTERM in data:
+                self.signalled = True
+            return bool(data)
+
     def _watch(self, read_fd: int) -> None:
         while True:
             try:
-                data = os.read(read_fd, 64)
-            except OSError:
+                select.select([read_fd], [], [])
+            except (OSError, ValueError):
                 return
-            if not data:
+            if not self._take_signals(read_fd):
                 return
-            if signal.SIGTERM in data:
+            if self.signalled:
                 time.sleep(cancel_grace())
                 if self.on_timeout is not None:
                     self.on_timeout()
@@ -807,14 +834,14 @@ __fluksio_runtime__ = _runtime.RUNTIME_VERSION
 """
 
 
-def install_sdk():
+def install_sdk(for_children: bool = True):
     """Makes `import fluksio` work for node code and binds artifacts to this call.
 
     Where the real SDK is not installed, the runner's own `fluksio` is a
     module made here, and a `fluksio` package for any other interpreter the
     call starts (a joblib/loky worker unpickling a node's function, a
     `subprocess.run([sys.executable, ...])`) is written into a directory of
-    this call at the end of PYTHONPATH, which they inherit.
+    this call, last on sys.path and PYTHONPATH, which they inherit.
     """
     if SDK:
         return SDK[0]
@@ -822,20 +849,24 @@ def install_sdk():
         sdk = importlib.import_module("fluksio")
     except ImportError:
         sdk = None
-    if sdk is None:
+    if sdk is not None and not hasattr(sdk, "__fluksio_runtime__"):
+        observe_real_node(sdk)
+    else:
         sdk = types.ModuleType("fluksio", "The Fluksio SDK surface, as provided by fluksio-worker's runtime.")
         for name, value in (("node", node), ("Port", Port), ("Flow", Flow), ("use", use)):
             setattr(sdk, name, value)
         sdk.__fluksio_runtime__ = RUNTIME_VERSION
         sys.modules["fluksio"] = sdk
-        sdk_dir = call_dir("fluksio-sdk-")
-        os.mkdir(os.path.join(sdk_dir, "fluksio"))
-        with open(os.path.join(sdk_dir, "fluksio", "__init__.py"), "w", encoding="utf-8") as f:
-            f.write(SDK_PACKAGE % RUNTIME_FILE)
-        inherited = os.environ.get("PYTHONPATH")
-        os.environ["PYTHONPATH"] = (inherited + os.pathsep if inherited else "") + sdk_dir
-    else:
-        observe_real_node(sdk)
+        if for_children:
+            sdk_dir = call_dir("fluksio-sdk-")
+            os.mkdir(os.path.join(sdk_dir, "fluksio"))
+            with open(os.path.join(sdk_dir, "fluksio", "__init__.py"), "w", encoding="utf-8") as f:
+                f.write(SDK_PACKAGE % RUNTIME_FILE)
+            # On sys.path too: spawn, forkserver and loky children take the
+            # runner's sys.path rather than reading PYTHONPATH.
+            sys.path.append(sdk_dir)
+            inherited = os.environ.get("PYTHONPATH")
+            os.environ["PYTHONPATH"] = (inherited + os.pathsep if inherited else "") + sdk_dir
     # Only these two are bound to this runtime, even with the real SDK: the
     # store and its token are this call's.
     sdk.save_artifact = save_artifact
@@ -1615,7 +1646,7 @@ def node_functions(module):
 # ---------------------------------------------------------------------------
 
 
-def do_compile(channel: Channel, request: dict) -> None:
+def do_compile(channel: Channel, request: dict) -> int:
     module, digest = load_node_code(request.get("node"))
     nodes = [
         {
@@ -1627,7 +1658,7 @@ def do_compile(channel: Channel, request: dict) -> None:
         }
         for attr, _, spec in node_functions(module)
     ]
-    finish_then_answer(channel, {"ok": True, "nodes": nodes, "digest": digest})
+    return finish_then_answer(channel, {"ok": True, "nodes": nodes, "digest": digest})
 
 
 def call_arguments(fn, spec, request: dict) -> dict:
@@ -1712,7 +1743,7 @@ def _traceback_at(frame):
     return types.TracebackType(None, frame, frame.f_lasti, frame.f_lineno)
 
 
-def do_run(channel: Channel, request: dict) -> None:
+def do_run(channel: Channel, request: dict) -> int:
     module, _ = load_node_code(request.get("node"))
     fname = request.get("function")
     if not isinstance(fname, str) or not fname:
@@ -1736,38 +1767,92 @@ def do_run(channel: Channel, request: dict) -> None:
     finally:
         ArtifactCall.active = False
     outputs = check_outputs(fname, spec, result)
-    finish_then_answer(channel, {"ok": True, "outputs": outputs})
+    return finish_then_answer(channel, {"ok": True, "outputs": outputs})
 
 
 # Set up in main(): the pump whose events must all go out before the answer.
 PUMP = None
 
 
-def finish_then_answer(channel: Channel, answer: dict) -> None:
-    """Sends what the node logged, then the answer, then leaves.
+def finish_then_answer(channel: Channel, answer: dict) -> int:
+    """Sends what the node logged, then the answer; returns the exit status.
 
-    Exiting with os._exit skips interpreter shutdown on purpose: a node's
-    non-daemon thread must not keep a finished call alive.
+    A cancel is answered NodeCancelled whatever ended the node's code: its
+    own SIGTERM handler may have swallowed the signal or raised something
+    else (a handler that prints can fail inside print's own write).
     """
     # From here on a late SIGTERM must not interrupt the answer.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     flush_node_output()
-    if channel.pid == os.getpid():  # not in a forked child that returned here
-        remove_call_dirs()
+    status = 0 if answer.get("ok") else 1
+    if channel.pid != os.getpid():
+        _EXIT(status)  # a forked child that returned here: only the runner answers
+    if CANCEL.cancelled() and answer.get("error", {}).get("type") != NodeCancelled.__name__:
+        answer, status = error_answer_fields(NodeCancelled("the call was cancelled"), channel.call_id), 1
+    remove_call_dirs()
     if PUMP is not None:
         PUMP.finish()
     try:
         channel.answer(answer)
     except OSError:
         pass  # the agent is gone; there is nobody left to answer
-    os._exit(0 if answer.get("ok") else 1)
+    return status
 
 
-def fail(channel: Channel, exc: BaseException) -> None:
+def fail(channel: Channel, exc: BaseException) -> int:
     where = ""
     if isinstance(exc, ImportFailed):
         exc, where = exc.cause, exc.where
-    finish_then_answer(channel, error_answer_fields(exc, channel.call_id, where))
+    return finish_then_answer(channel, error_answer_fields(exc, channel.call_id, where))
+
+
+def exit_after_output(status):
+    """os._exit as node code sees it in the runner: what it wrote goes out first.
+
+    A hard exit ends the process with the log pump, a thread of it; lines
+    printed just before it would be lost whenever the pump had not read
+    them yet. Forked children (a fork pool's workers end this way) and the
+    runtime itself exit at once.
+    """
+    if os.getpid() == RUNNER_PID[0] and PUMP is not None:
+        try:
+            flush_node_output()
+            PUMP.finish()
+        except BaseException:
+            pass
+    _EXIT(status)
+
+
+def exit_like_a_script(status: int, echo_fd: int) -> None:
+    """Ends the runner after its answer as `python train.py` ends, within the cancel grace.
+
+    Interpreter shutdown runs as usual: non-daemon threads are joined,
+    atexit handlers run (experiment trackers flush there, logging.shutdown
+    flushes buffered handlers), open files are flushed. What they print
+    goes to the runner's stderr, the worker's log: the engine has its
+    answer. A watchdog ends the process with os._exit once the cancel
+    grace is over, so neither a handler nor a thread that never ends holds
+    the call; after it, SIGTERM ends the process at once.
+    """
+    for fd in (1, 2):
+        os.dup2(echo_fd, fd)
+    CANCEL.on_timeout = None
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # The runtime's own references to node code go: the node's module must
+    # be torn down as a script's is, while `io` still works, so that the
+    # files it left open are flushed.
+    SPECS.clear()
+    grace = cancel_grace()
+
+    def watchdog():
+        time.sleep(grace)
+        try:
+            _WRITE(echo_fd, b"fluksio runtime: exit handlers and threads did not finish within %.1fs; exiting now\n" % grace)
+        finally:
+            _EXIT(status)
+
+    threading.Thread(target=watchdog, name="fluksio-exit-watchdog", daemon=True).start()
+    sys.exit(status)
 
 
 def read_request(channel: Channel) -> dict:
@@ -1987,7 +2072,7 @@ def main() -> None:
     CANCEL.on_timeout = lambda: (
         remove_call_dirs(),
         channel.answer(error_answer_fields(NodeCancelled("the call was cancelled (the node did not stop in time)"), channel.call_id)),
-        os._exit(1),
+        _EXIT(1),
     )
     try:
         request = read_request(channel)
@@ -2007,6 +2092,7 @@ def main() -> None:
         sys.stderr = sys.__stderr__ = line_buffered(sys.stderr)
         STD_STREAMS[:] = [sys.stdout, sys.stderr]
         RUNNER_PID[0] = os.getpid()
+        os._exit = exit_after_output
         os.register_at_fork(
             before=block_sigterm_for_fork,
             after_in_parent=restore_sigmask_after_fork,
@@ -2015,13 +2101,14 @@ def main() -> None:
         install_sdk()
         op = request.get("op", "run")
         if op == "run":
-            do_run(channel, request)
+            status = do_run(channel, request)
         elif op == "compile":
-            do_compile(channel, request)
+            status = do_compile(channel, request)
         else:
             raise BadRequest("unknown op %r (this runtime knows run and compile)" % (op,))
     except BaseException as exc:  # every failure is an answer, never a silent exit
-        fail(channel, exc)
+        status = fail(channel, exc)
+    exit_like_a_script(status, echo_fd)
 
 
 if __name__ == "__main__":
@@ -2029,5 +2116,6 @@ if __name__ == "__main__":
 elif __name__ == "__mp_main__":
     # A spawn or forkserver child of a node imports this file as its main
     # module before it imports the node's module: node code that does
-    # `from fluksio import node` must import there too.
-    install_sdk()
+    # `from fluksio import node` must import there too. (Its sys.path is
+    # the runner's, without the PYTHONPATH entry of the SDK package.)
+    install_sdk(for_children=False)
