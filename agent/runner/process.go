@@ -78,6 +78,7 @@ func (p *Pool) Close() { p.warm.close() }
 
 // Spec is one call's runner.
 type Spec struct {
+	CallID  string // the call's id, for the log events the worker sends itself
 	Runtime Runtime
 	Env     []string     // the request's env, added to Config.BaseEnv
 	Request []byte       // the request line for stdin; not kept once written
@@ -129,6 +130,7 @@ type Process struct {
 	stdin    io.WriteCloser
 	stdout   *output
 	stderr   *os.File
+	pipes    *nodePipes // the node's output pipes (embedded runtime only)
 	dir      *callDir
 	warmDone func() // tells the warm pool the call ended
 
@@ -184,7 +186,7 @@ func (pl *Pool) Start(ctx context.Context, spec Spec) (*Process, error) {
 	p.warmDone = warmDone
 	var stdout *os.File
 	if sp != nil {
-		p.box, p.stdin, stdout, p.stderr, p.dir = sp.handTo(spec.Log, p.exited)
+		p.box, p.stdin, stdout, p.stderr, p.pipes, p.dir = sp.handTo(spec.Log, p.exited)
 		p.log.Debug("runner is a spare", "pid", p.box.pid)
 	} else {
 		var err error
@@ -204,7 +206,7 @@ func (pl *Pool) Start(ctx context.Context, spec Spec) (*Process, error) {
 		close(p.stderrDone)
 	}()
 	go func() {
-		p.outputs <- p.relayStdout(spec.Send)
+		p.outputs <- p.relayStdout(spec.CallID, spec.Send)
 		close(p.outputDone)
 	}()
 	return p, nil
@@ -231,26 +233,43 @@ func (p *Process) startCold(spec Spec) (*os.File, error) {
 		stderrW.Close()
 		return nil, err
 	}
+	var pipes *nodePipes
+	args := []string{spec.Runtime.Path}
+	var extra []*os.File
+	if spec.Runtime.Embedded {
+		if pipes, err = newNodePipes(); err != nil {
+			stdoutR.Close()
+			stdoutW.Close()
+			stderrR.Close()
+			stderrW.Close()
+			dir.remove()
+			return nil, err
+		}
+		args, extra = pipes.pass(args, extra)
+	}
 	b := &box{log: p.log}
-	cmd := exec.Command(p.cfg.Python, spec.Runtime.Path)
+	cmd := exec.Command(p.cfg.Python, args...)
 	b.prepare(cmd, dir.env(p.cfg.env(spec.Env), p.cfg.CancelGrace))
 	cmd.Dir = dir.cwd
 	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
+	cmd.ExtraFiles = extra
 	stdin, err := cmd.StdinPipe()
 	if err == nil {
 		err = b.start(cmd)
 	}
 	stdoutW.Close()
 	stderrW.Close()
+	pipes.started()
 	if err != nil {
 		stdoutR.Close()
 		stderrR.Close()
+		pipes.close()
 		if err := dir.remove(); err != nil {
 			p.log.Warn("could not remove the call's directory", "dir", dir.path, "error", err)
 		}
 		return nil, fmt.Errorf("starting %s: %w", p.cfg.Python, err)
 	}
-	p.box, p.stdin, p.stderr, p.dir = b, stdin, stderrR, dir
+	p.box, p.stdin, p.stderr, p.pipes, p.dir = b, stdin, stderrR, pipes, dir
 	go func() {
 		err := cmd.Wait()
 		b.reaped(cmd)
@@ -368,6 +387,7 @@ func (p *Process) End(answered bool) {
 	p.stderr.SetReadDeadline(time.Now().Add(pipeLinger))
 	<-p.stderrDone
 	p.stderr.Close()
+	p.pipes.close()
 	<-p.exited
 	p.box.logEnd()
 	if err := p.dir.remove(); err != nil {

@@ -43,7 +43,11 @@ func (o *output) drain() {
 
 // relayStdout sends event lines as they come and returns the answer.
 // Lines that are not JSON objects are logged here and never sent.
-func (p *Process) relayStdout(send func([]byte)) Output {
+//
+// When the output ends without an answer (the runner died, or was
+// stopped), what the node wrote that its runtime did not send yet is sent
+// from the node's pipes.
+func (p *Process) relayStdout(callID string, send func([]byte)) Output {
 	lines := newLineReader(p.stdout, p.cfg.MaxLine)
 	garbage := logging.NewBudget(p.log, "the runner wrote lines that are not JSON objects; they were not forwarded", logLinesPerSecond)
 	for {
@@ -54,6 +58,7 @@ func (p *Process) relayStdout(send func([]byte)) Output {
 				return Output{Err: err}
 			}
 			garbage.Close()
+			p.pipes.sendRemains(p, callID, send)
 			return Output{}
 		}
 		line, kind := protocol.Classify(raw)

@@ -322,8 +322,9 @@ class LogPump:
         self.stopping = False
         self.thread = threading.Thread(target=self._run, name="fluksio-log-pump", daemon=True)
 
-    def capture(self, target_fd: int, name: str) -> None:
-        read_fd, write_fd = os.pipe()
+    def capture(self, target_fd: int, name: str, pipe=None) -> None:
+        """Makes target_fd the write end of a pipe the pump reads: the worker's, or a new one."""
+        read_fd, write_fd = pipe or os.pipe()
         os.dup2(write_fd, target_fd)  # inheritable: child processes log too
         os.close(write_fd)
         self.streams[read_fd] = Captured(name)
@@ -2054,20 +2055,35 @@ def spare_prepare() -> None:
         json.dump({"watch": watch, "failed": failed}, report)
 
 
+# `worker_main.py --fluksio-output FD ...`: the worker made the pipes the
+# node's stdout and stderr become (read and write ends at FD and FD+1, then
+# FD+2 and FD+3) and keeps their read ends too, so that what the node wrote
+# just before a hard exit (os._exit, a segfault) and the pump had not read
+# yet still reaches the engine: the worker reads it once the runner is gone.
+OUTPUT_FLAG = "--fluksio-output"
+
+
+def take_output_pipes():
+    """The worker's ((read, write) for stdout, (read, write) for stderr), or None."""
+    if len(sys.argv) < 3 or sys.argv[1] != OUTPUT_FLAG:
+        return None
+    first = int(sys.argv[2])
+    del sys.argv[1:3]
+    fds = list(range(first, first + 4))
+    for fd in fds:
+        os.set_inheritable(fd, False)  # the node's children get them as fd 1 and 2 only
+    return (fds[0], fds[1]), (fds[2], fds[3])
+
+
 def main() -> None:
     global PUMP
+    pipes = take_output_pipes() or (None, None)
     spare_prepare()
     # The real stdout is the protocol channel and nothing else may reach it:
     # keep a private, close-on-exec copy (children never inherit it, so a
     # grandchild cannot hold the agent's pipe open) before anything can print.
     channel = Channel(os.dup(1))
     echo_fd = os.dup(2)
-    try:
-        import faulthandler
-
-        faulthandler.enable(file=os.fdopen(os.dup(echo_fd), "w"))
-    except Exception:
-        pass
     CANCEL.install()
     CANCEL.on_timeout = lambda: (
         remove_call_dirs(),
@@ -2081,9 +2097,18 @@ def main() -> None:
         os.dup2(devnull, 0)
         os.close(devnull)
         PUMP = LogPump(channel, echo_fd)
-        PUMP.capture(1, "stdout")
-        PUMP.capture(2, "stderr")
+        PUMP.capture(1, "stdout", pipes[0])
+        PUMP.capture(2, "stderr", pipes[1])
         PUMP.start()
+        # A crash's Python stack goes where the node's stderr goes: to the
+        # engine, by the pump or, when the crash took the pump along, by
+        # the worker reading what is left in the pipe.
+        try:
+            import faulthandler
+
+            faulthandler.enable(file=os.fdopen(os.dup(2), "w"))
+        except Exception:
+            pass
         # Print and logging reach the pump line by line, as they happen. This
         # costs a write per line (a million prints take seconds, not a
         # fraction); flushing a block-buffered stdout from another thread
