@@ -286,8 +286,10 @@ func TestWarmPreloadOfAModuleThatImportsTheSDK(t *testing.T) {
 	}
 	_, wk, w, _ := warmWorker(t, []string{"PYTHONPATH=" + modules}, "--warm", "1", "--preload", "my_nodes")
 	addr := monitorAddr(t, w)
+	probe := "import sys\n\ndef f():\n    return {'preloaded': 'my_nodes' in sys.modules}\n"
+	runWarm(t, wk, nodeRun("cold", probe, "f", nil)) // teaches the pool the environment
 	waitSpares(t, addr, 1)
-	out := runWarm(t, wk, nodeRun("pre", "import sys\n\ndef f():\n    return {'preloaded': 'my_nodes' in sys.modules}\n", "f", nil))
+	out := runWarm(t, wk, nodeRun("pre", probe, "f", nil))
 	if out["preloaded"] != true {
 		t.Errorf("the spare did not hold the preloaded module: %v", out)
 	}

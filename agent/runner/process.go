@@ -130,7 +130,8 @@ type Process struct {
 	stdin    io.WriteCloser
 	stdout   *output
 	stderr   *os.File
-	pipes    *nodePipes // the node's output pipes (embedded runtime only)
+	pipes    *nodePipes  // the node's output pipes (embedded runtime only)
+	out      *nodeOutput // their relay; nil without them
 	dir      *callDir
 	warmDone func() // tells the warm pool the call ended
 
@@ -199,6 +200,9 @@ func (pl *Pool) Start(ctx context.Context, spec Spec) (*Process, error) {
 	p.stdout = &output{f: stdout}
 	// A stop asked from now on, even before watch runs, halts the runner.
 	p.halted, p.halt = context.WithCancelCause(ctx)
+	if p.pipes != nil {
+		p.out = relayNodeOutput(p, p.pipes, spec.CallID, spec.Send)
+	}
 	go p.watch()
 	go p.write(spec.Request)
 	go func() {
@@ -206,7 +210,7 @@ func (pl *Pool) Start(ctx context.Context, spec Spec) (*Process, error) {
 		close(p.stderrDone)
 	}()
 	go func() {
-		p.outputs <- p.relayStdout(spec.CallID, spec.Send)
+		p.outputs <- p.relayStdout(spec.Send)
 		close(p.outputDone)
 	}()
 	return p, nil
@@ -387,6 +391,7 @@ func (p *Process) End(answered bool) {
 	p.stderr.SetReadDeadline(time.Now().Add(pipeLinger))
 	<-p.stderrDone
 	p.stderr.Close()
+	p.out.stop()
 	p.pipes.close()
 	<-p.exited
 	p.box.logEnd()

@@ -6,7 +6,8 @@ protocol in agent/protocol/doc.go; the request schema in README.md here). This f
 
 - the protocol channel: the process's real stdout carries protocol lines and
   nothing else; node code's fd 1 and fd 2 are pipes that become ``log``
-  events (rate-bounded) and are echoed on the runner's real stderr;
+  events (rate-bounded): the worker's, which it reads itself, or, started
+  without them, this file's own, echoed on the runner's real stderr;
 - loading node code (shipped source or an importable module) and the
   ``fluksio`` SDK surface when the real SDK is not installed;
 - calling the node (plain, generator or async), validating every stream
@@ -300,6 +301,10 @@ class Captured:
 class LogPump:
     """Turns what the node writes on fd 1 and fd 2 into bounded log events.
 
+    For a runtime started without the worker's pipes (its unit tests, a
+    worker older than --fluksio-output); the worker reads them itself with
+    the same rules (agent/runner/nodeout.go).
+
     Redirecting the file descriptors (not just sys.stdout) catches C-level
     writes and child processes too. One thread selects over both pipes so
     the node never blocks on a full pipe while the runtime is busy.
@@ -322,9 +327,8 @@ class LogPump:
         self.stopping = False
         self.thread = threading.Thread(target=self._run, name="fluksio-log-pump", daemon=True)
 
-    def capture(self, target_fd: int, name: str, pipe=None) -> None:
-        """Makes target_fd the write end of a pipe the pump reads: the worker's, or a new one."""
-        read_fd, write_fd = pipe or os.pipe()
+    def capture(self, target_fd: int, name: str) -> None:
+        read_fd, write_fd = os.pipe()
         os.dup2(write_fd, target_fd)  # inheritable: child processes log too
         os.close(write_fd)
         self.streams[read_fd] = Captured(name)
@@ -1684,8 +1688,8 @@ def emit_stream(channel: Channel, values: dict) -> None:
     # Shielded as a whole: a cancel landing inside the pump's condition
     # variable or the channel's lock would leave them broken.
     with Shielded():
+        flush_node_output()
         if PUMP is not None:
-            flush_node_output()
             PUMP.sync()
         channel.event("stream", values=values)
 
@@ -1810,15 +1814,16 @@ def fail(channel: Channel, exc: BaseException) -> int:
 def exit_after_output(status):
     """os._exit as node code sees it in the runner: what it wrote goes out first.
 
-    A hard exit ends the process with the log pump, a thread of it; lines
-    printed just before it would be lost whenever the pump had not read
-    them yet. Forked children (a fork pool's workers end this way) and the
-    runtime itself exit at once.
+    Python's buffers and C stdio's are flushed into the node's pipes, and
+    without the worker the log pump (a thread of this process, which the
+    exit would end) sends what it had not yet. Forked children (a fork
+    pool's workers end this way) and the runtime itself exit at once.
     """
-    if os.getpid() == RUNNER_PID[0] and PUMP is not None:
+    if os.getpid() == RUNNER_PID[0]:
         try:
             flush_node_output()
-            PUMP.finish()
+            if PUMP is not None:
+                PUMP.finish()
         except BaseException:
             pass
     _EXIT(status)
@@ -2032,7 +2037,9 @@ def spare_prepare() -> None:
             pass
         os.dup2(saved, 1)
         os.close(saved)
-    paths = [sys.executable] + [p or os.getcwd() for p in sys.path]
+    # The call's own directories (the SDK package for child interpreters)
+    # are this spare's, made just now: not code that can go stale.
+    paths = [sys.executable] + [p or os.getcwd() for p in sys.path if p not in CALL_DIRS]
     try:
         import site
 
@@ -2056,28 +2063,28 @@ def spare_prepare() -> None:
 
 
 # `worker_main.py --fluksio-output FD ...`: the worker made the pipes the
-# node's stdout and stderr become (read and write ends at FD and FD+1, then
-# FD+2 and FD+3) and keeps their read ends too, so that what the node wrote
-# just before a hard exit (os._exit, a segfault) and the pump had not read
-# yet still reaches the engine: the worker reads it once the runner is gone.
+# node's stdout and stderr become (their write ends at FD and FD+1) and
+# reads them itself, log events and their budget included: a reader in
+# this process (the LogPump, for a runtime started without the worker)
+# dies with it, and what the node wrote just before a hard exit (os._exit,
+# a segfault and its faulthandler stack) would go with it.
 OUTPUT_FLAG = "--fluksio-output"
 
 
 def take_output_pipes():
-    """The worker's ((read, write) for stdout, (read, write) for stderr), or None."""
+    """The worker's write ends for the node's (stdout, stderr), or None."""
     if len(sys.argv) < 3 or sys.argv[1] != OUTPUT_FLAG:
         return None
     first = int(sys.argv[2])
     del sys.argv[1:3]
-    fds = list(range(first, first + 4))
-    for fd in fds:
+    for fd in (first, first + 1):
         os.set_inheritable(fd, False)  # the node's children get them as fd 1 and 2 only
-    return (fds[0], fds[1]), (fds[2], fds[3])
+    return first, first + 1
 
 
 def main() -> None:
     global PUMP
-    pipes = take_output_pipes() or (None, None)
+    worker_pipes = take_output_pipes()
     spare_prepare()
     # The real stdout is the protocol channel and nothing else may reach it:
     # keep a private, close-on-exec copy (children never inherit it, so a
@@ -2096,13 +2103,18 @@ def main() -> None:
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.close(devnull)
-        PUMP = LogPump(channel, echo_fd)
-        PUMP.capture(1, "stdout", pipes[0])
-        PUMP.capture(2, "stderr", pipes[1])
-        PUMP.start()
+        if worker_pipes:
+            for target, write_fd in zip((1, 2), worker_pipes):
+                os.dup2(write_fd, target)  # inheritable: child processes log too
+                os.close(write_fd)
+        else:
+            PUMP = LogPump(channel, echo_fd)
+            PUMP.capture(1, "stdout")
+            PUMP.capture(2, "stderr")
+            PUMP.start()
         # A crash's Python stack goes where the node's stderr goes: to the
-        # engine, by the pump or, when the crash took the pump along, by
-        # the worker reading what is left in the pipe.
+        # engine (the worker reads the node's pipes, and a crash does not
+        # take its reader along).
         try:
             import faulthandler
 

@@ -1,0 +1,358 @@
+package runner
+
+// The node's output: what node code writes on its stdout and stderr (from
+// Python, C or the processes it starts), turned into the call's log
+// events by the worker itself.
+//
+// The worker makes the two pipes the node's fd 1 and fd 2 become and is
+// their only reader. A reader inside the runner (a thread of the dying
+// process) loses what the node wrote just before a hard exit: a line
+// printed before os._exit, a segfault's faulthandler stack, the last words
+// before the OOM killer. Here nothing written is lost with the runner.
+//
+// Order: the runtime pushes what the node buffered into the pipes before
+// it writes a stream event or its answer, and the stdout relay reads the
+// pipes empty (sync) before it forwards either, so a line printed before
+// a yield arrives before that yield's values.
+//
+// The rules for lines are the embedded runtime's (its LogPump serves a
+// runtime started without the worker, its unit tests): a line ends at \n,
+// \r\n or \r (progress bars), blank pieces are dropped, a line over
+// nodeLineMax is cut, and log events are budgeted: a burst of logBurst,
+// then logRate a second; under a flood the middle goes, the newest
+// logTail lines over the budget are held and all sent before the answer,
+// and a note stands where lines went missing.
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/agent/logging"
+)
+
+// outputFlag hands the runtime the node's pipes (worker_main.py's
+// OUTPUT_FLAG): `RUNTIME --fluksio-output FD ...`, the write end of the
+// stdout pipe at FD, the stderr pipe's at FD+1.
+const outputFlag = "--fluksio-output"
+
+// The log event budget and line rules (worker_main.py's LOG_BURST,
+// LOG_RATE, LOG_TAIL and LOG_LINE_MAX).
+const (
+	logBurst    = 1000 // lines at once
+	logRate     = 200  // lines a second after the burst
+	logTail     = 100  // the last lines over the budget, always sent before the answer
+	nodeLineMax = 8192 // bytes; a longer line is cut (one dumped array must not be MiB of log)
+)
+
+// lineEnd ends a line: progress bars redraw with \r.
+var lineEnd = regexp.MustCompile("\r\n|\n|\r")
+
+var cutMark = fmt.Sprintf(" … [line cut at %d bytes]", nodeLineMax)
+
+// nodePipes is a runner's pipes for its node's stdout and stderr, from
+// its start (a spare's is made ahead) until its call relays them.
+type nodePipes struct {
+	r, w [2]*os.File // stdout, stderr
+}
+
+func newNodePipes() (*nodePipes, error) {
+	np := &nodePipes{}
+	for i := range np.r {
+		r, w, err := os.Pipe()
+		if err != nil {
+			np.close()
+			return nil, fmt.Errorf("creating the node's output pipes: %w", err)
+		}
+		np.r[i], np.w[i] = r, w
+	}
+	return np, nil
+}
+
+// pass adds the write ends to cmd's extra files and the flag that names
+// them to its arguments (right after the runtime's path).
+func (np *nodePipes) pass(args []string, extra []*os.File) ([]string, []*os.File) {
+	first := 3 + len(extra)
+	args = append([]string{args[0], outputFlag, strconv.Itoa(first)}, args[1:]...)
+	return args, append(extra, np.w[0], np.w[1])
+}
+
+// started closes the worker's copies of the write ends: only the node's
+// processes write there.
+func (np *nodePipes) started() {
+	if np == nil {
+		return
+	}
+	for i, w := range np.w {
+		if w != nil {
+			w.Close()
+			np.w[i] = nil
+		}
+	}
+}
+
+func (np *nodePipes) close() {
+	if np == nil {
+		return
+	}
+	np.started()
+	for i, r := range np.r {
+		if r != nil {
+			r.Close()
+			np.r[i] = nil
+		}
+	}
+}
+
+// nodeStream is one of the two pipes as it is read.
+type nodeStream struct {
+	name    string
+	f       *os.File
+	fd      int
+	pending []byte // the line being assembled
+	cutting bool   // skipping the rest of a line sent cut
+}
+
+type heldLine struct {
+	stream string
+	line   []byte
+}
+
+// nodeOutput relays a runner's node output. Its mutex serialises reading
+// the pipes and everything after: the two readers, sync and finish.
+type nodeOutput struct {
+	p      *Process
+	callID string
+	send   func([]byte)
+
+	mu       sync.Mutex
+	streams  []*nodeStream
+	tokens   float64
+	refilled time.Time
+	held     []heldLine // over the budget, oldest first; at most logTail
+	dropped  int        // lines dropped since the last one sent
+	journal  *logging.Budget
+	done     bool // finished: nothing more is read or sent
+}
+
+// relayNodeOutput starts reading np for p's call.
+func relayNodeOutput(p *Process, np *nodePipes, callID string, send func([]byte)) *nodeOutput {
+	o := &nodeOutput{p: p, callID: callID, send: send, tokens: logBurst, refilled: time.Now(),
+		journal: logging.NewBudget(p.log, "node stderr lines were not logged", logLinesPerSecond)}
+	for i, name := range []string{"stdout", "stderr"} {
+		s := &nodeStream{name: name, f: np.r[i], fd: -1}
+		if rc, err := s.f.SyscallConn(); err == nil {
+			rc.Control(func(fd uintptr) { s.fd = int(fd) })
+		}
+		o.streams = append(o.streams, s)
+		go o.read(s)
+	}
+	return o
+}
+
+// read relays one pipe as output comes, until it ends or the call does.
+func (o *nodeOutput) read(s *nodeStream) {
+	rc, err := s.f.SyscallConn()
+	if err != nil {
+		return
+	}
+	buf := make([]byte, 64<<10)
+	for {
+		var n int
+		var rerr error
+		err := rc.Read(func(uintptr) bool {
+			o.mu.Lock()
+			defer o.mu.Unlock()
+			if o.done {
+				n = 0
+				return true
+			}
+			n, rerr = o.readLocked(s, buf)
+			return !errors.Is(rerr, syscall.EAGAIN)
+		})
+		if err != nil || n <= 0 && !errors.Is(rerr, syscall.EINTR) {
+			return
+		}
+	}
+}
+
+// readLocked reads once from s and takes the lines it finishes.
+func (o *nodeOutput) readLocked(s *nodeStream, buf []byte) (int, error) {
+	if s.fd < 0 {
+		return 0, nil
+	}
+	n, err := syscall.Read(s.fd, buf)
+	if n > 0 {
+		o.feedLocked(s, buf[:n])
+	}
+	return n, err
+}
+
+// drainLocked reads what both pipes hold now, without waiting for more.
+// Bounded, so a process writing flat out cannot hold the relay.
+func (o *nodeOutput) drainLocked() {
+	buf := make([]byte, 64<<10)
+	for _, s := range o.streams {
+		for read := 0; read < 4<<20; {
+			n, err := o.readLocked(s, buf)
+			if errors.Is(err, syscall.EINTR) {
+				continue
+			}
+			if n <= 0 {
+				break
+			}
+			read += n
+		}
+	}
+}
+
+// sync sends what the node wrote so far, before a stream event: lines
+// held over the budget are dropped (they cannot follow values the node
+// yielded after them).
+func (o *nodeOutput) sync() {
+	if o == nil {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.done {
+		return
+	}
+	o.drainLocked()
+	o.dropped += len(o.held)
+	o.held = nil
+	o.noteDroppedLocked()
+}
+
+// finish sends everything the node wrote, the held tail and an unfinished
+// last line included, before the call's answer; nothing is sent after.
+func (o *nodeOutput) finish() {
+	if o == nil {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.done {
+		return
+	}
+	o.drainLocked()
+	for _, s := range o.streams {
+		if !s.cutting {
+			o.takeLocked(s.name, s.pending)
+		}
+		s.pending, s.cutting = nil, false
+	}
+	o.noteDroppedLocked()
+	for _, h := range o.held {
+		o.emitLocked(h.stream, h.line)
+	}
+	o.held = nil
+	o.done = true
+	o.journal.Close()
+}
+
+// stop ends the relay without sending more, before the pipes are closed.
+func (o *nodeOutput) stop() {
+	if o == nil {
+		return
+	}
+	o.mu.Lock()
+	o.done = true
+	o.mu.Unlock()
+}
+
+// feedLocked splits data into lines, finishing the one being assembled.
+func (o *nodeOutput) feedLocked(s *nodeStream, data []byte) {
+	for {
+		loc := lineEnd.FindIndex(data)
+		if loc == nil {
+			break
+		}
+		if s.cutting {
+			s.cutting = false // the end of a line already sent cut
+		} else {
+			o.takeLocked(s.name, append(s.pending, data[:loc[0]]...))
+		}
+		s.pending = s.pending[:0]
+		data = data[loc[1]:]
+	}
+	if s.cutting {
+		return
+	}
+	s.pending = append(s.pending, data...)
+	if len(s.pending) > nodeLineMax {
+		o.takeLocked(s.name, s.pending)
+		s.pending, s.cutting = nil, true
+	}
+}
+
+// takeLocked logs one line and sends it within the budget.
+func (o *nodeOutput) takeLocked(stream string, line []byte) {
+	if len(bytes.TrimSpace(line)) == 0 {
+		return // empty, or what a progress bar clears itself with ("\r" + spaces)
+	}
+	if len(line) > nodeLineMax {
+		line = append(line[:nodeLineMax:nodeLineMax], cutMark...)
+	} else {
+		line = bytes.Clone(line)
+	}
+	if o.journal.Allow() {
+		// A constant message, the node's text an attribute: a log search
+		// for the worker's own messages never matches what a node printed.
+		o.p.log.Info("node output", "stream", stream, "line", logging.Cut(line, 4096))
+	} else {
+		o.p.cfg.Metrics.StderrLineDropped()
+	}
+	now := time.Now()
+	o.tokens = min(logBurst, o.tokens+now.Sub(o.refilled).Seconds()*logRate)
+	o.refilled = now
+	o.held = append(o.held, heldLine{stream, line})
+	if len(o.held) > logTail {
+		o.held = o.held[1:]
+		o.dropped++
+	}
+	for len(o.held) > 0 && o.tokens >= 1 {
+		o.tokens--
+		o.emitLocked(o.held[0].stream, o.held[0].line)
+		o.held = o.held[1:]
+	}
+}
+
+func (o *nodeOutput) emitLocked(stream string, line []byte) {
+	o.noteDroppedLocked()
+	o.sendLocked(stream, string(line))
+}
+
+func (o *nodeOutput) noteDroppedLocked() {
+	if o.dropped == 0 {
+		return
+	}
+	note := fmt.Sprintf("… %d lines dropped here (a call's log events are limited to %d lines, then %d a second; the worker's log has more)", o.dropped, logBurst, logRate)
+	o.dropped = 0
+	o.sendLocked("stderr", note)
+}
+
+// sendLocked sends one log event as the runtime writes them.
+func (o *nodeOutput) sendLocked(stream, line string) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	// Invalid UTF-8 becomes U+FFFD: a text frame must be UTF-8.
+	if err := enc.Encode(struct {
+		CallID string `json:"call_id"`
+		Event  string `json:"event"`
+		Stream string `json:"stream"`
+		Line   string `json:"line"`
+	}{o.callID, "log", stream, line}); err != nil {
+		return
+	}
+	o.p.cfg.Metrics.EventRelayed(buf.Len() - 1)
+	o.send(append(getFrame(buf.Len()-1), bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...))
+}
