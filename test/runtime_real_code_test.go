@@ -32,33 +32,6 @@ def segfault():
     ctypes.string_at(0)
 `
 
-// exitNode leaves what a script leaves to interpreter exit: an atexit
-// handler (held until the engine has its answer), a file never closed and
-// a buffered logging handler.
-const exitNode = `import atexit, logging, logging.handlers, os, threading, time
-
-def train(out):
-    global METRICS
-    METRICS = open(os.path.join(out, "metrics.csv"), "w")
-    METRICS.write("epoch,loss\n1,0.5\n")
-
-    def tracker_flush():
-        while not os.path.exists(os.path.join(out, "answer-seen")):
-            time.sleep(0.01)
-        with open(os.path.join(out, "atexit"), "w") as f:
-            f.write("ran")
-
-    atexit.register(tracker_flush)
-    buffered = logging.handlers.MemoryHandler(10000, target=logging.FileHandler(os.path.join(out, "run.log")))
-    logging.getLogger("train").addHandler(buffered)
-    logging.getLogger("train").warning("kept in memory until shutdown")
-    return {}
-
-def stuck():
-    threading.Thread(target=time.sleep, args=(3600,)).start()  # not a daemon
-    return {}
-`
-
 const floodNode = `def train():
     for i in range(5000):
         print("step", i)
@@ -137,6 +110,11 @@ func TestRuntimeRealCode(t *testing.T) {
 			}
 		})
 		t.Run("exit-semantics", func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join(moduleRoot(t), "agent", "runtime", "examples", "tracker.py"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			exitNode := string(b)
 			out := t.TempDir()
 			answer, _ := runNode(t, wk, nodeRun("exit", exitNode, "train", map[string]any{"out": out}))
 			outputsOf(t, answer) // answered while the atexit handler waits for this test

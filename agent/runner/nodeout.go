@@ -216,24 +216,13 @@ func (o *nodeOutput) drainLocked() {
 // sync sends what the node wrote so far, before a stream event: lines
 // held over the budget are dropped (they cannot follow values the node
 // yielded after them).
-func (o *nodeOutput) sync() {
-	if o == nil {
-		return
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.done {
-		return
-	}
-	o.drainLocked()
-	o.dropped += len(o.held)
-	o.held = nil
-	o.noteDroppedLocked()
-}
+func (o *nodeOutput) sync() { o.settle(false) }
 
 // finish sends everything the node wrote, the held tail and an unfinished
 // last line included, before the call's answer; nothing is sent after.
-func (o *nodeOutput) finish() {
+func (o *nodeOutput) finish() { o.settle(true) }
+
+func (o *nodeOutput) settle(final bool) {
 	if o == nil {
 		return
 	}
@@ -243,6 +232,12 @@ func (o *nodeOutput) finish() {
 		return
 	}
 	o.drainLocked()
+	if !final {
+		o.dropped += len(o.held)
+		o.held = nil
+		o.noteDroppedLocked()
+		return
+	}
 	for _, s := range o.streams {
 		if !s.cutting {
 			o.takeLocked(s.name, s.pending)

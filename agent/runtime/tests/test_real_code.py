@@ -7,7 +7,7 @@ import subprocess
 import tempfile
 import unittest
 
-from tests.support import PYTHON, Call, RuntimeTestCase, logs, run_request, source, streams
+from tests.support import EXAMPLES, PYTHON, RuntimeTestCase, logs, run_request, source, streams
 
 
 def has_module(name):
@@ -81,30 +81,8 @@ class ExitSemantics(RuntimeTestCase):
     def test_atexit_unclosed_files_and_buffered_logging_are_flushed_after_the_answer(self):
         out = tempfile.mkdtemp(prefix="fluksio-exit-")
         self.addCleanup(lambda: subprocess.run(["rm", "-rf", out]))
-        code = """
-            import atexit, logging, logging.handlers, os, time
-            from fluksio import Port, node
-
-            @node(provides=[Port("done", "bool")])
-            def train(out):
-                global METRICS
-                METRICS = open(os.path.join(out, "metrics.csv"), "w")  # never closed, as trackers do
-                METRICS.write("epoch,loss\\n1,0.5\\n")
-
-                def tracker_flush():
-                    # Held until the engine has its answer: the answer must not wait for this.
-                    while not os.path.exists(os.path.join(out, "answer-seen")):
-                        time.sleep(0.01)
-                    with open(os.path.join(out, "atexit"), "w") as f:
-                        f.write("ran")
-                    print("printed at exit")
-
-                atexit.register(tracker_flush)
-                buffered = logging.handlers.MemoryHandler(10000, target=logging.FileHandler(os.path.join(out, "run.log")))
-                logging.getLogger("train").addHandler(buffered)
-                logging.getLogger("train").warning("kept in memory until shutdown")
-                return True
-            """
+        with open(os.path.join(EXAMPLES, "tracker.py")) as f:
+            code = f.read()
         c = self.call(run_request(code, "train", {"out": out}), env={"FLUKSIO_CANCEL_GRACE": "60"})
         answer, _ = self.wait_keeping(c)
         self.assertOk(answer)
@@ -119,14 +97,9 @@ class ExitSemantics(RuntimeTestCase):
         self.assertIn("printed at exit", c.stderr(), "what exit handlers print goes to the runner's stderr")
 
     def test_a_thread_that_never_ends_does_not_hold_the_exit(self):
-        code = """
-            import threading, time
-
-            def f():
-                threading.Thread(target=time.sleep, args=(3600,)).start()  # not a daemon
-                return {}
-            """
-        c = self.call(run_request(code, "f"), env={"FLUKSIO_CANCEL_GRACE": "0.2"})
+        with open(os.path.join(EXAMPLES, "tracker.py")) as f:
+            code = f.read()
+        c = self.call(run_request(code, "stuck"), env={"FLUKSIO_CANCEL_GRACE": "0.2"})
         answer, _ = self.wait_keeping(c)
         self.assertOk(answer)
         self.assertEqual(self.exited(c), 0)
