@@ -139,7 +139,8 @@ type nodeOutput struct {
 	held     []heldLine // over the budget, oldest first; at most logTail
 	dropped  int        // lines dropped since the last one sent
 	journal  *logging.Budget
-	done     bool // finished: nothing more is read or sent
+	done     bool   // finished: nothing more is read or sent
+	buf      []byte // what sync and finish read into
 }
 
 // relayNodeOutput starts reading np for p's call.
@@ -198,7 +199,10 @@ func (o *nodeOutput) readLocked(s *nodeStream, buf []byte) (int, error) {
 // drainLocked reads what both pipes hold now, without waiting for more.
 // Bounded, so a process writing flat out cannot hold the relay.
 func (o *nodeOutput) drainLocked() {
-	buf := make([]byte, 64<<10)
+	if o.buf == nil {
+		o.buf = make([]byte, 64<<10)
+	}
+	buf := o.buf
 	for _, s := range o.streams {
 		for read := 0; read < 4<<20; {
 			n, err := o.readLocked(s, buf)
