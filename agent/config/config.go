@@ -5,13 +5,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -48,7 +51,7 @@ type Config struct {
 	StateDir      string
 	CAFile        string        // extra trusted authorities, PEM; "" for the system's
 	MaxCalls      int           // 0: no limit
-	Listen        string        // host:port of /metrics and /healthz; "": off
+	Listen        string        // host:port of /metrics, /healthz and /livez; "": off
 	HealthGrace   time.Duration // how long /healthz stays 200 after a lost connection
 	Warm          *int          // spare runners in all; nil: as many as Parallel (warm.go)
 	Preload       []string      // modules spare runners import before they wait
@@ -185,7 +188,7 @@ var Options = []Option{
 		func(c *Config, v string) error { c.CAFile = v; return nil }},
 	{"max-calls", "N", "exit 0 once N calls have been answered: further calls are declined as in a drain (default: no limit)",
 		intSetter(func(c *Config, n int) { c.MaxCalls = n }, 0)},
-	{"listen", "ADDR", "serve Prometheus /metrics and /healthz on this address, e.g. 127.0.0.1:9465 (default: off; anyone who can reach it sees what the worker runs)",
+	{"listen", "ADDR", "serve Prometheus /metrics, /healthz and /livez on this address, e.g. 127.0.0.1:9465 (default: off; anyone who can reach it sees what the worker runs)",
 		func(c *Config, v string) error {
 			if v != "" {
 				if _, _, err := net.SplitHostPort(v); err != nil {
@@ -379,14 +382,37 @@ func ReadTokenFile(path string) (string, error) {
 }
 
 // looseModeWarning says, for a file holding the token, that users other
-// than its owner may read it, as ssh says of a private key; "" when the
-// file is private (or cannot be examined: reading it reports that).
+// than the worker may read it, as ssh says of a private key; "" when the
+// file is private (or cannot be examined: reading it reports that). Read
+// access for the file's group is private enough when the worker reads the
+// file through that group: it is in it and does not own the file, as with
+// a Kubernetes Secret mounted root-owned, mode 0440, group fsGroup, which
+// the worker could not make 0600 (and 0400 would lock it out).
 func looseModeWarning(path, what string) string {
 	st, err := os.Stat(path)
-	if err != nil || st.Mode().Perm()&0o044 == 0 {
+	if err != nil {
 		return ""
 	}
-	return fmt.Sprintf("%s %s holds the token and is mode %04o, readable by other users than its owner; make it private: chmod 600 %s", what, path, st.Mode().Perm(), path)
+	perm := st.Mode().Perm()
+	if perm&0o004 == 0 && (perm&0o040 == 0 || readsThroughGroup(st)) {
+		return ""
+	}
+	return fmt.Sprintf("%s %s holds the token and is mode %04o, readable by other users than its owner; make it private: chmod 600 %s", what, path, perm, path)
+}
+
+// readsThroughGroup reports whether this process can read the file only
+// by being in its group: it does not own it and the group is one of its.
+func readsThroughGroup(st fs.FileInfo) bool {
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok || int(sys.Uid) == os.Geteuid() {
+		return false
+	}
+	gid := int(sys.Gid)
+	if gid == os.Getegid() {
+		return true
+	}
+	groups, _ := os.Getgroups()
+	return slices.Contains(groups, gid)
 }
 
 // ApplyFile applies a TOML config file's keys to cfg. Unknown keys are an

@@ -24,7 +24,9 @@ const (
 	shutdownGracePeriod = time.Second
 )
 
-// Server is the monitoring endpoint: GET or HEAD /metrics and /healthz.
+// Server is the monitoring endpoint: GET or HEAD /metrics, /healthz (ready:
+// attached, or within the grace) and /livez (alive: the worker's main loop
+// runs, whatever the engine does).
 type Server struct {
 	srv  *http.Server
 	ln   net.Listener
@@ -34,7 +36,7 @@ type Server struct {
 // Listen binds addr (host:port; port 0 picks one) and serves in the
 // background until Close. It fails at once when the address cannot be
 // bound, so a typo is a configuration error, not a silent lack of metrics.
-func Listen(addr string, m *Metrics, health Health) (*Server, error) {
+func Listen(addr string, m *Metrics, health, live Health) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--listen %s: %w", addr, err)
@@ -44,17 +46,8 @@ func Listen(addr string, m *Metrics, health Health) (*Server, error) {
 		Registry:            m.Registry(), // counts its own errors there
 		MaxRequestsInFlight: maxScrapesInFlight,
 	})))
-	mux.Handle("/healthz", readOnly(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ok, reason := health()
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Header().Set("Cache-Control", "no-store")
-		if !ok {
-			w.WriteHeader(http.StatusServiceUnavailable)
-		}
-		if r.Method != http.MethodHead {
-			fmt.Fprintln(w, reason)
-		}
-	})))
+	mux.Handle("/healthz", readOnly(probe(health)))
+	mux.Handle("/livez", readOnly(probe(live)))
 	s := &Server{
 		srv: &http.Server{
 			Handler:           mux,
@@ -85,6 +78,21 @@ func (s *Server) Close() {
 		s.srv.Close()
 	}
 	<-s.done
+}
+
+// probe answers 200 or 503, as h says, with h's reason as the body.
+func probe(h Health) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ok, reason := h()
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		if r.Method != http.MethodHead {
+			fmt.Fprintln(w, reason)
+		}
+	})
 }
 
 // readOnly answers 405 to anything but GET and HEAD: the endpoint changes
