@@ -129,8 +129,12 @@ func TestRuntimeRealCode(t *testing.T) {
 			}
 			// A thread that never ends holds the call for the grace at most.
 			outputsOf(t, func() map[string]any { a, _ := runNode(t, wk, nodeRun("stuck", exitNode, "stuck", nil)); return a }())
+			next := t.TempDir()
+			if err := os.WriteFile(filepath.Join(next, "answer-seen"), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
 			outputsOf(t, func() map[string]any {
-				a, _ := runNode(t, wk, nodeRun("after-stuck", exitNode, "train", map[string]any{"out": t.TempDir()}))
+				a, _ := runNode(t, wk, nodeRun("after-stuck", exitNode, "train", map[string]any{"out": next}))
 				return a
 			}())
 		})
