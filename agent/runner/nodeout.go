@@ -146,7 +146,7 @@ type nodeOutput struct {
 // relayNodeOutput starts reading np for p's call.
 func relayNodeOutput(p *Process, np *nodePipes, callID string, send func([]byte)) *nodeOutput {
 	o := &nodeOutput{p: p, callID: callID, send: send, tokens: logBurst, refilled: time.Now(),
-		journal: logging.NewBudget(p.log, "node stderr lines were not logged", logLinesPerSecond)}
+		journal: logging.NewBudget(p.log, "node output lines were not logged", logLinesPerSecond)}
 	for i, name := range []string{"stdout", "stderr"} {
 		s := &nodeStream{name: name, f: np.r[i], fd: -1}
 		if rc, err := s.f.SyscallConn(); err == nil {
