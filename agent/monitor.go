@@ -117,6 +117,7 @@ func (a *Agent) attemptStarted() {
 
 // welcomed marks the engine's welcome.
 func (a *Agent) welcomed() {
+	a.everWelcomed.Store(true)
 	a.metrics.Welcomed()
 }
 
@@ -158,6 +159,7 @@ func (a *Agent) maxCallsTaken() bool {
 func (a *Agent) countAnswerLocked() {
 	a.answered++
 	if a.cfg.MaxCalls > 0 && a.answered == int64(a.cfg.MaxCalls) {
+		a.endBecause("--max-calls answered")
 		a.log.Info("--max-calls answered; draining", "max_calls", a.cfg.MaxCalls)
 		a.Drain()
 	}
