@@ -10,10 +10,13 @@ package runner
 // printed before os._exit, a segfault's faulthandler stack, the last words
 // before the OOM killer. Here nothing written is lost with the runner.
 //
-// Order: the runtime pushes what the node buffered into the pipes before
-// it writes a stream event or its answer, and the stdout relay reads the
-// pipes empty (sync) before it forwards either, so a line printed before
-// a yield arrives before that yield's values.
+// Order: before each stream event the runtime pushes what the node
+// buffered into the pipes and writes a mark into each (a token of this
+// runner's, which node code never sees). Lines before the mark go out
+// before the event, lines after it are held until the stdout relay has
+// forwarded the event: a line printed before a yield arrives before that
+// yield's values, one printed after, after them. Before the answer the
+// pipes are read empty.
 //
 // The rules for lines are the embedded runtime's (its LogPump serves a
 // runtime started without the worker, its unit tests): a line ends at \n,
@@ -25,6 +28,9 @@ package runner
 
 import (
 	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,8 +45,9 @@ import (
 )
 
 // outputFlag hands the runtime the node's pipes (worker_main.py's
-// OUTPUT_FLAG): `RUNTIME --fluksio-output FD ...`, the write end of the
-// stdout pipe at FD, the stderr pipe's at FD+1.
+// OUTPUT_FLAG): `RUNTIME --fluksio-output FD TOKEN ...`, the write end of
+// the stdout pipe at FD, the stderr pipe's at FD+1, and the token of the
+// marks it writes before stream events.
 const outputFlag = "--fluksio-output"
 
 // The log event budget and line rules (worker_main.py's LOG_BURST,
@@ -60,11 +67,14 @@ var cutMark = fmt.Sprintf(" … [line cut at %d bytes]", nodeLineMax)
 // nodePipes is a runner's pipes for its node's stdout and stderr, from
 // its start (a spare's is made ahead) until its call relays them.
 type nodePipes struct {
-	r, w [2]*os.File // stdout, stderr
+	r, w  [2]*os.File // stdout, stderr
+	token string
 }
 
 func newNodePipes() (*nodePipes, error) {
-	np := &nodePipes{}
+	var t [16]byte
+	rand.Read(t[:])
+	np := &nodePipes{token: hex.EncodeToString(t[:])}
 	for i := range np.r {
 		r, w, err := os.Pipe()
 		if err != nil {
@@ -80,7 +90,7 @@ func newNodePipes() (*nodePipes, error) {
 // them to its arguments (right after the runtime's path).
 func (np *nodePipes) pass(args []string, extra []*os.File) ([]string, []*os.File) {
 	first := 3 + len(extra)
-	args = append([]string{args[0], outputFlag, strconv.Itoa(first)}, args[1:]...)
+	args = append([]string{args[0], outputFlag, strconv.Itoa(first), np.token}, args[1:]...)
 	return args, append(extra, np.w[0], np.w[1])
 }
 
@@ -118,11 +128,14 @@ type nodeStream struct {
 	fd      int
 	pending []byte // the line being assembled
 	cutting bool   // skipping the rest of a line sent cut
+	carry   []byte // what may be the start of a mark
+	marks   int    // marks read: stream events this stream is past
 }
 
 type heldLine struct {
 	stream string
 	line   []byte
+	after  int // the stream events it follows
 }
 
 // nodeOutput relays a runner's node output. Its mutex serialises reading
@@ -136,6 +149,9 @@ type nodeOutput struct {
 	streams  []*nodeStream
 	tokens   float64
 	refilled time.Time
+	mark     []byte
+	events   int        // stream events forwarded
+	later    []heldLine // lines past a mark whose event is not forwarded yet
 	held     []heldLine // over the budget, oldest first; at most logTail
 	dropped  int        // lines dropped since the last one sent
 	journal  *logging.Budget
@@ -146,7 +162,8 @@ type nodeOutput struct {
 // relayNodeOutput starts reading np for p's call.
 func relayNodeOutput(p *Process, np *nodePipes, callID string, send func([]byte)) *nodeOutput {
 	o := &nodeOutput{p: p, callID: callID, send: send, tokens: logBurst, refilled: time.Now(),
-		journal: logging.NewBudget(p.log, "node output lines were not logged", logLinesPerSecond)}
+		mark:    []byte("\x00fluksio:" + np.token + "\x00"),
+		journal: logging.NewBudget(p.log, "node stderr lines were not logged", logLinesPerSecond)}
 	for i, name := range []string{"stdout", "stderr"} {
 		s := &nodeStream{name: name, f: np.r[i], fd: -1}
 		if rc, err := s.f.SyscallConn(); err == nil {
@@ -217,24 +234,46 @@ func (o *nodeOutput) drainLocked() {
 	}
 }
 
-// sync sends what the node wrote so far, before a stream event: lines
-// held over the budget are dropped (they cannot follow values the node
-// yielded after them).
-func (o *nodeOutput) sync() { o.settle(false) }
+// forward sends a stream event with send, in its place among the node's
+// lines: after what the node wrote before it, before what came after.
+// Lines held over the budget are dropped (they cannot follow the event).
+func (o *nodeOutput) forward(send func()) {
+	if o == nil {
+		send()
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.done {
+		o.settleLocked(false)
+	}
+	send()
+	o.events++
+	later := o.later
+	o.later = nil
+	for i, h := range later {
+		if h.after > o.events {
+			o.later = append(o.later, later[i:]...)
+			break
+		}
+		o.budgetLocked(h.stream, h.line)
+	}
+}
 
 // finish sends everything the node wrote, the held tail and an unfinished
 // last line included, before the call's answer; nothing is sent after.
-func (o *nodeOutput) finish() { o.settle(true) }
-
-func (o *nodeOutput) settle(final bool) {
+func (o *nodeOutput) finish() {
 	if o == nil {
 		return
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.done {
-		return
+	if !o.done {
+		o.settleLocked(true)
 	}
+}
+
+func (o *nodeOutput) settleLocked(final bool) {
 	o.drainLocked()
 	if !final {
 		o.dropped += len(o.held)
@@ -243,11 +282,16 @@ func (o *nodeOutput) settle(final bool) {
 		return
 	}
 	for _, s := range o.streams {
+		o.linesLocked(s, s.carry)
 		if !s.cutting {
-			o.takeLocked(s.name, s.pending)
+			o.takeLocked(s, s.pending)
 		}
-		s.pending, s.cutting = nil, false
+		s.carry, s.pending, s.cutting = nil, nil, false
 	}
+	for _, h := range o.later {
+		o.budgetLocked(h.stream, h.line)
+	}
+	o.later = nil
 	o.noteDroppedLocked()
 	for _, h := range o.held {
 		o.emitLocked(h.stream, h.line)
@@ -267,8 +311,34 @@ func (o *nodeOutput) stop() {
 	o.mu.Unlock()
 }
 
-// feedLocked splits data into lines, finishing the one being assembled.
+// feedLocked takes what was read: marks out, lines in.
 func (o *nodeOutput) feedLocked(s *nodeStream, data []byte) {
+	if len(s.carry) > 0 {
+		data = append(s.carry, data...)
+		s.carry = nil
+	}
+	for {
+		i := bytes.Index(data, o.mark)
+		if i < 0 {
+			break
+		}
+		o.linesLocked(s, data[:i])
+		s.marks++
+		data = data[i+len(o.mark):]
+	}
+	keep := 0 // a mark may have begun at the end of this read
+	for k := min(len(o.mark)-1, len(data)); k > 0; k-- {
+		if bytes.HasPrefix(o.mark, data[len(data)-k:]) {
+			keep = k
+			break
+		}
+	}
+	o.linesLocked(s, data[:len(data)-keep])
+	s.carry = append([]byte(nil), data[len(data)-keep:]...)
+}
+
+// linesLocked splits data into lines, finishing the one being assembled.
+func (o *nodeOutput) linesLocked(s *nodeStream, data []byte) {
 	for {
 		loc := lineEnd.FindIndex(data)
 		if loc == nil {
@@ -277,7 +347,7 @@ func (o *nodeOutput) feedLocked(s *nodeStream, data []byte) {
 		if s.cutting {
 			s.cutting = false // the end of a line already sent cut
 		} else {
-			o.takeLocked(s.name, append(s.pending, data[:loc[0]]...))
+			o.takeLocked(s, append(s.pending, data[:loc[0]]...))
 		}
 		s.pending = s.pending[:0]
 		data = data[loc[1]:]
@@ -287,13 +357,14 @@ func (o *nodeOutput) feedLocked(s *nodeStream, data []byte) {
 	}
 	s.pending = append(s.pending, data...)
 	if len(s.pending) > nodeLineMax {
-		o.takeLocked(s.name, s.pending)
+		o.takeLocked(s, s.pending)
 		s.pending, s.cutting = nil, true
 	}
 }
 
-// takeLocked logs one line and sends it within the budget.
-func (o *nodeOutput) takeLocked(stream string, line []byte) {
+// takeLocked logs one line and sends it within the budget, or holds it
+// while the stream event it follows is not forwarded yet.
+func (o *nodeOutput) takeLocked(s *nodeStream, line []byte) {
 	if len(bytes.TrimSpace(line)) == 0 {
 		return // empty, or what a progress bar clears itself with ("\r" + spaces)
 	}
@@ -302,17 +373,30 @@ func (o *nodeOutput) takeLocked(stream string, line []byte) {
 	} else {
 		line = bytes.Clone(line)
 	}
-	if o.journal.Allow() {
-		// A constant message, the node's text an attribute: a log search
-		// for the worker's own messages never matches what a node printed.
-		o.p.log.Info("node output", "stream", stream, "line", logging.Cut(line, 4096))
+	// Logged as the runner's stderr lines are (what the node printed went
+	// there before the worker read it): a constant message, the node's
+	// text an attribute, so a log search for the worker's own messages
+	// never matches what a node printed.
+	if o.p.cfg.NodeLog.Off {
+		// --node-log-level off: read, not logged.
+	} else if o.journal.Allow() {
+		o.p.log.Log(context.Background(), o.p.cfg.NodeLog.Level, "node stderr", "line", logging.Cut(line, 4096))
 	} else {
 		o.p.cfg.Metrics.StderrLineDropped()
 	}
+	if s.marks > o.events {
+		o.later = append(o.later, heldLine{s.name, line, s.marks})
+		return
+	}
+	o.budgetLocked(s.name, line)
+}
+
+// budgetLocked sends a line within the budget, holding the newest over it.
+func (o *nodeOutput) budgetLocked(stream string, line []byte) {
 	now := time.Now()
 	o.tokens = min(logBurst, o.tokens+now.Sub(o.refilled).Seconds()*logRate)
 	o.refilled = now
-	o.held = append(o.held, heldLine{stream, line})
+	o.held = append(o.held, heldLine{stream: stream, line: line})
 	if len(o.held) > logTail {
 		o.held = o.held[1:]
 		o.dropped++

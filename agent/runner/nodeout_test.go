@@ -12,7 +12,7 @@ import (
 
 // relayed runs node output written by write through a nodeOutput over
 // real pipes, finished as at the answer, and returns the log events' lines.
-func relayed(t *testing.T, write func(stdout, stderr io.Writer), between func(o *nodeOutput, seen func() []string)) []string {
+func relayed(t *testing.T, write func(stdout, stderr io.Writer, mark []byte), between func(o *nodeOutput, seen func() []string)) []string {
 	t.Helper()
 	np, err := newNodePipes()
 	if err != nil {
@@ -44,7 +44,7 @@ func relayed(t *testing.T, write func(stdout, stderr io.Writer), between func(o 
 		defer mu.Unlock()
 		return append([]string(nil), lines...)
 	}
-	write(np.w[0], np.w[1])
+	write(np.w[0], np.w[1], o.mark)
 	if between != nil {
 		between(o, seen)
 	}
@@ -54,7 +54,7 @@ func relayed(t *testing.T, write func(stdout, stderr io.Writer), between func(o 
 }
 
 func TestNodeOutputFloodKeepsTheBeginningAndTheEnd(t *testing.T) {
-	lines := relayed(t, func(stdout, _ io.Writer) {
+	lines := relayed(t, func(stdout, _ io.Writer, _ []byte) {
 		var b strings.Builder
 		for i := 0; i < 5000; i++ {
 			fmt.Fprintf(&b, "step %d\n", i)
@@ -87,7 +87,7 @@ func TestNodeOutputFloodKeepsTheBeginningAndTheEnd(t *testing.T) {
 }
 
 func TestNodeOutputLineRules(t *testing.T) {
-	lines := relayed(t, func(stdout, stderr io.Writer) {
+	lines := relayed(t, func(stdout, stderr io.Writer, _ []byte) {
 		io.WriteString(stderr, "\r 50%|#####     |\r"+strings.Repeat(" ", 80)+"\r")
 		io.WriteString(stdout, "a\r\nb\n\n \t \nbad \xff bytes\n")
 		io.WriteString(stdout, strings.Repeat("x", nodeLineMax+10)+"\nafter\n")
@@ -107,17 +107,36 @@ func TestNodeOutputLineRules(t *testing.T) {
 	}
 }
 
-// What the node wrote before a stream event is sent before it: sync reads
-// the pipes empty, whether or not the readers got to it yet.
-func TestNodeOutputSyncSendsWhatWasWritten(t *testing.T) {
+// A stream event goes out in its place among the node's lines: after
+// what was written before its mark, before what came after, whether or
+// not the readers got to either yet.
+func TestNodeOutputStreamEventsKeepTheirPlace(t *testing.T) {
 	for i := 0; i < 50; i++ {
-		relayed(t, func(stdout, _ io.Writer) {
-			fmt.Fprintf(stdout, "before yield %d\n", i)
-		}, func(o *nodeOutput, seen func() []string) {
-			o.sync()
-			if got := seen(); len(got) != 1 || got[0] != fmt.Sprintf("before yield %d", i) {
-				t.Fatalf("after sync: %q", got)
-			}
+		var o *nodeOutput
+		lines := relayed(t, func(stdout, stderr io.Writer, mark []byte) {
+			// How the runtime writes: lines, the mark in both pipes (here
+			// split across two writes), the event on its own stdout, then
+			// the node goes on.
+			io.WriteString(stdout, "before 1\nbefore ")
+			io.WriteString(stderr, "err before\n")
+			stdout.Write(mark[:5])
+			stdout.Write(mark[5:])
+			stderr.Write(mark)
+			io.WriteString(stdout, "2\nafter\n")
+			io.WriteString(stderr, "err after\n")
+		}, func(out *nodeOutput, seen func() []string) {
+			o = out
+			o.forward(func() { o.sendLocked("stdout", "EVENT") })
 		})
+		at := map[string]int{}
+		for n, l := range lines {
+			at[l] = n + 1
+		}
+		if at["EVENT"] == 0 || at["before 1"] == 0 || at["err before"] == 0 || at["before 2"] == 0 || at["after"] == 0 || at["err after"] == 0 {
+			t.Fatalf("lines %q", lines)
+		}
+		if !(at["before 1"] < at["EVENT"] && at["err before"] < at["EVENT"] && at["EVENT"] < at["after"] && at["EVENT"] < at["err after"] && at["EVENT"] < at["before 2"]) {
+			t.Fatalf("attempt %d: the event is out of place: %q", i, lines)
+		}
 	}
 }

@@ -44,7 +44,8 @@ func (o *output) drain() {
 
 // relayStdout sends event lines as they come and returns the answer.
 // Lines that are not JSON objects are logged here and never sent.
-// What the node wrote before an event or the answer goes out first.
+// What the node wrote before an event or the answer goes out first, and
+// what it wrote after an event, after it.
 func (p *Process) relayStdout(send func([]byte)) Output {
 	lines := newLineReader(p.stdout, p.cfg.MaxLine)
 	garbage := logging.NewBudget(p.log, "the runner wrote lines that are not JSON objects; they were not forwarded", logLinesPerSecond)
@@ -63,9 +64,10 @@ func (p *Process) relayStdout(send func([]byte)) Output {
 		line, kind := protocol.Classify(raw)
 		switch kind {
 		case protocol.LineEvent:
-			p.out.sync()
-			p.cfg.Metrics.EventRelayed(len(line))
-			send(textFrame(line))
+			p.out.forward(func() {
+				p.cfg.Metrics.EventRelayed(len(line))
+				send(textFrame(line))
+			})
 		case protocol.LineAnswer:
 			garbage.Close()
 			p.out.finish()

@@ -1691,6 +1691,7 @@ def emit_stream(channel: Channel, values: dict) -> None:
         flush_node_output()
         if PUMP is not None:
             PUMP.sync()
+        mark_node_output()
         channel.event("stream", values=values)
 
 
@@ -2062,24 +2063,41 @@ def spare_prepare() -> None:
         json.dump({"watch": watch, "failed": failed}, report)
 
 
-# `worker_main.py --fluksio-output FD ...`: the worker made the pipes the
-# node's stdout and stderr become (their write ends at FD and FD+1) and
+# `worker_main.py --fluksio-output FD TOKEN ...`: the worker made the pipes
+# the node's stdout and stderr become (their write ends at FD and FD+1) and
 # reads them itself, log events and their budget included: a reader in
 # this process (the LogPump, for a runtime started without the worker)
 # dies with it, and what the node wrote just before a hard exit (os._exit,
-# a segfault and its faulthandler stack) would go with it.
+# a segfault and its faulthandler stack) would go with it. Before each
+# stream event the runtime writes a mark ("\0fluksio:TOKEN\0") into both
+# pipes: what the node wrote before the mark goes out before the event,
+# what it wrote after, after it. Node code never sees the token.
 OUTPUT_FLAG = "--fluksio-output"
+
+# The worker's (pipe write end, mark) pairs, set by main().
+OUTPUT_MARKS = []
 
 
 def take_output_pipes():
-    """The worker's write ends for the node's (stdout, stderr), or None."""
-    if len(sys.argv) < 3 or sys.argv[1] != OUTPUT_FLAG:
+    """The worker's write ends for the node's (stdout, stderr) and its mark, or None."""
+    if len(sys.argv) < 4 or sys.argv[1] != OUTPUT_FLAG:
         return None
-    first = int(sys.argv[2])
-    del sys.argv[1:3]
+    first, token = int(sys.argv[2]), sys.argv[3]
+    del sys.argv[1:4]
     for fd in (first, first + 1):
         os.set_inheritable(fd, False)  # the node's children get them as fd 1 and 2 only
-    return first, first + 1
+    return (first, first + 1), b"\0fluksio:" + token.encode("ascii") + b"\0"
+
+
+def mark_node_output() -> None:
+    """Marks the place of a stream event in the node's output (the worker's pipes only)."""
+    if os.getpid() != RUNNER_PID[0]:
+        return
+    for fd, mark in OUTPUT_MARKS:
+        try:
+            _WRITE(fd, mark)
+        except OSError:
+            pass
 
 
 def main() -> None:
@@ -2104,9 +2122,10 @@ def main() -> None:
         os.dup2(devnull, 0)
         os.close(devnull)
         if worker_pipes:
-            for target, write_fd in zip((1, 2), worker_pipes):
+            fds, mark = worker_pipes
+            for target, write_fd in zip((1, 2), fds):
                 os.dup2(write_fd, target)  # inheritable: child processes log too
-                os.close(write_fd)
+                OUTPUT_MARKS.append((write_fd, mark))  # kept: node code may redirect fd 1
         else:
             PUMP = LogPump(channel, echo_fd)
             PUMP.capture(1, "stdout")
