@@ -78,6 +78,8 @@ type Metrics struct {
 	warmHits    prometheus.Counter
 	warmMisses  prometheus.Counter
 
+	held heldMetrics // calls held through an outage (held.go)
+
 	// Containment adds its series here when it lands, with a hook method
 	// each below, e.g.:
 	//   fluksio_worker_call_cpu_seconds (histogram: CPU per call, by op)
@@ -136,6 +138,7 @@ func New(version string, protocol int) *Metrics {
 		warmMisses: f.counter("warm_runner_misses_total",
 			"Calls with --warm above 0 that started their runner cold: no fresh spare of their environment was ready."),
 	}
+	m.held = newHeldMetrics(f)
 	f.gaugeVec("build_info", "Always 1; the labels say which worker this is.", "version", "protocol").
 		WithLabelValues(version, strconv.Itoa(protocol)).Set(1)
 	for _, op := range Ops {
