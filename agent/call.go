@@ -106,6 +106,7 @@ func (c *call) run(ctx context.Context, rt runner.Runtime) {
 	request := c.request
 	c.request = nil // a request of many MiB is not kept for the call's life
 	p, err := c.agent.runners.Start(c.ctx, runner.Spec{
+		CallID:  c.id,
 		Runtime: rt,
 		Env:     c.env,
 		Request: request,

@@ -125,7 +125,7 @@ func New(version string, protocol int) *Metrics {
 		heartbeats: f.counter("heartbeats_sent_total",
 			"Heartbeats sent to the engine for running calls (one per call every 10 s)."),
 		stderrDropped: f.counter("runner_stderr_dropped_lines_total",
-			"Lines runners wrote on stderr that were not logged, over the budget of 1000 a second per call."),
+			"Lines runners and their nodes wrote that were not logged, over the budget of 1000 a second per call (each; the node's lines still reach the engine as budgeted log events)."),
 		warmRunners: f.gauge("warm_runners",
 			"Spare runners started and waiting for a call (--warm), not counting those still starting."),
 		warmHits: f.counter("warm_runner_hits_total",

@@ -13,7 +13,7 @@
 //
 // Started as `RUNNER RUNTIME_PATH`, it reads one request line and follows
 // the request's "steps", then answers ok with what it saw. Started as
-// `RUNNER RUNTIME_PATH --fluksio-spare FD [MODULES]` it is a spare (as the
+// `RUNNER RUNTIME_PATH [...] --fluksio-spare FD [MODULES]` it is a spare (as the
 // runtime's spare mode): it reports {"watch": [[RUNTIME_PATH, true]],
 // "failed": {...}} on FD, every module whose name starts with "missing"
 // failed, then waits for its request. Started as `RUNNER -c …` it answers
@@ -80,8 +80,14 @@ func Main() {
 }
 
 func run() {
-	if len(os.Args) > 3 && os.Args[2] == "--fluksio-spare" {
-		spare(os.Args[1], os.Args[3], os.Args[4:])
+	// RUNTIME [--fluksio-output FD TOKEN] --fluksio-spare FD [MODULES]: the
+	// node's output pipes are left alone (what the node prints is the fake
+	// runner's own stderr).
+	for i := 2; i+1 < len(os.Args); i++ {
+		if os.Args[i] == "--fluksio-spare" {
+			spare(os.Args[1], os.Args[i+1], os.Args[i+2:])
+			break
+		}
 	}
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
