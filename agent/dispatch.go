@@ -215,21 +215,6 @@ func (a *Agent) callEnded(c *call) {
 	a.notify()
 }
 
-// callEnv is the runner's environment: the agent's own (with the artifact
-// endpoint and token) and then the request's env.
-func (a *Agent) callEnv(raw json.RawMessage) ([]string, error) {
-	extra, err := requestEnv(raw)
-	if err != nil {
-		return nil, err
-	}
-	return a.runnerEnv(extra), nil
-}
-
-// runnerEnv adds a request's env to the agent's own; later entries win.
-func (a *Agent) runnerEnv(extra []string) []string {
-	return append(a.baseEnv[:len(a.baseEnv):len(a.baseEnv)], extra...)
-}
-
 // requestEnv is the request's env as KEY=VALUE entries, with CUDA devices
 // read as positions in this worker's own CUDA_VISIBLE_DEVICES. A waiting
 // call keeps only these; the full environment is made when it starts.

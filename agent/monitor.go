@@ -141,9 +141,6 @@ func (a *Agent) ListenMonitoring() (*metrics.Server, error) {
 	return srv, nil
 }
 
-// Metrics is the worker's metrics, nil without --listen.
-func (a *Agent) Metrics() *metrics.Metrics { return a.metrics }
-
 // maxCallsTaken reports whether --max-calls leaves no room for another
 // call: the calls answered and those running (which may yet be answered)
 // fill it. Only the reader starts calls, and an ending call moves from

@@ -33,9 +33,9 @@ type reloadable struct {
 func startReloadable(t *testing.T, eng *enginetest.Engine, args ...string) *reloadable {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "fluksio-worker")
-	copyFile(t, workerBin, bin)
+	copyFile(t, workerBinary(t), bin)
 	stateDir := t.TempDir()
-	base := []string{"run", "--url", eng.AttachURL(), "--python", fakeRunner, "--runtime", "embedded",
+	base := []string{"run", "--url", eng.AttachURL(), "--python", fakeRunnerPath(t), "--runtime", "embedded",
 		"--state-dir", stateDir, "--log-level", "debug"}
 	w := startProgram(t, bin, []string{"FLUKSIO_WORKER_TOKEN=" + testToken}, append(base, args...)...)
 	return &reloadable{worker: w, bin: bin, stateDir: stateDir}
@@ -47,7 +47,7 @@ func (r *reloadable) pid() int { return r.cmd.Process.Pid }
 // renamed over, so the running process's file is deleted.
 func (r *reloadable) upgrade(t *testing.T) {
 	t.Helper()
-	copyFile(t, workerBin, r.bin+".dpkg-new")
+	copyFile(t, workerBinary(t), r.bin+".dpkg-new")
 	if err := os.Rename(r.bin+".dpkg-new", r.bin); err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,7 @@ type Config struct {
 	MaxIdle     time.Duration
 	Runtime     string // auto, embedded or a path
 	CancelGrace time.Duration
-	Containment string // auto ("" too), cgroup or subreaper (contain.go)
+	Containment string // auto ("" too), cgroup or subreaper (see runner.SetupContainment)
 	// ReloadTimeout bounds how long a reload waits for running calls; 0
 	// waits as long as they run.
 	ReloadTimeout time.Duration
@@ -55,7 +55,7 @@ type Config struct {
 	Listen        string        // host:port of /metrics, /healthz and /livez; "": off
 	HealthGrace   time.Duration // how long /healthz stays 200 after a lost connection
 	OutageGrace   time.Duration // how long calls are held through an outage (resume extension); 0: never
-	Warm          *int          // spare runners in all; nil: as many as Parallel (warm.go)
+	Warm          *int          // spare runners in all; nil: as many as Parallel (--warm)
 	Preload       []string      // modules spare runners import before they wait
 
 	// Warnings are things worth telling the user that do not stop the

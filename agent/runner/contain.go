@@ -28,10 +28,6 @@ const cookieEnv = "FLUKSIO_CALL_COOKIE"
 // that would answer for it.
 const nodeOOMScoreAdj = 500
 
-// reapWait bounds how long the end of a call waits for processes it killed
-// to become zombies, so they can be reaped.
-const reapWait = time.Second
-
 // cgroups is where calls' cgroups are made, in cgroup mode. It is the
 // process's: a subreaper and a cgroup are properties of the whole worker,
 // and the mode is said once, when the worker starts.

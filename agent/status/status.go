@@ -34,7 +34,7 @@ type Status struct {
 	LastError    string    `json:"last_error,omitempty"`
 	Reload       *Reload   `json:"reload,omitempty"`      // a reload waiting for calls
 	Listen       string    `json:"listen,omitempty"`      // where /metrics and /healthz are served
-	Containment  string    `json:"containment,omitempty"` // how calls' processes are kept together (contain.go)
+	Containment  string    `json:"containment,omitempty"` // how calls' processes are kept together (runner.SetupContainment)
 	Updated      time.Time `json:"updated"`
 }
 
