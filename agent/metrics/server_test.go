@@ -136,7 +136,9 @@ type outOfFiles struct {
 
 func (l *outOfFiles) Accept() (net.Conn, error) {
 	var err error
-	l.once.Do(func() { err = &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)} })
+	l.once.Do(func() {
+		err = &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	})
 	if err != nil {
 		return nil, err
 	}
