@@ -1,0 +1,93 @@
+package test
+
+// Workers sharing a machine with other workers of the same user: one
+// cgroup, one state directory, one engine's token read from a pipe.
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
+	"github.com/fluksio/fluksio-worker/platform"
+)
+
+// startedRunner runs a call that announces its runner and then sleeps, and
+// returns the call and the runner's pid.
+func startedRunner(t *testing.T, wk *enginetest.Worker, id string) (*enginetest.Call, int) {
+	t.Helper()
+	c := run(t, wk, id, step{"announce": true}, step{"sleep_ms": 60000})
+	for {
+		m, err := c.Next(timeoutCtx(t, 20*time.Second))
+		if err != nil {
+			t.Fatalf("call %s: %v", id, err)
+		}
+		if m.Event == "started" {
+			return c, intField(t, m, "pid")
+		}
+	}
+}
+
+// cancelled cancels a running call and checks it is answered as cancelled,
+// which a call killed behind the worker's back is not.
+func cancelled(t *testing.T, wk *enginetest.Worker, c *enginetest.Call) {
+	t.Helper()
+	wk.Cancel(c.ID)
+	if answer, _ := wait(t, c); answer.Error == nil || answer.Error.Type != "NodeCancelled" {
+		t.Errorf("call %s, cancelled, answered %s", c.ID, answer.Raw)
+	}
+}
+
+// Two workers of one user started from one cgroup (two GPUs, one tmux
+// session) each keep to their own subtree: starting the second leaves the
+// first one's calls running, and a worker starting later clears what a
+// worker killed outright left, and nothing of the worker still running.
+func TestTwoWorkersInOneCgroup(t *testing.T) {
+	skipUnlessLinux(t)
+	t.Parallel()
+	cg := delegatedCgroup(t)
+	engA, engB, engC := startEngine(t, enginetest.Options{}), startEngine(t, enginetest.Options{}), startEngine(t, enginetest.Options{})
+
+	a := workerInCgroup(t, engA, cg)
+	wkA := attach(t, engA)
+	if !strings.Contains(a.logs.String(), "containment=cgroup") {
+		t.Fatalf("the worker did not take cgroup mode in a cgroup of its own")
+	}
+	a1, runnerA := startedRunner(t, wkA, "a1")
+
+	workerInCgroup(t, engB, cg)
+	wkB := attach(t, engB)
+	if answer, _ := wait(t, run(t, wkB, "b1")); !answer.OK {
+		t.Fatalf("the second worker's call answered %s", answer.Raw)
+	}
+	if !platform.ProcessAlive(runnerA) {
+		answer, _ := wait(t, a1)
+		t.Fatalf("starting a second worker in the same cgroup killed the first one's call; it answered %s", answer.Raw)
+	}
+	cancelled(t, wkA, a1)
+
+	// A dies outright, leaving a call running in its subtree.
+	_, orphan := startedRunner(t, wkA, "a2")
+	b2, runnerB := startedRunner(t, wkB, "b2")
+	a.signal(syscall.SIGKILL)
+	a.wait(10 * time.Second)
+	subtreeA := filepath.Join(cg, fmt.Sprintf("worker-%d", a.cmd.Process.Pid))
+	if _, err := os.Stat(subtreeA); err != nil {
+		t.Fatalf("the killed worker's subtree: %v", err)
+	}
+
+	workerInCgroup(t, engC, cg)
+	attach(t, engC)
+	eventually(t, 10*time.Second, "the killed worker's call to be stopped", func() bool { return !platform.ProcessAlive(orphan) })
+	if _, err := os.Stat(subtreeA); !os.IsNotExist(err) {
+		t.Errorf("the killed worker's subtree %s is still there: %v", subtreeA, err)
+	}
+	if !platform.ProcessAlive(runnerB) {
+		t.Fatalf("a third worker starting killed the running worker's call")
+	}
+	cancelled(t, wkB, b2)
+}
