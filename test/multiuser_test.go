@@ -6,6 +6,7 @@ package test
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -90,4 +91,23 @@ func TestTwoWorkersInOneCgroup(t *testing.T) {
 		t.Fatalf("a third worker starting killed the running worker's call")
 	}
 	cancelled(t, wkB, b2)
+}
+
+// `run --token -` reads the token from standard input, as install does,
+// rather than taking "-" for the token.
+func TestRunReadsTheTokenFromStandardInput(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, enginetest.Options{})
+	cmd := exec.Command(workerBin, "run", "--url", eng.AttachURL(), "--token", "-",
+		"--python", fakeRunner, "--runtime", "embedded", "--state-dir", t.TempDir())
+	cmd.Env = cleanEnv()
+	cmd.Stdin = strings.NewReader(testToken + "\n")
+	w := startCommand(t, cmd)
+	wk := attach(t, eng)
+	if answer, _ := wait(t, run(t, wk, "tok1")); !answer.OK {
+		t.Fatalf("a call answered %s", answer.Raw)
+	}
+	if strings.Contains(w.logs.String(), testToken) {
+		t.Errorf("the log shows the token:\n%s", w.logs.String())
+	}
 }
