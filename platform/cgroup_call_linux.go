@@ -327,11 +327,6 @@ func (g *CallCgroup) Remove(wait time.Duration) error {
 	}
 }
 
-// OOMKills is memory.events' oom_kill count (0 without the memory controller).
-func (g *CallCgroup) OOMKills() int64 {
-	return keyedValue(filepath.Join(g.dir, "memory.events"), "oom_kill")
-}
-
 // PeakMemory is memory.peak in bytes (0 where the kernel or controller lacks it).
 func (g *CallCgroup) PeakMemory() int64 {
 	b, _ := os.ReadFile(filepath.Join(g.dir, "memory.peak"))

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -109,5 +110,64 @@ func TestRunReadsTheTokenFromStandardInput(t *testing.T) {
 	}
 	if strings.Contains(w.logs.String(), testToken) {
 		t.Errorf("the log shows the token:\n%s", w.logs.String())
+	}
+}
+
+// memoryCgroupV1 makes a cgroup of the v1 memory controller (hybrid hosts
+// keep it there) under this process's own, limited to limitMB, and removes
+// it at the end. It skips where there is none or it may not be made.
+func memoryCgroupV1(t *testing.T, limitMB int) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Skip(err)
+	}
+	own := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.SplitN(line, ":", 3); len(f) == 3 && f[1] == "memory" {
+			own = f[2]
+		}
+	}
+	root := "/sys/fs/cgroup/memory"
+	if own == "" || syscall.Access(filepath.Join(root, own), 2) != nil {
+		t.Skip("no writable cgroup v1 memory controller here")
+	}
+	dir := filepath.Join(root, own, fmt.Sprintf("fluksio-test-%d-%d", os.Getpid(), time.Now().UnixNano()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Skip("cannot make a memory cgroup here: ", err)
+	}
+	t.Cleanup(func() {
+		eventually(t, 10*time.Second, "the test's memory cgroup to be removable", func() bool { return os.Remove(dir) == nil })
+	})
+	limit := []byte(strconv.Itoa(limitMB << 20))
+	for _, file := range []string{"memory.limit_in_bytes", "memory.memsw.limit_in_bytes"} {
+		if err := os.WriteFile(filepath.Join(dir, file), limit, 0); err != nil && file == "memory.limit_in_bytes" {
+			t.Skip("cannot limit memory here: ", err)
+		}
+	}
+	return dir
+}
+
+// A node that runs out of the memory its cgroup allows is said to have
+// been stopped by the OOM killer, because the memory controller counted
+// the kill; TestWhyANodeDied shows a SIGKILL from elsewhere is not.
+func TestOutOfMemoryIsNamedWhenTheKernelSaysSo(t *testing.T) {
+	skipUnlessLinux(t)
+	t.Parallel()
+	memcg := memoryCgroupV1(t, 96)
+	eng := startEngine(t, enginetest.Options{})
+	startProgram(t, "/bin/sh", []string{"FLUKSIO_WORKER_TOKEN=" + testToken},
+		"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, memcg, workerBin, "run",
+		"--url", eng.AttachURL(), "--python", fakeRunner, "--runtime", "embedded",
+		"--state-dir", t.TempDir(), "--containment", "subreaper")
+	wk := attach(t, eng)
+	answer, _ := wait(t, run(t, wk, "oom", step{"alloc_mb": 512}))
+	e := answer.Error
+	if answer.OK || e == nil || e.Type != "RemoteError" {
+		t.Fatalf("a node over its memory limit answered %s", answer.Raw)
+	}
+	const want = "the node process stopped: killed by SIGKILL from the kernel's out-of-memory killer"
+	if !strings.HasPrefix(e.Message, want) {
+		t.Errorf("the answer says %q; want it to begin %q", e.Message, want)
 	}
 }

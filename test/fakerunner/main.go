@@ -30,6 +30,7 @@
 //	                      that ignores SIGTERM too;
 //	                      then an event {"event":"helpers"}
 //	{"kill_self": true}   kill itself with SIGKILL, as the OOM killer would
+//	{"alloc_mb": N}       allocate and touch N MiB, and hold them
 package main
 
 import (
@@ -83,6 +84,7 @@ func main() {
 	id, _ := json.Marshal(req.CallID)
 	result := map[string]any{"request": json.RawMessage(line), "pid": os.Getpid()}
 	answerBytes := 0
+	var held [][]byte // what alloc_mb took
 	for _, step := range req.Steps {
 		for key, v := range step {
 			n, _ := v.(float64)
@@ -169,6 +171,14 @@ func main() {
 				}
 				fmt.Fprintf(out, `{"call_id":%s,"event":"helpers"}`+"\n", id)
 				out.Flush()
+			case "alloc_mb":
+				// Touch every page, so the memory is really used.
+				out.Flush()
+				mem := make([]byte, int(n)<<20)
+				for i := 0; i < len(mem); i += 4096 {
+					mem[i] = 1
+				}
+				held = append(held, mem)
 			case "kill_self":
 				out.Flush()
 				syscall.Kill(os.Getpid(), syscall.SIGKILL)
@@ -186,6 +196,7 @@ func main() {
 	if answerBytes > 0 {
 		result["blob"] = strings.Repeat("x", answerBytes)
 	}
+	result["held_mb"] = len(held) // keeps what alloc_mb took until the answer
 	b, _ := json.Marshal(map[string]any{"call_id": req.CallID, "ok": true, "outputs": result})
 	out.Write(b)
 	out.WriteByte('\n')
