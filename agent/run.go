@@ -60,6 +60,17 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		log.Error("cannot use the state directory", "error", err)
 		return config.ExitUsage
 	}
+	lock, err := config.LockStateDir(stateDir)
+	if err != nil {
+		log.Error("cannot use the state directory", "error", err)
+		return config.ExitUsage
+	}
+	defer lock.Release()
+	if n, err := runner.ClearLeftovers(stateDir); err != nil {
+		log.Warn("could not remove what an earlier worker left in the state directory", "error", err)
+	} else if n > 0 {
+		log.Info("removed what an earlier worker, killed outright, left in the state directory", "removed", n)
+	}
 	// Resolved now: after an upgrade replaced the file, the path is what
 	// a reload executes.
 	exe, exeErr := Executable()

@@ -171,3 +171,59 @@ func TestOutOfMemoryIsNamedWhenTheKernelSaysSo(t *testing.T) {
 		t.Errorf("the answer says %q; want it to begin %q", e.Message, want)
 	}
 }
+
+// A second worker given the state directory of a running one is refused
+// at once, naming the other's pid, and the first one goes on serving.
+func TestOneWorkerPerStateDirectory(t *testing.T) {
+	t.Parallel()
+	state := t.TempDir()
+	eng := startEngine(t, enginetest.Options{})
+	first := startWorker(t, eng, nil, "--state-dir", state)
+	wk := attach(t, eng)
+
+	second := startWorker(t, eng, nil, "--state-dir", state)
+	if code := second.wait(20 * time.Second); code != 2 {
+		t.Errorf("the second worker exited %d; want 2", code)
+	}
+	want := fmt.Sprintf("in use by another worker (pid %d)", first.cmd.Process.Pid)
+	if !strings.Contains(second.logs.String(), want) || !strings.Contains(second.logs.String(), "--state-dir") {
+		t.Errorf("the second worker's refusal does not say %q and what to do:\n%s", want, second.logs.String())
+	}
+	if answer, _ := wait(t, run(t, wk, "after")); !answer.OK {
+		t.Errorf("the first worker's call answered %s", answer.Raw)
+	}
+}
+
+// What a worker killed outright leaves in its state directory (a call's
+// directory with what the node wrote there, a partial artifact) is removed
+// when the next worker starts with it.
+func TestLeftoversOfAKilledWorkerAreRemoved(t *testing.T) {
+	t.Parallel()
+	state := t.TempDir()
+	eng := startEngine(t, enginetest.Options{})
+	w := startWorker(t, eng, nil, "--state-dir", state, "--containment", "subreaper")
+	wk := attach(t, eng)
+	_, runner := startedRunner(t, wk, "killed")
+	t.Cleanup(func() { syscall.Kill(runner, syscall.SIGKILL) })
+	w.signal(syscall.SIGKILL)
+	w.wait(10 * time.Second)
+	calls, _ := filepath.Glob(filepath.Join(state, "calls", "call-*"))
+	if len(calls) != 1 {
+		t.Fatalf("the killed worker's call directories: %v; want one", calls)
+	}
+	checkpoint := filepath.Join(calls[0], "checkpoint.pt")
+	partial := filepath.Join(state, "artifacts", ".part-12345")
+	for _, f := range []string{checkpoint, partial} {
+		if err := os.WriteFile(f, make([]byte, 1<<20), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	startWorker(t, eng, nil, "--state-dir", state)
+	attach(t, eng)
+	for _, f := range []string{calls[0], partial} {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Errorf("%s is still there after the next worker started: %v", f, err)
+		}
+	}
+}
