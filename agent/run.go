@@ -102,6 +102,9 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	attaching := a.Attaching()
 	service.Status(a.Pulse())
 	stopping := false
+	// A reload is checked before it begins (reloadcheck.go); checked
+	// carries the verdict, nil while no check runs.
+	var checked chan error
 	for {
 		select {
 		case <-attaching:
@@ -119,11 +122,26 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			}
 			service.Stopping()
 			return exitCode(log, err)
+		case err := <-checked:
+			checked = nil
+			if err != nil {
+				a.refuseReload(err)
+				break
+			}
+			a.status.Update(func(s *status.Status) { s.ReloadRefused = nil })
+			a.Reload()
 		case sig := <-signals:
 			switch {
+			case sig == syscall.SIGHUP && checked != nil:
+				log.Info("SIGHUP: the reload asked before is still being checked")
 			case sig == syscall.SIGHUP:
 				logReloadRequest(log, a)
-				a.Reload()
+				if exeErr != nil {
+					a.refuseReload(exeErr)
+					break
+				}
+				checked = make(chan error, 1)
+				go func() { checked <- checkReload(ctx, exe) }()
 			case sig == syscall.SIGQUIT:
 				log.Info("SIGQUIT: draining")
 				a.Drain()
