@@ -1694,6 +1694,8 @@ def read_request(channel: Channel) -> dict:
         request = json.loads(raw.decode("utf-8"))
     except ValueError as exc:
         raise BadRequest("the request line is not JSON: %s" % exc) from None
+    except RecursionError:
+        raise BadRequest("the request line is nested deeper than Python's json reads") from None
     if not isinstance(request, dict):
         raise BadRequest("the request line must be a JSON object")
     call_id = request.get("call_id")
