@@ -212,8 +212,12 @@ func TestLeftoversOfAKilledWorkerAreRemoved(t *testing.T) {
 		t.Fatalf("the killed worker's call directories: %v; want one", calls)
 	}
 	checkpoint := filepath.Join(calls[0], "checkpoint.pt")
-	partial := filepath.Join(state, "artifacts", ".part-12345")
-	for _, f := range []string{checkpoint, partial} {
+	cache := filepath.Join(state, "artifacts", "sha256")
+	if err := os.MkdirAll(cache, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	partial, kept := filepath.Join(cache, ".unpack-12345"), filepath.Join(cache, "0123abcd")
+	for _, f := range []string{checkpoint, partial, kept} {
 		if err := os.WriteFile(f, make([]byte, 1<<20), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -225,5 +229,8 @@ func TestLeftoversOfAKilledWorkerAreRemoved(t *testing.T) {
 		if _, err := os.Stat(f); !os.IsNotExist(err) {
 			t.Errorf("%s is still there after the next worker started: %v", f, err)
 		}
+	}
+	if _, err := os.Stat(kept); err != nil {
+		t.Errorf("a cached artifact was removed: %v", err)
 	}
 }

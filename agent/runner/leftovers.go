@@ -7,9 +7,10 @@ import (
 )
 
 // partialArtifactPrefixes name what the runtime writes in the artifact
-// cache before renaming it into place (worker_main.py): a worker killed
-// outright mid-write leaves them behind.
-var partialArtifactPrefixes = []string{".part-", ".unpack-", ".pack-", ".stamp-"}
+// cache (<state-dir>/artifacts/sha256) before renaming it into place, and
+// the trees it moves aside before removing them (worker_main.py): a call
+// killed outright mid-write leaves them behind.
+var partialArtifactPrefixes = []string{".part-", ".unpack-", ".pack-", ".stamp-", ".stale-"}
 
 // ClearLeftovers removes what calls of a previous worker with this state
 // directory left when it was killed outright (SIGKILL, the OOM killer, a
@@ -26,11 +27,12 @@ func ClearLeftovers(stateDir string) (int, error) {
 	for _, e := range calls {
 		left = append(left, filepath.Join(stateDir, callDirsName, e.Name()))
 	}
-	cache, _ := os.ReadDir(filepath.Join(stateDir, "artifacts"))
+	cacheDir := filepath.Join(stateDir, "artifacts", "sha256")
+	cache, _ := os.ReadDir(cacheDir)
 	for _, e := range cache {
 		for _, p := range partialArtifactPrefixes {
 			if strings.HasPrefix(e.Name(), p) {
-				left = append(left, filepath.Join(stateDir, "artifacts", e.Name()))
+				left = append(left, filepath.Join(cacheDir, e.Name()))
 			}
 		}
 	}
