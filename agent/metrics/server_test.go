@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -15,29 +14,13 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
 )
 
-// syncBuffer is a log sink the server's goroutines and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func serveAt(t *testing.T, addr string, lim connLimits) (*Server, *syncBuffer) {
+func serveAt(t *testing.T, addr string, lim connLimits) (*Server, *enginetest.Buffer) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &enginetest.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 	s, err := listen(addr, New("test", 1), func() (bool, string) { return true, "ok" }, log, lim)
 	if err != nil {
@@ -152,7 +135,7 @@ func TestServerErrorsGoThroughTheLogger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &enginetest.Buffer{}
 	s := serve(&outOfFiles{Listener: tcp}, New("test", 1), func() (bool, string) { return true, "ok" },
 		slog.New(slog.NewJSONHandler(logs, nil)), defaultLimits)
 	defer s.Close()
