@@ -234,3 +234,23 @@ func TestLeftoversOfAKilledWorkerAreRemoved(t *testing.T) {
 		t.Errorf("a cached artifact was removed: %v", err)
 	}
 }
+
+// --listen on a wildcard address says, at WARN, that the port is open
+// beyond this machine; on loopback it says nothing of the kind.
+func TestListenBeyondLoopbackWarns(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, enginetest.Options{})
+	for addr, warns := range map[string]bool{"0.0.0.0:0": true, "127.0.0.1:0": false} {
+		w := startWorker(t, eng, nil, "--listen", addr, "--log-format", "json")
+		attach(t, eng)
+		found := false
+		for _, rec := range logRecords(w) {
+			if rec["level"] == "WARN" && rec["open_to"] != nil {
+				found = true
+			}
+		}
+		if found != warns {
+			t.Errorf("--listen %s: a warning that the port is open beyond this machine: %v; want %v\n%s", addr, found, warns, w.logs.String())
+		}
+	}
+}

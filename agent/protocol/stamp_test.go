@@ -75,3 +75,15 @@ func TestSalvageCall(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkStampCallID is the cost a relayed event pays for being checked
+// to carry its call's id (a typical stream event, already right).
+func BenchmarkStampCallID(b *testing.B) {
+	line := []byte(`{"call_id": "c-0123456789", "event": "stream", "values": {"loss": 0.123456, "step": 1234, "lr": 0.0003}}`)
+	id := EncodeCallID("c-0123456789")
+	b.ReportAllocs()
+	b.SetBytes(int64(len(line)))
+	for b.Loop() {
+		StampCallID(line, id)
+	}
+}
