@@ -22,7 +22,10 @@ func copyCommand(_ context.Context, args []string, stdout, stderr io.Writer) int
 
 Copies this binary to DIR/fluksio-worker (mode 0755), replacing any file
 there. For an init container that puts the worker into another image through
-a shared volume; the worker image has no shell to run cp with.
+a shared volume; the worker image has no shell to run cp with. DIR must
+exist (the volume's mount point): a mistyped path fails instead of copying
+into the init container's own file system.
+Exit status: 0 copied, 1 DIR missing or not writable, 2 bad options.
 `
 	fs := flag.NewFlagSet("copy", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -61,8 +64,12 @@ func copySelf(dir string) (string, error) {
 		return "", err
 	}
 	defer src.Close()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
+	// Not created: a typo in the mount path would "succeed" into the
+	// container's own file system, which nothing else sees.
+	if st, err := os.Stat(dir); err != nil {
+		return "", fmt.Errorf("%s does not exist: give the directory the shared volume is mounted on (copy does not create it): %w", dir, err)
+	} else if !st.IsDir() {
+		return "", fmt.Errorf("%s is not a directory: give the directory the shared volume is mounted on", dir)
 	}
 	dst := filepath.Join(dir, "fluksio-worker")
 	return dst, platform.CopyFileAtomic(dst, src, 0o755, platform.KeepOwner)

@@ -26,6 +26,7 @@ func cli(ctx context.Context) (clidoc.CLI, error) {
 		Examples:     quickStart,
 		TableCommand: "run",
 		Options:      config.Options,
+		Environment:  environment,
 	}
 	for _, s := range synopsis {
 		c.Synopsis = append(c.Synopsis, s[0])
@@ -43,6 +44,24 @@ func cli(ctx context.Context) (clidoc.CLI, error) {
 		})
 	}
 	return c, nil
+}
+
+// environment is every variable the worker reads besides its options', for
+// the manual's ENVIRONMENT.
+var environment = [][2]string{
+	{"FLUKSIO_WORKER_CONFIG", "the config file, as --config."},
+	{"FLUKSIO_WORKER_GPUS", "GPUs detected, read after SLURM_GPUS_ON_NODE and before /dev/nvidia*; not --gpus's variable (--gpus wins over it)."},
+	{"SLURM_CPUS_ON_NODE, SLURM_MEM_PER_NODE, SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS", "what a SLURM job was given: CPUs, memory in MiB, and GPUs (a count, or the list of devices), advertised unless --cpus, --ram-mb or --gpus say otherwise."},
+	{"CUDA_VISIBLE_DEVICES", "the GPUs this worker may use: a call asking for device 0 gets the first of them."},
+	{"STATE_DIRECTORY", "systemd's StateDirectory=: the state directory when --state-dir is not given."},
+	{"XDG_CACHE_HOME", "where the state directory is made (XDG_CACHE_HOME/fluksio-worker, else ~/.cache/fluksio-worker) when neither --state-dir nor STATE_DIRECTORY is set; XDG_CONFIG_HOME and XDG_STATE_HOME likewise place a user service's config and state."},
+	{"SSL_CERT_FILE, SSL_CERT_DIR", "the certificate authorities trusted for the engine and the artifact store, as the system's are (--ca-file adds to them); node processes get SSL_CERT_FILE."},
+	{"HTTPS_PROXY, HTTP_PROXY, NO_PROXY", "the proxy to dial the engine through (https_proxy for wss://, http_proxy for ws://), and the hosts to reach directly."},
+	{"GOGC, GOMEMLIMIT", "the Go garbage collector's settings; when neither is set, run uses GOGC=50, so that a worker relaying large answers holds less memory."},
+	{"JOURNAL_STREAM", "set by systemd when stderr is the journal: the text log then starts each line with its priority (<3> error to <7> debug) and leaves out the time the journal records."},
+	{"NOTIFY_SOCKET, WATCHDOG_USEC", "set by systemd for a Type=notify unit: the worker says READY=1, its STATUS=, and pings the watchdog. Node processes do not get them."},
+	{"SUDO_USER", "install: on macOS the account a LaunchDaemon runs as; everywhere, whether to say \"without sudo\" when --user-service is run as root."},
+	{"SOURCE_DATE_EPOCH", "man: the date the manual page carries."},
 }
 
 // manualDate is the date on the manual: SOURCE_DATE_EPOCH's (the release

@@ -42,6 +42,7 @@ func commands() []command {
 		{"check-config", "check that run would start with these options and config, as a reload does first", agent.CheckConfigCommand},
 		{"completion", "print the completion script for bash, zsh or fish", completionCommand},
 		{"copy", "copy this binary into a directory (for a Kubernetes init container)", copyCommand},
+		{"version", "print the version, revision, build date, Go version and protocol (--json)", versionCommand},
 	}
 }
 
@@ -61,10 +62,25 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return config.ExitUsage
 	}
 	switch args[0] {
-	case "-h", "-help", "--help", "help":
+	case "help":
+		// `help install` is `install --help`.
+		if len(args) > 1 {
+			for _, c := range commands() {
+				if args[1] == c.name {
+					return c.run(ctx, []string{"--help"}, stdout, stderr)
+				}
+			}
+			fmt.Fprintf(stderr, "fluksio-worker: no command %q to show help for\n\n", args[1])
+			usage(stderr)
+			return config.ExitUsage
+		}
 		usage(stdout)
 		return config.ExitOK
-	case "-version", "--version", "version":
+	case "-h", "-help", "--help":
+		usage(stdout)
+		return config.ExitOK
+	case "-version", "--version":
+		// One line, as scripts written for it read it; `version` says more.
 		fmt.Fprintf(stdout, "fluksio-worker %s\n", version)
 		return config.ExitOK
 	case "man":
@@ -117,9 +133,8 @@ func usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
 	}
-	fmt.Fprint(w, `  version     print the version
-
-Run 'fluksio-worker COMMAND --help' for a command's options.
+	fmt.Fprint(w, `
+Run 'fluksio-worker help COMMAND' (or 'COMMAND --help') for a command's options.
 
 Quick start:
 `)

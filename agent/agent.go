@@ -42,10 +42,14 @@ type Agent struct {
 	metrics  *metrics.Metrics  // nil without --listen
 	runners  *runner.Pool      // starts runners, keeps the warm spares
 
-	attaching  chan struct{} // closed when the first attempt to attach starts
-	attachOnce sync.Once
-	loopBeat   atomic.Int64 // when the main loop last pulsed (unix ns)
-	detachedAt atomic.Int64 // when the last attached connection was lost (unix ns)
+	attaching    chan struct{} // closed when the first attempt to attach starts
+	attachOnce   sync.Once
+	loopBeat     atomic.Int64 // when the main loop last pulsed (unix ns)
+	detachedAt   atomic.Int64 // when the last attached connection was lost (unix ns)
+	everWelcomed atomic.Bool  // the engine welcomed this worker at least once
+
+	endMu  sync.Mutex
+	endWhy string // why the worker is to finish, said in its last record
 
 	mu       sync.Mutex
 	calls    map[string]*call   // calls the engine awaits an answer for, waiting ones included
@@ -91,14 +95,53 @@ func New(cfg config.Config, log *slog.Logger, python, stateDir string) *Agent {
 	}
 	a.baseEnv = runnerBaseEnv(cfg, stateDir, platform.WithoutServiceManager(os.Environ()), os.Getenv, log)
 	a.redact = logging.NewRedactor(cfg.Token)
+	// A reload re-executes the worker in place, so the status file this
+	// process wrote before it is its own: the calls done so far count on,
+	// as `status` showed them.
+	if prev, err := status.Read(stateDir); err == nil && prev.PID == os.Getpid() {
+		a.done = prev.CallsDone
+	}
 	a.status = status.NewFile(stateDir, status.Status{
-		PID:     os.Getpid(),
-		Version: Version,
-		Engine:  logging.ShownURL(cfg.URL),
-		State:   "connecting",
+		PID:       os.Getpid(),
+		Version:   Version,
+		Engine:    logging.ShownURL(cfg.URL),
+		State:     "connecting",
+		CallsDone: a.done,
 	}, a.redact, func(err error) { log.Debug("could not write the status file", "error", err) })
 	return a
 }
+
+// endBecause records why the worker is to finish, for its last log
+// record; the first reason wins (a drain that --max-calls began, then a
+// SIGTERM, ended because of --max-calls).
+func (a *Agent) endBecause(why string) {
+	a.endMu.Lock()
+	defer a.endMu.Unlock()
+	if a.endWhy == "" {
+		a.endWhy = why
+	}
+}
+
+// EndReason is why the worker finished, once Serve returned nil.
+func (a *Agent) EndReason() string {
+	a.endMu.Lock()
+	defer a.endMu.Unlock()
+	return a.endWhy
+}
+
+// NeverAttachedError is what Serve returns when --max-idle ran out and the
+// engine never welcomed this worker: a batch job with a wrong URL or
+// token must not end as if it had done its work.
+type NeverAttachedError struct {
+	MaxIdle time.Duration
+	Last    error // why the last attempt failed
+}
+
+func (e *NeverAttachedError) Error() string {
+	return fmt.Sprintf("never attached to the engine in --max-idle %s; the last attempt: %v", e.MaxIdle, e.Last)
+}
+
+func (e *NeverAttachedError) Unwrap() error { return e.Last }
 
 // Stop stops every running call (each answered NodeCancelled, "the worker
 // is stopping"), closes the connection cleanly, and makes Serve return.
@@ -167,37 +210,41 @@ func (a *Agent) Serve(ctx context.Context) error {
 		a.log.Warn("disconnected; retrying", "error", err, "retry_in", wait.Round(time.Millisecond).String())
 		a.status.Update(func(s *status.Status) { s.State = "connecting"; s.Name = ""; s.LastError = err.Error() })
 		backoff = min(backoff*2, backoffMax)
-		if a.waitOffline(ctx, wait) {
+		if done, idle := a.waitOffline(ctx, wait); done {
+			if idle && !a.everWelcomed.Load() {
+				return &NeverAttachedError{MaxIdle: a.cfg.MaxIdle, Last: err}
+			}
 			return a.finished()
 		}
 	}
 }
 
-// waitOffline sleeps between connections. It reports true when the worker
+// waitOffline sleeps between connections. It reports done when the worker
 // should exit instead: stopped, drained or reloaded (nothing can be
-// running while disconnected) or idle.
-func (a *Agent) waitOffline(ctx context.Context, wait time.Duration) bool {
+// running while disconnected) or idle, and whether it was idle.
+func (a *Agent) waitOffline(ctx context.Context, wait time.Duration) (done, idle bool) {
 	retry := time.NewTimer(wait)
 	defer retry.Stop()
-	var idle <-chan time.Time
+	var idleC <-chan time.Time
 	if a.cfg.MaxIdle > 0 {
 		t := time.NewTimer(time.Until(a.idleDeadline()))
 		defer t.Stop()
-		idle = t.C
+		idleC = t.C
 	}
 	select {
 	case <-retry.C:
-		return false
-	case <-idle:
+		return false, false
+	case <-idleC:
+		a.endBecause("nothing ran for --max-idle")
 		a.log.Info("nothing ran for --max-idle; stopping", "max_idle", a.cfg.MaxIdle.String())
-		return true
+		return true, true
 	case <-a.stopCh:
 	case <-a.drainCh:
 	case <-a.killCh:
 	case <-a.reloadCh:
 	case <-ctx.Done():
 	}
-	return true
+	return true, false
 }
 
 // errFinished ends a session on purpose: stopped, drained or idle.
@@ -223,16 +270,25 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 		}
 		cancelPrepare()
 	}()
+	began := time.Now()
 	rt, err := runtime.Ensure(prepare, a.cfg, a.stateDir, a.log)
 	if err != nil {
 		return false, err
 	}
+	helloAt := time.Now()
 	hello := a.hello(prepare)
+	dialAt := time.Now()
+	// Most of the seconds before attaching are pip freeze, run for the
+	// hello's venv_digest; the debug line says so, with the numbers.
+	a.log.Debug("hello ready; dialing", "runtime_ms", helloAt.Sub(began).Milliseconds(),
+		"hello_ms", dialAt.Sub(helloAt).Milliseconds(), "note", "hello_ms is mostly pip freeze, hashed as venv_digest")
 	conn, name, err := engine.Attach(prepare, a.cfg, hello)
 	if err != nil {
+		a.log.Debug("attach failed", "dial_ms", time.Since(dialAt).Milliseconds(), "error", err)
 		return false, err
 	}
 	since := time.Now()
+	a.log.Debug("welcomed", "dial_hello_welcome_ms", since.Sub(dialAt).Milliseconds(), "total_ms", since.Sub(began).Milliseconds())
 	a.welcomed()
 	a.log.Info("attached", "engine", logging.ShownURL(a.cfg.URL), "name", name, "labels", hello.Labels,
 		"runtime", rt.Source, "runtime_hash", rt.Hash[:12])
@@ -313,6 +369,7 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 			reload.changed()
 		case <-idleC:
 			if a.running() == 0 && time.Now().After(a.idleDeadline()) {
+				a.endBecause("nothing ran for --max-idle")
 				a.log.Info("nothing ran for --max-idle; stopping", "max_idle", a.cfg.MaxIdle.String())
 				conn.Close()
 				return true, errFinished

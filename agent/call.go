@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/engine"
+	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 	"github.com/fluksio/fluksio-worker/agent/runner"
@@ -19,16 +20,17 @@ import (
 // or the worker's own). Its runner process is a runner.Process, which
 // starts and stops it; the call's goroutine is the one that ends it.
 type call struct {
-	id      string
-	idJSON  []byte   // id as a JSON string, which every line the call sends carries
-	op      string   // run or compile
-	request []byte   // the request line, without its env; dropped once written
-	size    int      // the request's size, for the queue's bound
-	env     []string // the request's env, added to the agent's own
-	agent   *Agent
-	conn    *engine.Conn
-	log     *slog.Logger
-	arrived time.Time
+	id       string
+	idJSON   []byte   // id as a JSON string, which every line the call sends carries
+	op       string   // run or compile
+	function string   // the request's function, for the log
+	request  []byte   // the request line, without its env; dropped once written
+	size     int      // the request's size, for the queue's bound
+	env      []string // the request's env, added to the agent's own
+	agent    *Agent
+	conn     *engine.Conn
+	log      *slog.Logger
+	arrived  time.Time
 
 	// ctx is the call's, from its arrival: stop cancels it with a
 	// *runner.StopError, which stops its runner, started or not yet.
@@ -46,14 +48,20 @@ type call struct {
 
 	proc atomic.Pointer[runner.Process] // once started, for kill
 
-	// Set by the call's own goroutine, read by callEnded on it.
+	// Set by the call's own goroutine, read by callEnded and logEnd on it.
 	begun   time.Time // when run began
 	outcome string    // metrics.OutcomeOK, OutcomeError or OutcomeCancelled
+	// A failed or cancelled call's error type and short message, for its
+	// end record.
+	errType, errMsg string
+	// lost: the call was stopped because the connection to the engine
+	// was lost; nobody heard its answer.
+	lost bool
 }
 
 // newCall makes a call of an engine's request; it runs once it has a slot.
-func newCall(id, op string, request []byte, env []string, a *Agent, conn *engine.Conn, log *slog.Logger, now time.Time) *call {
-	c := &call{id: id, idJSON: protocol.EncodeCallID(id), op: op, request: request, size: len(request) + envSize(env), env: env,
+func newCall(id, op, function string, request []byte, env []string, a *Agent, conn *engine.Conn, log *slog.Logger, now time.Time) *call {
+	c := &call{id: id, idJSON: protocol.EncodeCallID(id), op: op, function: function, request: request, size: len(request) + envSize(env), env: env,
 		agent: a, conn: conn, log: log, arrived: now, lastBeat: now}
 	// Not a child of the connection's context: a waiting call must not
 	// hold on to it; run stops the call when the connection is lost.
@@ -64,7 +72,10 @@ func newCall(id, op string, request []byte, env []string, a *Agent, conn *engine
 // Error answers the agent itself sends.
 const (
 	msgStopping = "the worker is stopping"
-	msgDraining = "the worker is draining"
+	// msgConnectionLost says why a call the worker stopped with its
+	// connection ended; nobody hears its answer.
+	msgConnectionLost = "the connection to the engine was lost"
+	msgDraining       = "the worker is draining"
 	// msgCancelledWaiting answers a cancel of a call that was still
 	// waiting for a slot: nothing of it ever ran.
 	msgCancelledWaiting = "the call was cancelled before it started"
@@ -77,7 +88,7 @@ func (c *call) run(ctx context.Context, rt runner.Runtime) {
 	c.agent.metrics.CallStarted(c.op)
 	// The connection is gone: nobody can hear the answer, and the engine
 	// reschedules the call. Stop it now.
-	lost := context.AfterFunc(ctx, func() { c.stop("the connection to the engine was lost") })
+	lost := context.AfterFunc(ctx, func() { c.stop(msgConnectionLost) })
 	defer lost()
 	request := c.request
 	c.request = nil // a request of many MiB is not kept for the call's life
@@ -102,7 +113,8 @@ func (c *call) run(ctx context.Context, rt runner.Runtime) {
 	end := c.supervise(ctx, p)
 	c.agent.callEnded(c)
 	// The call is over for the engine; now nothing of it may remain.
-	p.End(end.Answer != nil)
+	usage := p.End(end.Answer != nil)
+	c.logEnd(&usage)
 	// The socket's writer gave back what it could once it sent the
 	// answer; the answer itself was held here until now. (An outsized
 	// request's memory went back once the runner read it.)
@@ -139,18 +151,21 @@ func (c *call) answer(ctx context.Context, p *runner.Process, end runner.Output)
 	if ctx.Err() != nil {
 		// The connection is gone and nobody hears an answer; the worker
 		// stopped the call, so it counts as cancelled.
-		c.outcome = metrics.OutcomeCancelled
+		c.outcome, c.lost = metrics.OutcomeCancelled, true
+		c.errType, c.errMsg = protocol.TypeNodeCancelled, msgConnectionLost
 		return
 	}
 	switch {
 	case end.Answer != nil:
 		c.outcome = answerOutcome(end.Answer)
+		if c.outcome != metrics.OutcomeOK {
+			c.errType, c.errMsg = protocol.ReadError(end.Answer)
+		}
 		c.agent.metrics.AnswerRelayed(len(end.Answer))
 		c.sendAnswer(c.own(end.Answer))
-		c.log.Info("call answered")
 	case end.Err != nil:
 		c.outcome = metrics.OutcomeError
-		c.log.Error("call failed", "error", end.Err)
+		c.errType, c.errMsg = protocol.TypeRemoteError, end.Err.Error()
 		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeRemoteError, end.Err.Error()))
 	default:
 		typ, msg := protocol.TypeRemoteError, ""
@@ -161,7 +176,7 @@ func (c *call) answer(ctx context.Context, p *runner.Process, end runner.Output)
 		} else {
 			msg = p.DeathMessage()
 		}
-		c.log.Warn("the runner's output ended without an answer", "type", typ, "message", msg)
+		c.errType, c.errMsg = typ, msg
 		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, typ, msg))
 	}
 }
@@ -221,7 +236,7 @@ func (c *call) sendAnswerJSON(v any) {
 // fail answers a call whose process could not be started.
 func (c *call) fail(err error) {
 	c.outcome = metrics.OutcomeError
-	c.log.Error("call could not start", "error", err)
+	c.errType, c.errMsg = protocol.TypeRemoteError, "the call could not start: "+err.Error()
 	c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeRemoteError, err.Error()))
 	c.agent.callEnded(c)
 }
@@ -230,9 +245,11 @@ func (c *call) fail(err error) {
 // (between leaving the queue and starting): nothing of it ran.
 func (c *call) stoppedBeforeStart(ctx context.Context, stop *runner.StopError) {
 	c.outcome = metrics.OutcomeCancelled
-	c.log.Info("stopped before its runner started", "reason", stop.Reason)
+	c.errType, c.errMsg = protocol.TypeNodeCancelled, stop.Error()
 	if ctx.Err() == nil { // else nobody hears an answer
 		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeNodeCancelled, stop.Error()))
+	} else {
+		c.lost, c.errMsg = true, msgConnectionLost
 	}
 	c.agent.callEnded(c)
 }
@@ -266,5 +283,54 @@ func (a *Agent) runnerConfig() runner.Config {
 		OutsizedRequest: engine.OutsizedMessage,
 		Log:             a.log,
 		Metrics:         a.metrics,
+		NodeLog:         nodeLog(a.cfg.NodeLogLevel),
 	}
+}
+
+// nodeLog reads --node-log-level.
+func nodeLog(level string) runner.NodeLog {
+	switch level {
+	case "off":
+		return runner.NodeLog{Off: true}
+	case "debug":
+		return runner.NodeLog{Level: slog.LevelDebug}
+	}
+	return runner.NodeLog{Level: slog.LevelInfo}
+}
+
+// maxLoggedError bounds an error message in a call's end record: its
+// first words say what failed; the engine has the whole traceback.
+const maxLoggedError = 300
+
+// logEnd writes the call's one end record: what it ran, how it ended, how
+// long it ran and, when its runner was started, what it cost (u, nil
+// otherwise). A failed call is a warning, so --log-level warn shows it; so
+// is a call stopped by a lost connection, which the engine reschedules.
+// Dashboards and log pipelines parse these fields: keep their names.
+func (c *call) logEnd(u *runner.Usage) {
+	since := c.begun
+	if since.IsZero() {
+		since = c.arrived // never got a slot
+	}
+	attrs := []slog.Attr{
+		slog.String("op", c.op),
+		slog.String("function", logging.Cut(c.function, maxLoggedID)),
+		slog.String("outcome", c.outcome),
+		slog.Int64("duration_ms", time.Since(since).Milliseconds()),
+	}
+	if c.outcome != metrics.OutcomeOK {
+		attrs = append(attrs, slog.String("error_type", logging.Cut(c.errType, maxLoggedID)),
+			slog.String("error", logging.Cut(c.errMsg, maxLoggedError)))
+	}
+	if u != nil {
+		attrs = append(attrs, slog.Int64("cpu_ms", u.CPU.Milliseconds()), slog.Int64("peak_rss_mb", u.PeakRSSByte>>20))
+	}
+	level, msg := slog.LevelInfo, "call ended"
+	switch {
+	case c.lost:
+		level, msg = slog.LevelWarn, "call stopped: the connection to the engine was lost; the engine reschedules it"
+	case c.outcome == metrics.OutcomeError:
+		level = slog.LevelWarn
+	}
+	c.log.LogAttrs(context.Background(), level, msg, attrs...)
 }

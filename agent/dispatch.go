@@ -113,7 +113,7 @@ func (a *Agent) startCall(at *attachment, m protocol.Message) {
 		return
 	}
 	now := time.Now()
-	c := newCall(m.CallID, m.Op, request, env, a, at.conn, log, now)
+	c := newCall(m.CallID, m.Op, protocol.CallIDText(m.Fields["function"]), request, env, a, at.conn, log, now)
 	a.mu.Lock()
 	if other, dup := a.calls[m.CallID]; dup {
 		state := "running"
@@ -146,7 +146,7 @@ func (a *Agent) startCall(at *attachment, m protocol.Message) {
 		log.Info("call queued: every --parallel slot is busy", "op", m.Op, "parallel", a.cfg.Parallel, "waiting", waiting)
 		return
 	}
-	log.Info("call started", "op", m.Op)
+	log.Info("call started", "op", m.Op, "function", logging.Cut(c.function, maxLoggedID))
 	at.calls.Add(1)
 	go a.runSlot(at, c)
 }
@@ -166,7 +166,7 @@ func (a *Agent) cancel(at *attachment, id string) {
 			a.log.Info("cancel for a call that is not running here", "call_id", logging.Cut(id, maxLoggedID))
 		}
 	case waiting:
-		c.log.Info("cancelled while waiting for a slot; it was never started")
+		c.outcome, c.errType, c.errMsg = metrics.OutcomeCancelled, protocol.TypeNodeCancelled, msgCancelledWaiting
 		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeNodeCancelled, msgCancelledWaiting))
 		a.callEnded(c)
 	default:
@@ -208,6 +208,9 @@ func (a *Agent) callEnded(c *call) {
 		a.metrics.CallDeclined(metrics.DeclinedCancelled) // answered (or dropped) while waiting
 	} else {
 		a.metrics.CallFinished(c.op, c.outcome, time.Since(c.begun))
+	}
+	if c.proc.Load() == nil {
+		c.logEnd(nil) // no runner to wait for: its end is now
 	}
 	a.publishCounts(running, waiting)
 	a.status.Update(func(s *status.Status) { s.CallsDone = done })

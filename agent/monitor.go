@@ -21,8 +21,8 @@ import (
 // is current, rarely enough to cost nothing.
 const PulseInterval = time.Second
 
-// loopStale is how long without a pulse before /healthz calls the main
-// loop stuck: ten missed pulses, so a busy machine is not mistaken for a
+// loopStale is how long without a pulse before /healthz and /livez call
+// the main loop stuck: ten missed pulses, so a busy machine is not mistaken for a
 // wedged worker.
 const loopStale = 10 * PulseInterval
 
@@ -68,10 +68,8 @@ func (a *Agent) Health() (ok bool, reason string) {
 }
 
 func (a *Agent) health(now time.Time) (bool, string) {
-	if beat := a.loopBeat.Load(); beat != 0 {
-		if quiet := now.Sub(time.Unix(0, beat)); quiet > loopStale {
-			return false, fmt.Sprintf("stuck: the worker's main loop has not run for %s", quiet.Round(time.Second))
-		}
+	if ok, why := a.looping(now); !ok {
+		return false, why
 	}
 	st := a.status.Get()
 	if st.Name != "" && st.State != "connecting" {
@@ -92,6 +90,21 @@ func (a *Agent) health(now time.Time) (bool, string) {
 	return false, fmt.Sprintf("not attached to %s for %s (over --health-grace %s): %s", st.Engine, gone, a.cfg.HealthGrace, why)
 }
 
+// Live is /livez, Kubernetes' liveness probe: alive while the main loop
+// pulses, whatever the engine does. Only a restart mends a worker whose
+// main loop is stuck; an engine outage is not mended by one (/healthz, the
+// readiness probe, reports that).
+func (a *Agent) Live() (ok bool, reason string) { return a.looping(time.Now()) }
+
+func (a *Agent) looping(now time.Time) (bool, string) {
+	if beat := a.loopBeat.Load(); beat != 0 {
+		if quiet := now.Sub(time.Unix(0, beat)); quiet > loopStale {
+			return false, fmt.Sprintf("stuck: the worker's main loop has not run for %s", quiet.Round(time.Second))
+		}
+	}
+	return true, "ok: the worker's main loop runs"
+}
+
 // Attaching is closed when the first attempt to attach starts: the worker
 // is configured and on its way, whether or not the engine answers.
 func (a *Agent) Attaching() <-chan struct{} { return a.attaching }
@@ -104,6 +117,7 @@ func (a *Agent) attemptStarted() {
 
 // welcomed marks the engine's welcome.
 func (a *Agent) welcomed() {
+	a.everWelcomed.Store(true)
 	a.metrics.Welcomed()
 }
 
@@ -113,10 +127,10 @@ func (a *Agent) detached() {
 	a.metrics.Disconnected()
 }
 
-// ListenMonitoring serves /metrics and /healthz on --listen. The caller
+// ListenMonitoring serves /metrics, /healthz and /livez on --listen. The caller
 // closes the server.
 func (a *Agent) ListenMonitoring() (*metrics.Server, error) {
-	srv, err := metrics.Listen(a.cfg.Listen, a.metrics, a.Health, a.log)
+	srv, err := metrics.Listen(a.cfg.Listen, a.metrics, a.Health, a.Live, a.log)
 	if err != nil {
 		return nil, &config.UsageError{Err: err}
 	}
@@ -149,6 +163,7 @@ func (a *Agent) maxCallsTaken() bool {
 func (a *Agent) countAnswerLocked() {
 	a.answered++
 	if a.cfg.MaxCalls > 0 && a.answered == int64(a.cfg.MaxCalls) {
+		a.endBecause("--max-calls answered")
 		a.log.Info("--max-calls answered; draining", "max_calls", a.cfg.MaxCalls)
 		a.Drain()
 	}

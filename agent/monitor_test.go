@@ -66,6 +66,29 @@ func TestHealthStates(t *testing.T) {
 	}
 }
 
+// /livez follows only the main loop: not attached yet, attached, and gone
+// past the grace are all alive; a loop that stopped pulsing is not.
+func TestLiveIgnoresTheEngine(t *testing.T) {
+	a := monitoredAgent(t)
+	now := time.Now()
+	a.loopBeat.Store(now.UnixNano())
+	if ok, why := a.looping(now); !ok || why != "ok: the worker's main loop runs" {
+		t.Errorf("not attached yet: %v %q; want alive", ok, why)
+	}
+	a.status.Update(func(s *status.Status) { s.State, s.Name = "attached", "gpu-01" })
+	a.detachedAt.Store(now.Add(-time.Hour).UnixNano())
+	a.status.Update(func(s *status.Status) { s.State, s.Name, s.LastError = "connecting", "", "refused" })
+	if ok, _ := a.health(now); ok {
+		t.Error("an hour after a loss /healthz should be unhealthy")
+	}
+	if ok, why := a.looping(now); !ok {
+		t.Errorf("an hour after a loss: %v %q; want alive (the engine's outage is not the worker's)", ok, why)
+	}
+	if ok, why := a.looping(now.Add(loopStale + time.Second)); ok || !strings.Contains(why, "main loop has not run") {
+		t.Errorf("without a pulse for over %s: %v %q; want not alive", loopStale, ok, why)
+	}
+}
+
 func TestStatusLine(t *testing.T) {
 	engine := "wss://engine.example.com/api/v1/workers/attach?token=REDACTED"
 	for _, tc := range []struct {

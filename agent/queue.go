@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/logging"
+	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 )
 
@@ -155,7 +156,7 @@ func (a *Agent) runSlot(at *attachment, c *call) {
 		a.mu.Unlock()
 		if c != nil {
 			a.publishCounts(running, waiting)
-			c.log.Info("call started after waiting for a slot", "op", c.op,
+			c.log.Info("call started after waiting for a slot", "op", c.op, "function", logging.Cut(c.function, maxLoggedID),
 				"waited", time.Since(c.arrived).Round(time.Millisecond).String())
 		}
 	}
@@ -194,6 +195,7 @@ func (a *Agent) answerWaiting(reason string) {
 		a.log.Info("answering the calls waiting for a slot; none of them started", "calls", len(waiting), "reason", reason)
 	}
 	for _, c := range waiting {
+		c.outcome, c.errType, c.errMsg = metrics.OutcomeCancelled, protocol.TypeNodeCancelled, reason
 		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeNodeCancelled, reason))
 		a.callEnded(c)
 	}

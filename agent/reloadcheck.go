@@ -41,7 +41,7 @@ func CheckConfigCommand(ctx context.Context, args []string, stdout, stderr io.Wr
 	}
 	switch {
 	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprintln(stdout, "Usage: fluksio-worker check-config [run's options]\n\nChecks that `run` with these options, environment, --config file and token\nwould start (nothing is dialed or changed): exit 0 if so, 2 saying why not.\nA reload runs it first and keeps the running worker if it fails.")
+		fmt.Fprintln(stdout, "Usage: fluksio-worker check-config [run's options]\n\nChecks that `run` with these options, environment, --config file and token\nwould start (nothing is dialed or changed). A reload runs it first and keeps\nthe running worker if it fails.\n\nExit status: 0 it would start, 2 it would not (saying why).")
 		return config.ExitOK
 	case err == nil:
 		_, _, err = platform.FindPython(ctx, cfg.Python)

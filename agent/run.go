@@ -7,10 +7,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/engine"
@@ -42,7 +46,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stdout, "fluksio-worker %s\n", Version)
 		return config.ExitOK
 	case err != nil:
-		fmt.Fprintf(stderr, "fluksio-worker: %s\n", logging.NewRedactor(cfg.Token).Scrub(err.Error()))
+		fmt.Fprintf(stderr, "%sfluksio-worker: %s\n", logging.PriorityPrefix(stderr), logging.NewRedactor(cfg.Token).Scrub(err.Error()))
 		return config.ExitUsage
 	}
 	log := logging.NewLogger(stderr, cfg.LogFormat, cfg.LogLevel, cfg.Token)
@@ -50,20 +54,26 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		log.Warn("check the configuration", "warning", w)
 	}
 	service := platform.NewServiceManager(log)
+	if service.Enabled() {
+		// A panic exits 2, which the unit reads as a bad configuration and
+		// does not restart (RestartPreventExitStatus); dying of SIGABRT,
+		// with every goroutine's stack in the journal, it is restarted.
+		debug.SetTraceback("crash")
+	}
 	python, pyVersion, err := platform.FindPython(ctx, cfg.Python)
 	if err != nil {
 		log.Error("cannot run node code", "error", err)
-		return config.ExitUsage
+		return exiting(log, config.ExitUsage, "no Python to run node code on")
 	}
 	stateDir, err := config.ResolveStateDir(cfg, os.Getenv)
 	if err != nil {
 		log.Error("cannot use the state directory", "error", err)
-		return config.ExitUsage
+		return exiting(log, config.ExitUsage, "the state directory cannot be used")
 	}
 	lock, err := config.LockStateDir(stateDir)
 	if err != nil {
 		log.Error("cannot use the state directory", "error", err)
-		return config.ExitUsage
+		return exiting(log, config.ExitUsage, "another worker holds the state directory")
 	}
 	defer lock.Release()
 	if n, err := runner.ClearLeftovers(stateDir); err != nil {
@@ -83,7 +93,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		srv, err := a.ListenMonitoring()
 		if err != nil {
 			log.Error("cannot serve monitoring", "error", err)
-			return config.ExitUsage
+			return exiting(log, config.ExitUsage, "--listen cannot be served")
 		}
 		defer srv.Close()
 		log.Info("serving /metrics and /healthz", "listen", srv.Addr())
@@ -118,10 +128,14 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		case err := <-served:
 			if errors.Is(err, ErrReload) {
 				signal.Stop(signals)
-				return a.reexec(exe, exeErr, service.Reloading)
+				return exiting(log, a.reexec(exe, exeErr, service.Reloading), "a reload could not execute the binary")
 			}
 			service.Stopping()
-			return exitCode(log, err)
+			code, why := exitCode(log, err)
+			if err == nil {
+				why = a.EndReason()
+			}
+			return exiting(log, code, why)
 		case err := <-checked:
 			checked = nil
 			if err != nil {
@@ -144,9 +158,11 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 				go func() { checked <- checkReload(ctx, exe) }()
 			case sig == syscall.SIGQUIT:
 				log.Info("SIGQUIT: draining")
+				a.endBecause("SIGQUIT: drained")
 				a.Drain()
 			case !stopping:
 				stopping = true
+				a.endBecause(signalName(sig) + ": stopped")
 				log.Info("stopping (a second signal stops at once)", "signal", sig.String())
 				service.Stopping()
 				a.Stop()
@@ -157,28 +173,56 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 				case <-served:
 				case <-time.After(time.Second):
 				}
-				return config.ExitOK
+				return exiting(log, config.ExitOK, signalName(sig)+" twice: running calls killed")
 			}
 		}
 	}
 }
 
-func exitCode(log interface{ Error(string, ...any) }, err error) int {
+// exitCode is the exit code for Serve's result and why, said once.
+func exitCode(log *slog.Logger, err error) (code int, why string) {
 	var refused *protocol.RefusedError
 	var usage *config.UsageError
+	var never *NeverAttachedError
 	switch {
 	case err == nil:
-		return config.ExitOK
+		return config.ExitOK, ""
 	case errors.As(err, &refused):
 		log.Error("the engine refused this worker; not retrying (a new token or an engine-side change is needed)", "reason", refused.Reason)
-		return config.ExitRefused
+		return config.ExitRefused, "refused by the engine"
 	case errors.As(err, &usage):
 		log.Error("bad configuration", "error", err)
-		return config.ExitUsage
+		return config.ExitUsage, "bad configuration"
+	case errors.As(err, &never):
+		log.Error("--max-idle ran out and this worker never attached to the engine: check --url, the token and the network",
+			"max_idle", never.MaxIdle.String(), "last_error", never.Last)
+		return config.ExitNeverAttached, "never attached to the engine within --max-idle"
 	default:
 		log.Error("the worker failed", "error", err)
-		return config.ExitFailed
+		return config.ExitFailed, "the worker failed"
 	}
+}
+
+// exiting writes the worker's last record, why it stops and its exit
+// code, and returns the code. Every way out of `run` once it has a logger
+// goes through here, so the journal's last word about a worker is this.
+func exiting(log *slog.Logger, code int, why string) int {
+	level := slog.LevelInfo
+	if code != config.ExitOK {
+		level = slog.LevelError
+	}
+	log.Log(context.Background(), level, "exiting", "reason", why, "exit_code", code)
+	return code
+}
+
+// signalName is a signal as a user writes it: SIGTERM.
+func signalName(sig os.Signal) string {
+	if s, ok := sig.(syscall.Signal); ok {
+		if name := unix.SignalName(s); name != "" {
+			return name
+		}
+	}
+	return sig.String()
 }
 
 // pulseInterval is how often the main loop pulses: every PulseInterval, or
@@ -211,7 +255,7 @@ Options:
 		if o.Env() != "" {
 			head += "  [" + o.Env() + "]"
 		}
-		config.WriteOption(w, head, o.Help)
+		config.WriteOption(w, head, o.HelpWithDefault())
 	}
 	fmt.Fprint(w, `  --version
         print the version
@@ -223,7 +267,8 @@ reloads: new calls are declined, running ones finish (at most
 --reload-timeout), then the binary on disk is executed again in this process
 with the same arguments, and attaches anew.
 Exit codes: 0 stopped, drained, idle or done with --max-calls; 1 refused by
-the engine; 2 bad usage; 3 a reload could not execute the binary.
+the engine; 2 bad usage; 3 a reload could not execute the binary; 4 idle for
+--max-idle without ever attaching to the engine.
 `)
 }
 
@@ -233,7 +278,7 @@ func InventoryCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	cfg, err := config.Load(args, os.Getenv)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprintln(stdout, "Usage: fluksio-worker inventory [--cpus N] [--gpus N] [--ram-mb MB] [--labels A,B] [--python P] [--config PATH]\n\nPrints what this worker would tell the engine it holds, as JSON.")
+		fmt.Fprintln(stdout, "Usage: fluksio-worker inventory [--cpus N] [--gpus N] [--ram-mb MB] [--labels A,B] [--python P] [--config PATH]\n\nPrints the hello this worker would send the engine, as JSON: its name,\nlabels, Python, max_parallel, venv_digest and what it holds (inventory).\n\nExit status: 0 printed, 2 bad options.")
 		return config.ExitOK
 	case err != nil:
 		fmt.Fprintf(stderr, "fluksio-worker: %v\n", err)
@@ -249,15 +294,11 @@ func InventoryCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	if a.python == "" {
 		hello.VenvDigest = ""
 	}
-	// The containment is this machine's, not the engine's business: it is
-	// shown here but not sent in hello.
-	mode := runner.ProbeContainment(cfg.Containment)
+	// Exactly the hello, nothing the engine is not told: the containment,
+	// this machine's business, is in check and status.
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
-	enc.Encode(struct {
-		protocol.Hello
-		Containment string `json:"containment"`
-	}{hello, mode})
+	enc.Encode(hello)
 	return config.ExitOK
 }
 

@@ -102,6 +102,9 @@ Options:
   --python P   the interpreter nodes will run on (default: python3 on PATH)
   --steps N    training steps of the example (default 5)
   --verbose    show the worker's own log as it runs
+
+Exit status: 0 all of it worked, 1 a step failed (it says which), 2 bad
+options.
 `)
 }
 

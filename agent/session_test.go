@@ -80,7 +80,8 @@ type session struct {
 // directory made by ResolveStateDir, the runner written by EnsureRuntime,
 // then New and Serve in a goroutine. It returns once the engine has
 // welcomed the worker. It skips the test when no Python 3.8+ is found.
-func startSession(t *testing.T) *session {
+// extra options come after the session's own, so they win.
+func startSession(t *testing.T, extra ...string) *session {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), attachTimeout)
 	defer cancel()
@@ -93,7 +94,7 @@ func startSession(t *testing.T) *session {
 	t.Cleanup(eng.Close)
 
 	noEnv := func(string) string { return "" } // nothing of the caller's environment
-	cfg, err := config.Load([]string{
+	cfg, err := config.Load(append([]string{
 		"--url", eng.AttachURL(),
 		"--token", sessionToken,
 		"--name", sessionName,
@@ -107,7 +108,7 @@ func startSession(t *testing.T) *session {
 		"--cancel-grace", "2s",
 		"--state-dir", filepath.Join(t.TempDir(), "state"),
 		"--log-level", "debug",
-	}, noEnv)
+	}, extra...), noEnv)
 	if err == nil {
 		err = cfg.Resolve()
 	}
@@ -215,9 +216,14 @@ def hang():
 `
 
 func nodeCall(id, function string, inputs map[string]any) map[string]any {
+	return sourceCall(sessionNodes, "session_nodes.py", id, function, inputs)
+}
+
+// sourceCall is a run request for function of a node's source.
+func sourceCall(source, filename, id, function string, inputs map[string]any) map[string]any {
 	return map[string]any{
 		"op": "run", "call_id": id,
-		"node":     map[string]any{"source": sessionNodes, "filename": "session_nodes.py"},
+		"node":     map[string]any{"source": source, "filename": filename},
 		"function": function, "inputs": inputs, "settings": map[string]any{},
 	}
 }

@@ -134,7 +134,11 @@ func joinGPUGroups(ctx context.Context, a account, out io.Writer) error {
 	if msg, err := exec.CommandContext(ctx, "usermod", "--append", "--groups", groups, a.Name).CombinedOutput(); err != nil {
 		return fmt.Errorf("adding %s to the GPU groups %s: usermod: %v: %s", a.Name, groups, err, strings.TrimSpace(string(msg)))
 	}
-	fmt.Fprintf(out, "Added %s to the groups %s, so it can use the GPUs.\n", a.Name, groups)
+	noun := "the group"
+	if len(missing) > 1 {
+		noun = "the groups"
+	}
+	fmt.Fprintf(out, "Added %s to %s %s, so it can use the GPUs.\n", a.Name, noun, strings.Join(missing, " and "))
 	return nil
 }
 

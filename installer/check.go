@@ -26,29 +26,54 @@ func CheckCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	return check(ctx, thisHost(), args, stdout, stderr)
 }
 
-// checklist prints items as they are checked and remembers a failure.
+// checklist prints items as they are checked, keeps them for --json, and
+// remembers a failure.
 type checklist struct {
-	w      io.Writer
+	w      io.Writer // the human's view; io.Discard with --json
 	failed bool
+	items  []checkItem
+}
+
+// checkItem is one line of the checklist; `check --json` prints them.
+type checkItem struct {
+	Item   string `json:"item"`
+	Result string `json:"result"` // ok, fail, skip or note
+	Detail string `json:"detail"`
+}
+
+func (c *checklist) add(item, result, mark, detail string) {
+	c.items = append(c.items, checkItem{Item: item, Result: result, Detail: detail})
+	fmt.Fprintf(c.w, "  %-5s %-10s %s\n", mark, item, detail)
 }
 
 func (c *checklist) ok(item, format string, args ...any) {
-	fmt.Fprintf(c.w, "  ok    %-10s %s\n", item, fmt.Sprintf(format, args...))
+	c.add(item, "ok", "ok", fmt.Sprintf(format, args...))
 }
 
 func (c *checklist) fail(item string, err error) {
 	c.failed = true
-	fmt.Fprintf(c.w, "  FAIL  %-10s %v\n", item, err)
+	c.add(item, "fail", "FAIL", err.Error())
 }
 
-func (c *checklist) skip(item, why string) {
-	fmt.Fprintf(c.w, "  -     %-10s %s\n", item, why)
+func (c *checklist) skip(item, why string) { c.add(item, "skip", "-", why) }
+
+func (c *checklist) note(item, text string) { c.add(item, "note", "note", text) }
+
+// report is `check --json`: what was checked, each item, and whether all
+// passed, for scripts and fleet tools.
+func (c *checklist) report(w io.Writer, checking string) {
+	writeJSON(w, struct {
+		OK       bool        `json:"ok"`
+		Checking string      `json:"checking"`
+		Items    []checkItem `json:"items"`
+	}{!c.failed, checking, c.items})
 }
 
 func check(ctx context.Context, h host, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	configPath := fs.String("config", "", "")
 	userService := fs.Bool("user-service", false, "")
+	asJSON := fs.Bool("json", false, "")
 	var runArgs []string
 	for _, o := range config.Options {
 		name := o.Name
@@ -75,14 +100,20 @@ func check(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 		}
 	}
 	c := &checklist{w: stdout}
+	var checking string
 	switch {
 	case l != nil:
-		fmt.Fprintf(stdout, "Checking the installed worker (%s, %s):\n", l.Kind(), *configPath)
+		checking = fmt.Sprintf("the installed worker (%s, %s)", l.Kind(), *configPath)
 	case *configPath != "":
-		fmt.Fprintf(stdout, "Checking the worker configured in %s:\n", *configPath)
+		checking = "the worker configured in " + *configPath
 	default:
-		fmt.Fprintln(stdout, "Checking the worker these options describe (no service is installed):")
+		checking = "the worker these options describe (no service is installed)"
 	}
+	if *asJSON {
+		c.w = io.Discard
+		defer func() { c.report(stdout, checking) }()
+	}
+	fmt.Fprintf(c.w, "Checking %s:\n", checking)
 	if *configPath != "" {
 		runArgs = append([]string{"--config", *configPath}, runArgs...)
 	}
@@ -95,12 +126,12 @@ func check(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 			err = fmt.Errorf("%w (the config holds the token, so only its owner and root may read it: run it with sudo)", err)
 		}
 		c.fail("config", errors.New(logging.NewRedactor(cfg.Token).Scrub(err.Error())))
-		fmt.Fprintln(stdout, "Fix the config first; the other checks need it.")
+		fmt.Fprintln(c.w, "Fix the config first; the other checks need it.")
 		return config.ExitFailed
 	}
 	c.ok("config", "engine %s, labels [%s], %d at a time", logging.ShownURL(cfg.URL), strings.Join(cfg.Labels, ","), cfg.Parallel)
 	for _, w := range cfg.Warnings {
-		fmt.Fprintf(stdout, "  note  %-10s %s\n", "config", w)
+		c.note("config", w)
 	}
 
 	python, version, err := platform.FindPython(ctx, cfg.Python)
@@ -146,7 +177,7 @@ func check(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 	if c.failed {
 		return config.ExitFailed
 	}
-	fmt.Fprintln(stdout, "All good.")
+	fmt.Fprintln(c.w, "All good.")
 	return config.ExitOK
 }
 
@@ -209,6 +240,7 @@ Checks, one item at a time, what a worker needs, and says what to fix:
   account    the service account can run that Python (as root, system service)
   runtime    the runner script can be fetched from the engine or unpacked
   inventory  the CPUs, GPUs and memory this machine will advertise
+  contain    how a call's processes are kept together (--containment)
   engine     the engine answers at the URL
   token      the engine accepts the token
 
@@ -218,6 +250,7 @@ Options:
 `)
 	config.WriteOption(w, "--config FILE", "check the worker this config describes, instead of the installed service's")
 	config.WriteOption(w, "--user-service", userServiceHelp)
+	config.WriteOption(w, "--json", "print the items as one JSON object ({\"ok\": …, \"items\": [{\"item\", \"result\", \"detail\"}]}), for scripts")
 	config.WriteOption(w, "--url, --token-file, … ", "any option of 'fluksio-worker run', to check a worker that is not installed, or to try a change before installing it")
 	fmt.Fprint(w, `
 Exit status: 0 all good, 1 an item failed, 2 bad options.

@@ -73,7 +73,11 @@ func loadConfig(values map[string]any) (config.Config, error) {
 		if !ok {
 			return config.Config{}, fmt.Errorf("unknown config key %q (known keys are the long options of 'fluksio-worker run --help')", k)
 		}
-		text, err := config.ValueText(values[k])
+		err := o.CheckValueType(values[k])
+		var text string
+		if err == nil {
+			text, err = config.ValueText(values[k])
+		}
 		if err != nil {
 			return config.Config{}, fmt.Errorf("config key %s: %w", k, err)
 		}
@@ -94,8 +98,10 @@ func flagValue(name, text string) any {
 	if name == "labels" {
 		return config.SplitLabels(text)
 	}
-	if n, err := strconv.ParseInt(text, 10, 64); err == nil && name != "name" && name != "token" {
-		return n
+	if o, ok := config.OptionByName(name); ok && o.TakesNumber() {
+		if n, err := strconv.ParseInt(text, 10, 64); err == nil {
+			return n
+		}
 	}
 	return text
 }

@@ -47,5 +47,6 @@ func writeControlUsage(name, what string) func(io.Writer) {
 	return func(w io.Writer) {
 		fmt.Fprintf(w, "Usage: sudo fluksio-worker %s [--user-service]\n\n%s\n\nOptions:\n", name, what)
 		config.WriteOption(w, "--user-service", userServiceHelp)
+		fmt.Fprint(w, "\nExit status: 0 done, 1 the service manager failed, 4 not installed.\n")
 	}
 }

@@ -127,7 +127,10 @@ func install(ctx context.Context, h host, args []string, stdout, stderr io.Write
 		return fail(fmt.Errorf("%w (or add --user-service to install it for your user alone)", err))
 	}
 	if l.UserService && h.root() {
-		return fail(errors.New("--user-service installs for the user who runs it, and that is root here: run it without sudo"))
+		if h.Getenv("SUDO_USER") != "" {
+			return fail(errors.New("--user-service installs for the user who runs it, and that is root here: run it without sudo"))
+		}
+		return fail(errors.New("--user-service installs for the user who runs it, and that is root here: run it as the user the worker is for (log in as them, or: su - NAME -c 'fluksio-worker install --user-service ...'), or install a system service without --user-service"))
 	}
 	if req.refreshUnit {
 		return refreshUnit(ctx, h, l, stdout, stderr)
@@ -157,6 +160,20 @@ func install(ctx context.Context, h host, args []string, stdout, stderr io.Write
 			fmt.Fprintf(stderr, "fluksio-worker install: warning: %s\n", w)
 		}
 	}
+	exe, err := executable(h)
+	if err != nil {
+		return fail(err)
+	}
+	if err := checkLocations(l, exe, cfg.Python); err != nil {
+		return fail(err)
+	}
+	if req.check {
+		if err := checkEngine(ctx, cfg, stdout, stderr); err != nil {
+			return fail(err)
+		}
+	}
+	// The first change to the system: the service account, which the
+	// last check needs.
 	acct := currentAccount()
 	if !l.UserService {
 		// An update keeps the account the service already runs as.
@@ -168,17 +185,11 @@ func install(ctx context.Context, h host, args []string, stdout, stderr io.Write
 			return fail(err)
 		}
 	}
-	exe, err := executable(h)
-	if err != nil {
-		return fail(err)
-	}
 	if err := checkReachable(ctx, h, l, acct, exe, cfg.Python); err != nil {
-		return fail(err)
-	}
-	if req.check {
-		if err := checkEngine(ctx, cfg, stdout, stderr); err != nil {
-			return fail(err)
+		if !l.UserService {
+			err = fmt.Errorf("%w\nNothing was installed; the account %s is kept for the next install", err, acct.Name)
 		}
+		return fail(err)
 	}
 
 	data, err := encodeConfig(values)
@@ -491,7 +502,7 @@ Service options:
 Worker options (written to the config; as in 'fluksio-worker run --help'):
 `)
 	for _, o := range config.Options {
-		help := o.Help
+		help := o.HelpWithDefault()
 		if h, ok := installHelp[o.Name]; ok {
 			help = h
 		}

@@ -42,8 +42,17 @@ func TestInstallWithoutRootSaysSudo(t *testing.T) {
 }
 
 func TestInstallUserServiceRefusesRoot(t *testing.T) {
-	code, _, stderr := runInstall(t, testHost(t, 0), "--user-service", "--url", "https://e.example.com", "--token", "t")
+	// Root by sudo: run it without.
+	h := testHost(t, 0)
+	home := h.Getenv("HOME")
+	h.Getenv = func(k string) string { return map[string]string{"HOME": home, "SUDO_USER": "ada"}[k] }
+	code, _, stderr := runInstall(t, h, "--user-service", "--url", "https://e.example.com", "--token", "t")
 	if code != config.ExitFailed || !strings.Contains(stderr, "without sudo") {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+	// Root by login: no sudo to leave out.
+	code, _, stderr = runInstall(t, testHost(t, 0), "--user-service", "--url", "https://e.example.com", "--token", "t")
+	if code != config.ExitFailed || strings.Contains(stderr, "sudo") || !strings.Contains(stderr, "run it as the user the worker is for") {
 		t.Errorf("exit %d, stderr %q", code, stderr)
 	}
 }
@@ -56,7 +65,7 @@ func TestInstallRejectsBadOptions(t *testing.T) {
 		{[]string{"--user", "bob", "--user-service"}, "do not go together"},
 		{[]string{"--token", "a", "--token-file", "/f"}, "not both"},
 		{[]string{"--refresh-unit", "--labels", "gpu"}, "--refresh-unit only"},
-		{[]string{"--colour", "red"}, "not defined"},
+		{[]string{"--colour", "red"}, "unknown option --colour"},
 		{[]string{"extra"}, "unexpected argument"},
 	} {
 		code, _, stderr := runInstall(t, testHost(t, 0), tc.args...)

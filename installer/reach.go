@@ -15,23 +15,30 @@ import (
 // reachCheckTimeout bounds each run-as-the-service-account check.
 const reachCheckTimeout = 30 * time.Second
 
-// checkReachable catches, at install, what would otherwise make the service
-// fail at every start: a binary or Python the service account cannot run
-// (say, under /root, which only root may enter), or one under /tmp, which
-// the system unit's PrivateTmp= replaces with an empty directory.
-func checkReachable(ctx context.Context, h host, l Layout, acct account, exe, python string) error {
-	if l.UserService {
+// checkLocations catches, at install and before it changes anything, a
+// binary or Python under /tmp, which the system unit's PrivateTmp=
+// replaces with an empty directory, so the service would fail at every
+// start.
+func checkLocations(l Layout, exe, python string) error {
+	if l.UserService || l.GOOS != "linux" {
 		return nil // the user runs it, and just did
 	}
 	for _, p := range []struct{ what, path, fix string }{
 		{"this fluksio-worker binary", exe, "install it in /usr/local/bin (or install the package) and run install from there"},
 		{"Python", python, "pass --python with an interpreter outside /tmp"},
 	} {
-		if l.GOOS == "linux" && underTmp(p.path) {
+		if underTmp(p.path) {
 			return fmt.Errorf("%s is at %s, and the service cannot see /tmp (it gets a private one); %s", p.what, p.path, p.fix)
 		}
 	}
-	if !h.root() || acct.UID == 0 {
+	return nil
+}
+
+// checkReachable catches what would otherwise make the service fail at
+// every start: a binary or Python the service account cannot run (say,
+// under /root, which only root may enter).
+func checkReachable(ctx context.Context, h host, l Layout, acct account, exe, python string) error {
+	if l.UserService || !h.root() || acct.UID == 0 {
 		return nil
 	}
 	if err := runAs(ctx, acct, exe, "--version"); err != nil {

@@ -2,6 +2,7 @@ package installer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,11 +14,14 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/status"
+	"github.com/fluksio/fluksio-worker/platform"
 )
 
 // StatusCommand is `fluksio-worker status`: the service manager's view and
-// the worker's own (from the status file it keeps in its state directory).
-// Exit status as systemctl's: 0 running, 3 stopped, 4 not installed.
+// the worker's own (from the status file it keeps in its state directory);
+// with --state-dir or --config, any worker's own view (a foreground, batch
+// or Kubernetes worker). Exit status as systemctl's: 0 running, 3 stopped,
+// 4 not installed (or no worker ever ran with that state directory).
 func StatusCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return showStatus(ctx, thisHost(), args, stdout, stderr)
 }
@@ -25,8 +29,14 @@ func StatusCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 func showStatus(_ context.Context, h host, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	userService := fs.Bool("user-service", false, "")
+	stateDir := fs.String("state-dir", "", "")
+	configPath := fs.String("config", "", "")
+	asJSON := fs.Bool("json", false, "")
 	if err := parseFlags(fs, args); err != nil {
 		return usageExit(err, writeStatusUsage, stdout, stderr)
+	}
+	if *stateDir != "" || *configPath != "" {
+		return showWorkerStatus(h, *stateDir, *configPath, *asJSON, stdout, stderr)
 	}
 	l, err := installedLayout(h, fs, *userService)
 	if err != nil {
@@ -34,7 +44,15 @@ func showStatus(_ context.Context, h host, args []string, stdout, stderr io.Writ
 		return config.ExitFailed
 	}
 	if !exists(l.UnitPath) {
-		fmt.Fprintf(stdout, "fluksio-worker is not installed as a service here (no %s).\nInstall it with: sudo fluksio-worker install --help\n", l.UnitPath)
+		if *asJSON {
+			writeJSON(stdout, statusReport{State: "not installed", Service: &serviceReport{Kind: l.Kind(), Unit: l.UnitPath}})
+			return config.ExitNotInstalled
+		}
+		install := "sudo fluksio-worker install --url wss://ENGINE/api/v1/workers/attach --token -"
+		if l.UserService {
+			install = "fluksio-worker install --user-service --url wss://ENGINE/api/v1/workers/attach --token -"
+		}
+		fmt.Fprintf(stdout, "fluksio-worker is not installed as a service here (no %s).\nInstall it with (it asks for the token):\n  %s\nA worker not run as a service: fluksio-worker status --state-dir DIR (or --config FILE).\n", l.UnitPath, install)
 		return config.ExitNotInstalled
 	}
 	m, err := newManager(l, "")
@@ -49,11 +67,102 @@ func showStatus(_ context.Context, h host, args []string, stdout, stderr io.Writ
 	}
 	st, stErr := status.Read(stateDirOf(l))
 	st.LastError = tokenRedactor(l).Scrub(st.LastError)
-	writeStatus(stdout, l, state, st, stErr)
+	if *asJSON {
+		r := statusReport{State: state.String(), Service: &serviceReport{Kind: l.Kind(), Unit: l.UnitPath, Config: l.ConfigPath}}
+		r.setWorker(st, stErr)
+		writeJSON(stdout, r)
+	} else {
+		writeStatus(stdout, l, state, st, stErr)
+	}
 	if state == Running {
 		return config.ExitOK
 	}
 	return config.ExitStopped
+}
+
+// statusReport is `status --json`: for scripts and fleet tools, which
+// read the worker's own fields as the status file has them.
+type statusReport struct {
+	State       string         `json:"state"` // running, stopped, not installed, or (for --state-dir) no status
+	Service     *serviceReport `json:"service,omitempty"`
+	StateDir    string         `json:"state_dir,omitempty"`
+	Worker      *status.Status `json:"worker,omitempty"`
+	WorkerError string         `json:"worker_error,omitempty"` // why the worker's status could not be read
+}
+
+type serviceReport struct {
+	Kind   string `json:"kind"`
+	Unit   string `json:"unit"`
+	Config string `json:"config,omitempty"`
+}
+
+func (r *statusReport) setWorker(st status.Status, err error) {
+	if err != nil {
+		r.WorkerError = err.Error()
+		return
+	}
+	r.Worker = &st
+}
+
+func writeJSON(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+// showWorkerStatus is status for a worker named by its state directory or
+// its config file, however it runs: in the foreground, in a batch job, in
+// a Kubernetes pod. Whether it runs is its status file's process, alive
+// and not stopped.
+func showWorkerStatus(h host, stateDir, configPath string, asJSON bool, stdout, stderr io.Writer) int {
+	redact := logging.NewRedactor("")
+	if stateDir == "" {
+		cfg, err := config.Load([]string{"--config", configPath}, h.Getenv)
+		if err != nil {
+			fmt.Fprintf(stderr, "fluksio-worker status: %v\n", err)
+			return config.ExitUsage
+		}
+		if stateDir, err = config.StateDirOf(cfg, h.Getenv); err != nil {
+			fmt.Fprintf(stderr, "fluksio-worker status: %v\n", err)
+			return config.ExitUsage
+		}
+		redact = logging.NewRedactor(cfg.Token)
+	}
+	st, err := status.Read(stateDir)
+	st.LastError = redact.Scrub(st.LastError)
+	running := err == nil && st.State != "stopped" && platform.ProcessAlive(st.PID)
+	state, code := "running", config.ExitOK
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		state, code = "no status", config.ExitNotInstalled
+	case !running:
+		state, code = "stopped", config.ExitStopped
+	}
+	if asJSON {
+		r := statusReport{State: state, StateDir: stateDir}
+		r.setWorker(st, err)
+		writeJSON(stdout, r)
+		return code
+	}
+	fmt.Fprintf(stdout, "fluksio-worker: %s (the worker with state directory %s)\n", state, stateDir)
+	row := func(label, format string, args ...any) {
+		fmt.Fprintf(stdout, "  %-9s %s\n", label+":", fmt.Sprintf(format, args...))
+	}
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		row("worker", "no worker has run with this state directory (no %s)", status.Path(stateDir))
+	case errors.Is(err, fs.ErrPermission):
+		row("worker", "its status is readable by the worker's account and root only: run it as that account or with sudo")
+	case err != nil:
+		row("worker", "cannot read its status: %v", err)
+	default:
+		svc := Stopped
+		if running {
+			svc = Running
+		}
+		writeWorker(row, svc, st)
+	}
+	return code
 }
 
 // stateDirOf is where the installed worker keeps its status: the config's
@@ -195,7 +304,8 @@ func waitAttached(ctx context.Context, m *manager, stateDir string, started time
 }
 
 func writeStatusUsage(w io.Writer) {
-	fmt.Fprint(w, `Usage: fluksio-worker status [--user-service]
+	fmt.Fprint(w, `Usage: fluksio-worker status [--user-service] [--json]
+       fluksio-worker status --state-dir DIR | --config FILE [--json]
 
 Shows whether the worker service is running, and what the worker says it is
 doing: which engine, attached under which name since when, how many calls it
@@ -207,7 +317,11 @@ readable by the service account and root.
 Options:
 `)
 	config.WriteOption(w, "--user-service", userServiceHelp)
+	config.WriteOption(w, "--state-dir DIR", "show the worker that keeps its state in DIR (its --state-dir), however it runs: in the foreground, a batch job or a pod")
+	config.WriteOption(w, "--config FILE", "show the worker this config file describes (its state-dir, else the default)")
+	config.WriteOption(w, "--json", "print the state and the worker's status file as one JSON object, for scripts")
 	fmt.Fprint(w, `
-Exit status, as systemctl's: 0 running, 3 stopped (or failed), 4 not installed.
+Exit status, as systemctl's: 0 running, 3 stopped (or failed), 4 not
+installed (or no worker ever ran with that state directory).
 `)
 }

@@ -3,13 +3,17 @@ package installer
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/config"
+	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/status"
 )
 
@@ -62,8 +66,49 @@ func TestStatusOfNothingInstalledExits4(t *testing.T) {
 	if code := showStatus(context.Background(), h, nil, &out, io.Discard); code != config.ExitNotInstalled {
 		t.Errorf("exit %d, want 4:\n%s", code, out.String())
 	}
-	if !strings.Contains(out.String(), "not installed") {
+	// A command that installs, not a pointer to more help.
+	if !strings.Contains(out.String(), "not installed") || !strings.Contains(out.String(), "fluksio-worker install --user-service --url wss://ENGINE/api/v1/workers/attach --token -") && !strings.Contains(out.String(), "sudo fluksio-worker install --url wss://ENGINE/api/v1/workers/attach --token -") {
 		t.Errorf("%s", out.String())
+	}
+}
+
+// status --state-dir and --config show a worker that is not a service: a
+// foreground, batch or Kubernetes worker, from the status file it keeps.
+func TestStatusOfAnyWorker(t *testing.T) {
+	h := testHost(t, 1000)
+	dir := t.TempDir()
+	run := func(args ...string) (int, string) {
+		t.Helper()
+		var out, errs bytes.Buffer
+		code := showStatus(context.Background(), h, args, &out, &errs)
+		return code, out.String() + errs.String()
+	}
+	if code, out := run("--state-dir", dir); code != config.ExitNotInstalled || !strings.Contains(out, "no worker has run with this state directory") {
+		t.Errorf("no status file: exit %d\n%s", code, out)
+	}
+	// This process stands for the worker: it is alive.
+	f := status.NewFile(dir, status.Status{PID: os.Getpid(), Version: "1.2.3", State: "attached", Name: "batch-1",
+		Engine: "wss://e.example.com/api/v1/workers/attach", CallsDone: 3, Since: time.Now()}, logging.NewRedactor(""), nil)
+	f.Flush()
+	if code, out := run("--state-dir", dir); code != config.ExitOK || !strings.Contains(out, `attached as "batch-1"`) || !strings.Contains(out, "0 running, 3 done") {
+		t.Errorf("a live worker: exit %d\n%s", code, out)
+	}
+	conf := filepath.Join(t.TempDir(), "worker.toml")
+	os.WriteFile(conf, []byte("url = \"wss://e.example.com\"\nstate-dir = \""+dir+"\"\n"), 0o600)
+	code, out := run("--config", conf, "--json")
+	var report struct {
+		State    string         `json:"state"`
+		StateDir string         `json:"state_dir"`
+		Worker   *status.Status `json:"worker"`
+	}
+	if err := json.Unmarshal([]byte(out), &report); err != nil || code != config.ExitOK || report.State != "running" ||
+		report.StateDir != dir || report.Worker == nil || report.Worker.CallsDone != 3 || report.Worker.Name != "batch-1" {
+		t.Errorf("status --config --json: exit %d, %+v (%v)\n%s", code, report, err, out)
+	}
+	f.Update(func(s *status.Status) { s.State = "stopped" })
+	f.Flush()
+	if code, out := run("--state-dir", dir); code != config.ExitStopped || !strings.Contains(out, "fluksio-worker: stopped") {
+		t.Errorf("a stopped worker: exit %d\n%s", code, out)
 	}
 }
 

@@ -31,10 +31,11 @@ func stopTimeout(grace time.Duration) int {
 
 // systemUnit is the unit of a system service. The rules it follows:
 //   - ExecStart carries no secret: the token is read from the 0600 config.
-//   - RestartPreventExitStatus=1: the agent exits 1 when the engine refuses
-//     it (a revoked token); restarting would ask again every 5 s forever.
-//     Exit 2 (a bad config) is not listed because a Go panic also exits 2,
-//     and a crash must restart.
+//   - RestartPreventExitStatus=1 2: the agent exits 1 when the engine
+//     refuses it (a revoked token) and 2 for a bad configuration; restarting
+//     would fail the same way every 5 s forever. A Go panic would also exit
+//     2, but under a service manager the worker makes a crash die of
+//     SIGABRT instead (RunCommand), which Restart=on-failure restarts.
 //   - ExecReload sends SIGHUP: the worker declines new calls, lets running
 //     ones finish (--reload-timeout) and re-executes itself in place, so
 //     upgrades and new settings never kill a call; `restart` still does.
@@ -86,11 +87,12 @@ ExecReload=/bin/sh -c "kill -HUP $MAINPID"
 # restarted. An engine outage does not stop the pings.
 WatchdogSec=30
 User=@USER@
-# Exit 1 means the engine refused this worker (say, a revoked token):
-# asking again would not change its answer.
+# Exit 1 means the engine refused this worker (say, a revoked token), exit 2
+# a bad configuration: starting again would not change either. Fix the cause,
+# then 'systemctl restart'. (A crash dies of SIGABRT, and is restarted.)
 Restart=on-failure
 RestartSec=5
-RestartPreventExitStatus=1
+RestartPreventExitStatus=1 2
 # SIGTERM goes to the worker alone; it stops its calls and reports them.
 KillMode=mixed
 TimeoutStopSec=@STOP_TIMEOUT@
@@ -150,11 +152,12 @@ ExecReload=/bin/sh -c "kill -HUP $MAINPID"
 # The worker's main loop pings every second; a worker stuck for 30 s is
 # restarted. An engine outage does not stop the pings.
 WatchdogSec=30
-# Exit 1 means the engine refused this worker (say, a revoked token):
-# asking again would not change its answer.
+# Exit 1 means the engine refused this worker (say, a revoked token), exit 2
+# a bad configuration: starting again would not change either. Fix the cause,
+# then 'systemctl restart'. (A crash dies of SIGABRT, and is restarted.)
 Restart=on-failure
 RestartSec=5
-RestartPreventExitStatus=1
+RestartPreventExitStatus=1 2
 # SIGTERM goes to the worker alone; it stops its calls and reports them.
 KillMode=mixed
 TimeoutStopSec=@STOP_TIMEOUT@

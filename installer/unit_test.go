@@ -53,7 +53,7 @@ func TestSystemUnitGolden(t *testing.T) {
 	golden(t, "fluksio-worker.service", unit)
 	for _, line := range []string{
 		"ExecStart=/usr/bin/fluksio-worker run --config /etc/fluksio-worker/config.toml",
-		"User=fluksio-worker", "Restart=on-failure", "RestartSec=5", "RestartPreventExitStatus=1",
+		"User=fluksio-worker", "Restart=on-failure", "RestartSec=5", "RestartPreventExitStatus=1 2",
 		"KillMode=mixed", "TimeoutStopSec=33", "StateDirectory=fluksio-worker",
 		"After=network-online.target", "Wants=network-online.target",
 		"NoNewPrivileges=yes", "ProtectSystem=full", "PrivateTmp=yes", "ProtectHome=read-only",

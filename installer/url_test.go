@@ -38,7 +38,10 @@ func TestCompleteURLRejects(t *testing.T) {
 	for _, tc := range []struct{ in, says string }{
 		{"ftp://engine.example.com", "scheme must be wss:// or https://"},
 		{"file:///etc/passwd", "scheme must be wss:// or https://"},
-		{"engine.example.com", "no scheme"},
+		{"engine.example.com", "no scheme; write wss://engine.example.com"},
+		{"localhost:18765", "no scheme; write ws://localhost:18765"},
+		{"127.0.0.1:18765/api/v1/workers/attach", "no scheme; write ws://127.0.0.1:18765/api/v1/workers/attach"},
+		{"wss://u:hunter2@engine.example.com", `"wss://u:REDACTED@engine.example.com" carries a user name or password`},
 		{"", "not a URL"},
 		{"https://", "no host"},
 		{"wss://e.example.com/api/v1/workers/attach?token=SECRET", "must not carry the token"},
@@ -48,7 +51,7 @@ func TestCompleteURLRejects(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.says) {
 			t.Errorf("completeURL(%q) error %v; want one saying %q", tc.in, err, tc.says)
 		}
-		if err != nil && strings.Contains(err.Error(), "SECRET") {
+		if err != nil && (strings.Contains(err.Error(), "SECRET") || strings.Contains(err.Error(), "hunter2")) {
 			t.Errorf("the error repeats the token: %v", err)
 		}
 	}

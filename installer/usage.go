@@ -17,7 +17,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return errHelp
 		}
-		return fmt.Errorf("%v (see 'fluksio-worker %s --help')", err, fs.Name())
+		return fmt.Errorf("%v (see 'fluksio-worker %s --help')", config.FlagError(fs, args, err), fs.Name())
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q (see 'fluksio-worker %s --help')", fs.Arg(0), fs.Name())

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -46,6 +47,9 @@ func FindPython(ctx context.Context, given string) (path, version string, err er
 	if name == "" {
 		name = "python3"
 	}
+	if st, err := os.Stat(name); err == nil && st.IsDir() {
+		return "", "", pythonDirError(name)
+	}
 	path, err = exec.LookPath(name)
 	if err != nil {
 		if given == "" {
@@ -61,6 +65,18 @@ func FindPython(ctx context.Context, given string) (path, version string, err er
 		return "", version, err
 	}
 	return path, version, nil
+}
+
+// pythonDirError says what to give instead of a directory, a virtual
+// environment's or an installation's: the interpreter inside it.
+func pythonDirError(dir string) error {
+	for _, rel := range []string{"bin/python3", "bin/python"} {
+		candidate := filepath.Join(dir, rel)
+		if st, err := os.Stat(candidate); err == nil && !st.IsDir() {
+			return fmt.Errorf("--python %s is a directory; did you mean %s?", dir, candidate)
+		}
+	}
+	return fmt.Errorf("--python %s is a directory; give the interpreter, e.g. %s", dir, filepath.Join(dir, "bin", "python3"))
 }
 
 // checkPython runs the version script on path, in its own process group:

@@ -96,6 +96,22 @@ func TestFindPythonMissing(t *testing.T) {
 	wantErrorSaying(t, err, "--python", missing, "not found")
 }
 
+// A virtual environment's directory given for --python: the interpreter
+// inside it is named.
+func TestFindPythonDirectory(t *testing.T) {
+	venv := filepath.Join(t.TempDir(), "venv")
+	if err := os.MkdirAll(filepath.Join(venv, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := FindPython(context.Background(), venv)
+	wantErrorSaying(t, err, "--python", venv, "is a directory", "e.g. "+venv+"/bin/python3")
+	if err := os.WriteFile(filepath.Join(venv, "bin", "python"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = FindPython(context.Background(), venv)
+	wantErrorSaying(t, err, "did you mean "+venv+"/bin/python?")
+}
+
 func TestFindPythonNotExecutable(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "python")
 	if err := os.WriteFile(path, []byte("#!/bin/sh\necho 3.11.0\n"), 0o644); err != nil {

@@ -238,7 +238,7 @@ func testContainment(t *testing.T, mode string) {
 		gone()
 		eventually(t, 5*time.Second, "no zombie children of the worker", func() bool { return len(zombiesOf(w.cmd.Process.Pid)) == 0 })
 		eventually(t, 5*time.Second, "the call's end record", func() bool { return strings.Contains(w.logs.String(), `msg="call ended"`) })
-		for _, field := range []string{"wall_s=", "cpu_s=", "peak_rss_mb="} {
+		for _, field := range []string{"outcome=ok", "duration_ms=", "cpu_ms=", "peak_rss_mb="} {
 			if !strings.Contains(w.logs.String(), field) {
 				t.Errorf("the call's end record lacks %s", field)
 			}

@@ -23,7 +23,7 @@ func TestBadURLsStopAtStart(t *testing.T) {
 		{"ws://h:99999/x", "port"},
 		{"ws://user:hunter2@h/api/v1/workers/attach", "user name or password"},
 		{"ftp://h/x", "scheme"},
-		{"h.example.com", "no scheme"},
+		{"h.example.com", "no scheme; write wss://h.example.com"},
 	} {
 		w := startBinary(t, []string{"FLUKSIO_WORKER_TOKEN=" + testToken},
 			"run", "--url", tc.url, "--python", fakeRunner, "--state-dir", t.TempDir())
@@ -31,7 +31,7 @@ func TestBadURLsStopAtStart(t *testing.T) {
 			t.Errorf("--url %s: exit %d, want 2", tc.url, code)
 		}
 		logs := w.logs.String()
-		if !strings.Contains(logs, tc.says) || !strings.Contains(logs, "wss://engine.example.com") {
+		if !strings.Contains(logs, tc.says) || !strings.Contains(logs, "wss://") {
 			t.Errorf("--url %s: the message does not say %q and what to write:\n%s", tc.url, tc.says, logs)
 		}
 		if strings.Contains(logs, "hunter2") {

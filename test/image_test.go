@@ -142,7 +142,7 @@ func checkImage(t *testing.T, dist, version string) {
 	}
 
 	out, err := exec.Command(here, "version").CombinedOutput()
-	if got := strings.TrimSpace(string(out)); err != nil || got != "fluksio-worker "+version {
+	if got, _, _ := strings.Cut(string(out), "\n"); err != nil || got != "fluksio-worker "+version {
 		t.Errorf("image's fluksio-worker version = %q, %v; want %q", got, err, "fluksio-worker "+version)
 	}
 	out, err = exec.Command(here, "inventory", "--python", fakeRunner, "--labels", "gpu").Output()
@@ -154,7 +154,7 @@ func checkImage(t *testing.T, dist, version string) {
 		t.Errorf("image's fluksio-worker inventory: %v\n%s", err, out)
 	}
 	// What the chart's init container does, then the main container.
-	shared := filepath.Join(t.TempDir(), "bin")
+	shared := t.TempDir() // the shared volume's mount point
 	if out, err := exec.Command(here, "copy", shared).CombinedOutput(); err != nil {
 		t.Fatalf("fluksio-worker copy: %v\n%s", err, out)
 	}
@@ -163,7 +163,7 @@ func checkImage(t *testing.T, dist, version string) {
 		t.Fatalf("the copy: %v, mode %v; want 0755", err, st)
 	}
 	out, err = exec.Command(filepath.Join(shared, "fluksio-worker"), "version").CombinedOutput()
-	if got := strings.TrimSpace(string(out)); err != nil || got != "fluksio-worker "+version {
+	if got, _, _ := strings.Cut(string(out), "\n"); err != nil || got != "fluksio-worker "+version {
 		t.Errorf("the copied binary's version = %q, %v", got, err)
 	}
 }
@@ -291,7 +291,15 @@ func TestImageBuildAndPush(t *testing.T) {
 // a previous copy replaced); `copy --help` is help on stdout, exit 0.
 func TestCopyCommand(t *testing.T) {
 	t.Parallel()
-	dir := filepath.Join(t.TempDir(), "shared", "bin")
+	// A mount path with a typo: nothing is created, and it fails.
+	missing := filepath.Join(t.TempDir(), "shared", "bin")
+	if w := startBinary(t, nil, "copy", missing); w.wait(10*time.Second) != 1 || !strings.Contains(w.logs.String(), "does not exist") {
+		t.Errorf("copy into a missing directory: %s", w.logs.String())
+	}
+	if _, err := os.Stat(missing); err == nil {
+		t.Errorf("copy created %s", missing)
+	}
+	dir := t.TempDir() // the shared volume's mount point
 	for range 2 {
 		w := startBinary(t, nil, "copy", dir)
 		if code := w.wait(10 * time.Second); code != 0 {

@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -107,9 +109,12 @@ type chartValues struct {
 		TimeoutSeconds int `json:"timeoutSeconds"`
 	}
 	CancelGraceSeconds int `json:"cancelGraceSeconds"`
+	Warm               *int
+	Preload            []string
 	Metrics            struct {
 		Port           int
 		ServiceMonitor struct{ Enabled bool } `json:"serviceMonitor"`
+		PrometheusRule struct{ Enabled bool } `json:"prometheusRule"`
 	}
 }
 
@@ -136,6 +141,29 @@ type rendered struct {
 	services       []corev1.Service
 	serviceMonitor []serviceMonitor
 	scaledJobs     []scaledJob
+	prometheusRule []prometheusRule
+}
+
+// prometheusRule is prometheus-operator's PrometheusRule: its spec is a
+// Prometheus rule file.
+type prometheusRule struct {
+	metav1.TypeMeta `json:",inline"`
+	Metadata        metav1.ObjectMeta `json:"metadata"`
+	Spec            ruleFile          `json:"spec"`
+}
+
+// ruleFile is a Prometheus rule file, as far as the chart writes one.
+type ruleFile struct {
+	Groups []struct {
+		Name  string `json:"name"`
+		Rules []struct {
+			Alert       string            `json:"alert"`
+			Expr        string            `json:"expr"`
+			For         string            `json:"for,omitempty"`
+			Labels      map[string]string `json:"labels"`
+			Annotations map[string]string `json:"annotations"`
+		} `json:"rules"`
+	} `json:"groups"`
 }
 
 // serviceMonitor is the part of prometheus-operator's ServiceMonitor the
@@ -206,6 +234,9 @@ func decodeStrict(t *testing.T, text string) rendered {
 		case "monitoring.coreos.com/v1 ServiceMonitor":
 			r.serviceMonitor = append(r.serviceMonitor, serviceMonitor{})
 			into = &r.serviceMonitor[len(r.serviceMonitor)-1]
+		case "monitoring.coreos.com/v1 PrometheusRule":
+			r.prometheusRule = append(r.prometheusRule, prometheusRule{})
+			into = &r.prometheusRule[len(r.prometheusRule)-1]
 		case "keda.sh/v1alpha1 ScaledJob":
 			r.scaledJobs = append(r.scaledJobs, scaledJob{})
 			into = &r.scaledJobs[len(r.scaledJobs)-1]
@@ -276,6 +307,9 @@ func checkChart(t *testing.T, name string, v chartValues, text string, r rendere
 	}
 	if !strings.HasPrefix(initC.Image, v.WorkerImage.Repository+":") || strings.HasSuffix(initC.Image, ":") {
 		t.Errorf("init container image %q, want %s:TAG", initC.Image, v.WorkerImage.Repository)
+	}
+	if tag := strings.TrimPrefix(initC.Image, v.WorkerImage.Repository+":"); v.WorkerImage.Tag == "" && tag != chartAppVersion(t) {
+		t.Errorf("init container image tag %q, want the chart's appVersion %q by default", tag, chartAppVersion(t))
 	}
 
 	// The binary: the init container copies it into an emptyDir the main
@@ -363,12 +397,20 @@ func checkChart(t *testing.T, name string, v chartValues, text string, r rendere
 	if host != "0.0.0.0" || port != v.Metrics.Port {
 		t.Errorf("--listen %s, want 0.0.0.0:%d (reachable by the kubelet's probe and Prometheus)", listen, v.Metrics.Port)
 	}
-	probe := main.LivenessProbe
-	if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Path != "/healthz" {
-		t.Fatalf("liveness probe %+v, want an HTTP GET of /healthz", probe)
-	}
-	if got := containerPort(t, main, probe.HTTPGet.Port.String()); got != port {
-		t.Errorf("the liveness probe asks port %d, the worker listens on %d", got, port)
+	// Liveness and startup ask /livez (the worker's main loop), readiness
+	// /healthz (attached): an engine outage makes pods unready, never
+	// restarts them.
+	for _, p := range []struct {
+		kind, path string
+		probe      *corev1.Probe
+	}{{"startup", "/livez", main.StartupProbe}, {"liveness", "/livez", main.LivenessProbe}, {"readiness", "/healthz", main.ReadinessProbe}} {
+		if p.probe == nil || p.probe.HTTPGet == nil || p.probe.HTTPGet.Path != p.path {
+			t.Errorf("%s probe %+v, want an HTTP GET of %s", p.kind, p.probe, p.path)
+			continue
+		}
+		if got := containerPort(t, main, p.probe.HTTPGet.Port.String()); got != port {
+			t.Errorf("the %s probe asks port %d, the worker listens on %d", p.kind, got, port)
+		}
 	}
 	if pod.Annotations["prometheus.io/port"] != strconv.Itoa(port) || pod.Annotations["prometheus.io/scrape"] != "true" {
 		t.Errorf("pod annotations %v do not point Prometheus at %d", pod.Annotations, port)
@@ -390,6 +432,13 @@ func checkChart(t *testing.T, name string, v chartValues, text string, r rendere
 		}
 	} else if len(r.serviceMonitor)+len(r.services) != 0 {
 		t.Errorf("no serviceMonitor asked for, %d rendered", len(r.serviceMonitor))
+	}
+
+	// Alerts: the rules shipped in packaging/monitoring, as they are.
+	if v.Metrics.PrometheusRule.Enabled {
+		checkPrometheusRule(t, r)
+	} else if len(r.prometheusRule) != 0 {
+		t.Errorf("no prometheusRule asked for, %d rendered", len(r.prometheusRule))
 	}
 
 	// Stopping: the grace period covers the drain, then the cancel grace.
@@ -429,6 +478,15 @@ func checkChart(t *testing.T, name string, v chartValues, text string, r rendere
 	grace := spec.TerminationGracePeriodSeconds
 	if grace == nil || time.Duration(*grace)*time.Second < drain+cancelGrace {
 		t.Errorf("terminationGracePeriodSeconds %v < drain %v + cancel grace %v", grace, drain, cancelGrace)
+	}
+
+	// Spares: --warm only when set (0 is set), --preload the list.
+	warm, hasWarm := flag("warm")
+	if (v.Warm == nil) != !hasWarm || (v.Warm != nil && warm != strconv.Itoa(*v.Warm)) {
+		t.Errorf("--warm %q (given: %v), values say %v", warm, hasWarm, v.Warm)
+	}
+	if preload, _ := flag("preload"); preload != strings.Join(v.Preload, ",") {
+		t.Errorf("--preload %q, values say %v", preload, v.Preload)
 	}
 
 	// GPUs: the limit and what the worker advertises agree.
@@ -480,6 +538,37 @@ func checkChart(t *testing.T, name string, v chartValues, text string, r rendere
 		t.Error("a Deployment's workers must not exit after --max-calls (they would be restarted)")
 	}
 	t.Logf("%s: %s, grace %ds, --listen %s, token %s", name, v.Mode, *grace, listen, tokenFile)
+}
+
+// checkPrometheusRule: the chart's one PrometheusRule holds the rules of
+// packaging/monitoring/fluksio-worker.rules.yaml, and promtool (where
+// installed) accepts them as the chart renders them.
+func checkPrometheusRule(t *testing.T, r rendered) {
+	t.Helper()
+	if len(r.prometheusRule) != 1 {
+		t.Fatalf("prometheusRule.enabled: %d PrometheusRules rendered, want 1", len(r.prometheusRule))
+	}
+	b, err := os.ReadFile(filepath.Join(moduleRoot(t), monitoringDir, "fluksio-worker.rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shipped ruleFile
+	if err := yaml.UnmarshalStrict(b, &shipped); err != nil {
+		t.Fatalf("the shipped rules: %v", err)
+	}
+	got := r.prometheusRule[0].Spec
+	if want := mustJSON(t, shipped); !bytes.Equal(mustJSON(t, got), want) || len(got.Groups) == 0 {
+		t.Errorf("the PrometheusRule's rules differ from packaging/monitoring's:\n%s\nwant\n%s", mustJSON(t, got), want)
+	}
+	if _, err := exec.LookPath("promtool"); err != nil {
+		return
+	}
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	out, _ := yaml.Marshal(got)
+	if err := os.WriteFile(file, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	runTool(t, "", nil, "promtool", "check", "rules", file)
 }
 
 // mountedAt is the volume c mounts at dir, or "".
@@ -584,7 +673,11 @@ func TestHelmChartPodRuns(t *testing.T) {
 				"--set", "mode="+mode, "--set", "engine.url="+eng.AttachURL(),
 				"--set", "python="+fakeRunner, "--set", "metrics.port="+strconv.Itoa(port),
 				"--set", "drain.enabled=true", "--set", "drain.timeoutSeconds=60",
-				"--set", "oneShot.maxCalls=1", "--set-json", `extraArgs=["--runtime","embedded"]`)
+				"--set", "oneShot.maxCalls=1", "--set-json", `extraArgs=["--runtime","embedded","--health-grace","1s"]`,
+				// Probes at the kubelet's smallest period, so an outage
+				// longer than the liveness window takes seconds.
+				"--set", "livenessProbe.periodSeconds=1", "--set", "livenessProbe.failureThreshold=3",
+				"--set", "readinessProbe.periodSeconds=1", "--set", "readinessProbe.failureThreshold=1")
 			r := decodeStrict(t, out)
 			var spec corev1.PodSpec
 			if mode == "job" {
@@ -639,15 +732,11 @@ func TestHelmChartPodRuns(t *testing.T) {
 			w := startProgram(t, cmd[0], env, cmd[1:]...)
 			wk := attach(t, eng)
 
-			probe := main.LivenessProbe.HTTPGet
-			url := fmt.Sprintf("http://127.0.0.1:%d%s", containerPort(t, main, probe.Port.String()), probe.Path)
-			eventually(t, 10*time.Second, "the liveness probe answers 200", func() bool {
-				resp, err := http.Get(url)
-				if err != nil {
-					return false
-				}
-				resp.Body.Close()
-				return resp.StatusCode == http.StatusOK
+			eventually(t, 10*time.Second, "the startup probe answers 200", func() bool {
+				return probeOK(t, main, main.StartupProbe)
+			})
+			eventually(t, 10*time.Second, "the readiness probe answers 200 once attached", func() bool {
+				return probeOK(t, main, main.ReadinessProbe)
 			})
 
 			grace := time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second
@@ -661,6 +750,8 @@ func TestHelmChartPodRuns(t *testing.T) {
 				}
 				return
 			}
+			wk = outlastLiveness(t, eng, main)
+
 			// A call is running when the pod is deleted: the preStop hook
 			// drains, the call finishes, the worker exits 0.
 			call := run(t, wk, "d1", step{"sleep_ms": 3000})
@@ -689,6 +780,103 @@ func TestHelmChartPodRuns(t *testing.T) {
 	}
 }
 
+// outlastLiveness takes the engine away for longer than c's liveness
+// window while a kubelet probes c as the chart says: the pod must turn
+// unready, be ready again once the worker has reattached, and never be
+// restarted. It returns the reattached worker.
+func outlastLiveness(t *testing.T, eng *enginetest.Engine, c corev1.Container) *enginetest.Worker {
+	t.Helper()
+	kubelet := startKubelet(t, c)
+	window := time.Duration(c.LivenessProbe.PeriodSeconds*c.LivenessProbe.FailureThreshold) * time.Second
+	if err := eng.Restart(window + 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	wk := attach(t, eng)
+	eventually(t, 20*time.Second, "the pod to be ready again after the outage", kubelet.ready)
+	if restarts, unready := kubelet.stop(); restarts != 0 || unready == 0 {
+		t.Errorf("through an engine outage of %v (liveness window %v): %d restarts, %d turns unready; want none and at least one",
+			window+3*time.Second, window, restarts, unready)
+	}
+	return wk
+}
+
+// probeOK asks an HTTP probe of c, on the host's loopback, as the kubelet
+// would: 2xx or 3xx within its timeout is success.
+func probeOK(t *testing.T, c corev1.Container, p *corev1.Probe) bool {
+	t.Helper()
+	url := fmt.Sprintf("http://127.0.0.1:%d%s", containerPort(t, c, p.HTTPGet.Port.String()), p.HTTPGet.Path)
+	client := http.Client{Timeout: time.Duration(max(p.TimeoutSeconds, 1)) * time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode >= 200 && resp.StatusCode < 400
+}
+
+// kubelet probes a running container's liveness and readiness as the
+// kubelet does, each every periodSeconds: failureThreshold failures in a row
+// would restart the container (liveness) or mark the pod unready
+// (readiness). Nothing is restarted; the counts are what a kubelet would
+// have done.
+type kubelet struct {
+	mu                sync.Mutex
+	restarts, unready int
+	isReady           bool
+	done              chan struct{}
+	wg                sync.WaitGroup
+}
+
+func startKubelet(t *testing.T, c corev1.Container) *kubelet {
+	k := &kubelet{isReady: true, done: make(chan struct{})}
+	loop := func(p *corev1.Probe, failed func()) {
+		defer k.wg.Done()
+		tick := time.NewTicker(time.Duration(p.PeriodSeconds) * time.Second)
+		defer tick.Stop()
+		inRow := 0
+		for {
+			select {
+			case <-k.done:
+				return
+			case <-tick.C:
+			}
+			if probeOK(t, c, p) {
+				inRow = 0
+				if p == c.ReadinessProbe {
+					k.mu.Lock()
+					k.isReady = true
+					k.mu.Unlock()
+				}
+				continue
+			}
+			if inRow++; inRow == int(p.FailureThreshold) {
+				k.mu.Lock()
+				failed()
+				k.mu.Unlock()
+			}
+		}
+	}
+	k.wg.Add(2)
+	go loop(c.LivenessProbe, func() { k.restarts++ })
+	go loop(c.ReadinessProbe, func() { k.unready++; k.isReady = false })
+	return k
+}
+
+// ready is whether the last readiness probes left the pod ready.
+func (k *kubelet) ready() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.isReady
+}
+
+// stop ends the probing and says how often liveness would have restarted
+// the container and readiness turned the pod unready.
+func (k *kubelet) stop() (restarts, unready int) {
+	close(k.done)
+	k.wg.Wait()
+	return k.restarts, k.unready
+}
+
 func mapAll(args []string, m func(string) string) []string {
 	out := make([]string, len(args))
 	for i, a := range args {
@@ -705,4 +893,141 @@ func freePort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestTokenFileFromASecret: the chart mounts the token as Kubernetes mounts
+// a Secret with defaultMode 0440 and an fsGroup (owned by root, group the
+// pod's fsGroup), and the worker runs as uid 1000 in that group: it reads
+// the file through its group and cannot chmod it, so no warning. A token
+// every user may read, or one the worker owns and leaves group-readable,
+// still draws the warning with the chmod that fixes it.
+func TestTokenFileFromASecret(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("files owned by root read by another uid: run as root")
+	}
+	const uid, gid = 1000, 1000
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(dir, "fluksio-worker")
+	b, err := os.ReadFile(workerBin)
+	if err == nil {
+		err = os.WriteFile(bin, b, 0o755)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name       string
+		owner      int
+		mode       os.FileMode
+		wantNotice bool
+	}{
+		{"secret volume 0440 root:fsGroup", 0, 0o440, false},
+		{"every user may read it", 0, 0o444, true},
+		{"the worker's own file, group-readable", uid, 0o640, true},
+		{"the worker's own file, private", uid, 0o600, false},
+	} {
+		token := filepath.Join(dir, fmt.Sprintf("token-%o-%d", c.mode, c.owner))
+		if err := os.WriteFile(token, []byte(testToken+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(token, c.owner, gid); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(token, c.mode); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "check", "--url", "ws://127.0.0.1:1/api/v1/workers/attach", "--token-file", token, "--python", "/usr/bin/python3")
+		cmd.Env = append(cleanEnv(), "HOME="+dir)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{gid}}}
+		out, _ := cmd.CombinedOutput()
+		if !strings.Contains(string(out), "config") || strings.Contains(string(out), "reading the token file") {
+			t.Errorf("%s: check did not get past the token:\n%s", c.name, out)
+			continue
+		}
+		warned := strings.Contains(string(out), "holds the token and is mode") && strings.Contains(string(out), "chmod 600 "+token)
+		if warned != c.wantNotice {
+			t.Errorf("%s (mode %04o, owner %d, group %d, worker %d:%d): warned %v, want %v\n%s", c.name, c.mode, c.owner, gid, uid, gid, warned, c.wantNotice, out)
+		}
+	}
+}
+
+// TestChartVersionFollowsTheRelease: the chart's appVersion is the worker
+// image's default tag, and a release whose chart says another version is
+// refused before anything is built: packaging/helm/check-version.sh, run by
+// GoReleaser's before hook for a release (a tagged commit whose tag is not
+// the chart's appVersion fails `goreleaser build` with the script's
+// message), accepts the chart's own version.
+func TestChartVersionFollowsTheRelease(t *testing.T) {
+	t.Parallel()
+	root := moduleRoot(t)
+	appVersion := chartAppVersion(t)
+	check := filepath.Join(root, "packaging", "helm", "check-version.sh")
+	runTool(t, root, nil, "sh", check, appVersion)
+	out, err := exec.Command("sh", check, "99.1.0").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `appVersion "`+appVersion+`", but this release is 99.1.0`) {
+		t.Errorf("check-version.sh 99.1.0 with appVersion %s: %v, %s; want a refusal naming both", appVersion, err, out)
+	}
+	if testing.Short() {
+		return
+	}
+
+	// GoReleaser runs it: a copy of the tree, committed and tagged with
+	// another version than the chart's.
+	goreleaser := installGoreleaser(t)
+	tree := t.TempDir()
+	files, err := exec.Command("git", "-C", root, "ls-files", "--cached", "--others", "--exclude-standard").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range strings.Split(strings.TrimSpace(string(files)), "\n") {
+		src, dst := filepath.Join(root, f), filepath.Join(tree, f)
+		st, err := os.Lstat(src)
+		if err != nil {
+			continue // deleted, not yet staged
+		}
+		os.MkdirAll(filepath.Dir(dst), 0o755)
+		if st.Mode()&os.ModeSymlink != 0 {
+			target, _ := os.Readlink(src)
+			err = os.Symlink(target, dst)
+		} else if b, rerr := os.ReadFile(src); rerr == nil {
+			err = os.WriteFile(dst, b, st.Mode().Perm())
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	git := []string{"-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false", "-c", "tag.gpgsign=false"}
+	runTool(t, tree, nil, "git", "init", "-q")
+	runTool(t, tree, nil, "git", append(git, "add", "-A")...)
+	runTool(t, tree, nil, "git", append(git, "commit", "-q", "-m", "release")...)
+	runTool(t, tree, nil, "git", append(git, "tag", "v99.1.0")...)
+	runTool(t, tree, nil, "git", "remote", "add", "origin", "https://github.com/fluksio/fluksio-worker.git")
+	cmd := exec.Command(goreleaser, "build", "--single-target", "--clean", "--skip=validate")
+	cmd.Dir = tree
+	out, err = cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "but this release is 99.1.0") {
+		t.Errorf("goreleaser build of v99.1.0 with the chart at %s: %v; want the refusal\n%s", appVersion, err, out)
+	}
+}
+
+// chartAppVersion is the chart's appVersion, the worker image's default tag.
+func chartAppVersion(t *testing.T) string {
+	t.Helper()
+	var meta struct {
+		AppVersion string `json:"appVersion"`
+	}
+	b, err := os.ReadFile(filepath.Join(moduleRoot(t), chartDir, "Chart.yaml"))
+	if err == nil {
+		err = yaml.Unmarshal(b, &meta)
+	}
+	if err != nil || meta.AppVersion == "" {
+		t.Fatalf("Chart.yaml: no appVersion (%v)", err)
+	}
+	return meta.AppVersion
 }

@@ -134,6 +134,16 @@ func TestRefusalExitsOne(t *testing.T) {
 	if n := len(eng.Hellos()); n != 1 {
 		t.Errorf("the worker said hello %d times; a refusal must not be retried", n)
 	}
+	saidLast(t, w, `level=ERROR msg=exiting reason="refused by the engine" exit_code=1`)
+}
+
+// saidLast checks the worker's last log line: why it exits, and its code.
+func saidLast(t *testing.T, w *worker, want string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(w.logs.String()), "\n")
+	if last := lines[len(lines)-1]; !strings.Contains(last, want) {
+		t.Errorf("the worker's last log line is %q; want it to say %s", last, want)
+	}
 }
 
 func TestWrongTokenExitsOne(t *testing.T) {
@@ -191,6 +201,7 @@ func TestSIGTERMStopsRunningCalls(t *testing.T) {
 	if code := w.wait(20 * time.Second); code != 0 {
 		t.Fatalf("exit %d, want 0", code)
 	}
+	saidLast(t, w, `msg=exiting reason="SIGTERM: stopped" exit_code=0`)
 	for _, pid := range []int{r1, g1, r2, g2} {
 		if platform.ProcessAlive(pid) {
 			t.Errorf("process %d outlived the worker", pid)
@@ -217,6 +228,10 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 	}
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("second signal took %s", took)
+	}
+	// Killed calls may still log as the process exits: not the last line.
+	if want := `msg=exiting reason="SIGINT twice: running calls killed" exit_code=0`; !strings.Contains(w.logs.String(), want) {
+		t.Errorf("the worker's log does not say %s", want)
 	}
 	eventually(t, 5*time.Second, "the runner to be killed", func() bool { return !platform.ProcessAlive(runner) })
 }
@@ -261,6 +276,7 @@ func TestSIGQUITDrains(t *testing.T) {
 	if code := w.wait(20 * time.Second); code != 0 {
 		t.Fatalf("exit %d, want 0", code)
 	}
+	saidLast(t, w, `msg=exiting reason="SIGQUIT: drained" exit_code=0`)
 }
 
 func TestEngineRestartMidCall(t *testing.T) {

@@ -259,7 +259,7 @@ func TestMetricsFollowCalls(t *testing.T) {
 
 // TestHealthFollowsTheEngine: /healthz is 200 once attached, 503 once the
 // engine has been gone past --health-grace, 200 again when it is back;
-// /metrics follows the same connection.
+// /metrics follows the same connection; /livez stays 200 throughout.
 func TestHealthFollowsTheEngine(t *testing.T) {
 	t.Parallel()
 	eng := startEngine(t, enginetest.Options{})
@@ -292,6 +292,11 @@ func TestHealthFollowsTheEngine(t *testing.T) {
 	if code, _ := get(t, "HEAD", health); code != http.StatusServiceUnavailable {
 		t.Errorf("HEAD /healthz with the engine gone: HTTP %d", code)
 	}
+	// The liveness endpoint does not follow the engine: restarting the
+	// worker would not bring the engine back.
+	if code, body := get(t, "GET", "http://"+addr+"/livez"); code != http.StatusOK || !strings.Contains(body, "main loop runs") {
+		t.Errorf("with the engine gone /livez says HTTP %d %q; want 200", code, body)
+	}
 	m := scrape(t, addr)
 	if m.value(t, "fluksio_worker_connected") != 0 || m.value(t, "fluksio_worker_disconnects_total") != 1 {
 		t.Errorf("with the engine gone: connected %v, disconnects %v; want 0 and 1",
@@ -312,14 +317,14 @@ func TestHealthFollowsTheEngine(t *testing.T) {
 	}
 }
 
-// TestMonitoringIsReadOnly: GET and HEAD only, on the two paths only.
+// TestMonitoringIsReadOnly: GET and HEAD only, on the three paths only.
 func TestMonitoringIsReadOnly(t *testing.T) {
 	t.Parallel()
 	eng := startEngine(t, enginetest.Options{})
 	w := startWorker(t, eng, nil, "--listen", "127.0.0.1:0")
 	addr := monitorAddr(t, w)
 	attach(t, eng)
-	for _, path := range []string{"/metrics", "/healthz"} {
+	for _, path := range []string{"/metrics", "/healthz", "/livez"} {
 		for _, method := range []string{"POST", "PUT", "DELETE", "PATCH", "OPTIONS"} {
 			req, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader("x"))
 			resp, err := http.DefaultClient.Do(req)

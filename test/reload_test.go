@@ -211,6 +211,11 @@ func TestReloadLetsCallsFinish(t *testing.T) {
 	if st := r.status(t); st.Reload != nil || st.PID != pid {
 		t.Errorf("status after the reload: %+v", st)
 	}
+	// status counts on across the reload: c1 before it, c3 after.
+	eventually(t, 5*time.Second, "status to count c1 and c3 done", func() bool {
+		st, err := status.Read(r.stateDir)
+		return err == nil && st.CallsDone == 2
+	})
 	// Only one reload happened: the connection stays.
 	select {
 	case <-wk.Done():

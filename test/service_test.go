@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -88,12 +89,30 @@ func TestServiceUnderSystemd(t *testing.T) {
 		t.Error("install without root created /etc/fluksio-worker")
 	}
 
+	// What a user can fix is checked before anything is made: a binary
+	// under /tmp, a token the engine refuses. Neither leaves the account.
+	must("cp /usr/local/bin/fluksio-worker /tmp/fluksio-worker")
+	out, code = sh(strings.Replace(install, "| fluksio-worker", "| /tmp/fluksio-worker", 1))
+	if code != 1 || !strings.Contains(out, "cannot see /tmp") {
+		t.Errorf("install from /tmp: exit %d\n%s", code, out)
+	}
+	out, code = sh(strings.Replace(install, serviceToken, "not-the-token", 1))
+	if code != 1 || !strings.Contains(out, "refused") || !strings.Contains(out, "nothing was installed") {
+		t.Errorf("install with a refused token: exit %d\n%s", code, out)
+	}
+	if out, code := sh("getent passwd fluksio-worker"); code == 0 {
+		t.Errorf("a failed install created the account: %s", out)
+	}
+
 	// Install: the account is created, the service enabled, started, and
 	// the install waits to report it attached.
 	out = must(install)
 	t.Logf("install said:\n%s", out)
 	if !strings.Contains(out, `attached as "e2e-box"`) || !strings.Contains(out, "accepts this worker") {
 		t.Errorf("install did not report the engine check and the attached worker:\n%s", out)
+	}
+	if !strings.Contains(out, "Added fluksio-worker to the groups video and render") {
+		t.Errorf("install did not say which GPU groups it added the account to:\n%s", out)
 	}
 	if state := strings.TrimSpace(must("systemctl is-active fluksio-worker; systemctl is-enabled fluksio-worker")); state != "active\nenabled" {
 		t.Fatalf("after install the service is %q", state)
@@ -120,7 +139,7 @@ func TestServiceUnderSystemd(t *testing.T) {
 	// What systemd made of the unit: the GPUs stay reachable (no device
 	// ACL), a refusal is not restarted, stopping leaves calls to the agent.
 	props := must("systemctl show fluksio-worker -p User -p KillMode -p DevicePolicy -p RestartPreventExitStatus -p ProtectHome -p NoNewPrivileges")
-	for _, want := range []string{"User=fluksio-worker", "KillMode=mixed", "DevicePolicy=auto", "RestartPreventExitStatus=1", "ProtectHome=read-only", "NoNewPrivileges=yes"} {
+	for _, want := range []string{"User=fluksio-worker", "KillMode=mixed", "DevicePolicy=auto", "RestartPreventExitStatus=1 2", "ProtectHome=read-only", "NoNewPrivileges=yes"} {
 		if !strings.Contains(props, want) {
 			t.Errorf("systemctl show lacks %q:\n%s", want, props)
 		}
@@ -149,6 +168,30 @@ func TestServiceUnderSystemd(t *testing.T) {
 	out = must("fluksio-worker check")
 	if !strings.Contains(out, "token      accepted") || !strings.Contains(out, "account    fluksio-worker") {
 		t.Errorf("check:\n%s", out)
+	}
+	// The same, for scripts and fleet tools; and the worker found by its
+	// state directory, as a worker not run as a service would be.
+	var report struct {
+		State  string `json:"state"`
+		Worker struct {
+			State     string `json:"state"`
+			CallsDone int    `json:"calls_done"`
+		} `json:"worker"`
+	}
+	if out := must("fluksio-worker status --json"); json.Unmarshal([]byte(out), &report) != nil || report.State != "running" || report.Worker.State != "attached" || report.Worker.CallsDone != 1 {
+		t.Errorf("status --json: %+v\n%s", report, out)
+	}
+	if out := must("fluksio-worker status --state-dir /var/lib/fluksio-worker"); !strings.Contains(out, "fluksio-worker: running") || !strings.Contains(out, `attached as "e2e-box"`) {
+		t.Errorf("status --state-dir:\n%s", out)
+	}
+	var checked struct {
+		OK    bool `json:"ok"`
+		Items []struct {
+			Item, Result string
+		} `json:"items"`
+	}
+	if out := must("fluksio-worker check --json"); json.Unmarshal([]byte(out), &checked) != nil || !checked.OK || len(checked.Items) < 7 {
+		t.Errorf("check --json: %+v\n%s", checked, out)
 	}
 	step("config, unit, status, check")
 	checkServiceContainment(ctx, t, w, must)
@@ -244,6 +287,24 @@ func TestServiceUnderSystemd(t *testing.T) {
 	runDouble(ctx, t, w, "c5", 9) // the running worker is undisturbed
 	step("install with a refused token")
 
+	checkJournal(ctx, t, w, must)
+	step("the journal's priorities")
+	// A bad configuration exits 2, which systemd does not restart: the
+	// unit is failed, the reason in its journal, until it is fixed.
+	must("cp -p /etc/fluksio-worker/config.toml /root/config.good && echo 'bogus-key = 1' >> /etc/fluksio-worker/config.toml")
+	sh("systemctl restart fluksio-worker")
+	serviceGone(t, w)
+	time.Sleep(7 * time.Second) // RestartSec=5 and a moment: a restart would have happened
+	if got := must("systemctl show fluksio-worker -p ActiveState -p ExecMainStatus -p NRestarts"); !strings.Contains(got, "ActiveState=failed") || !strings.Contains(got, "ExecMainStatus=2") || !strings.Contains(got, "NRestarts=0") {
+		t.Errorf("after a bad configuration: %s; want failed with exit 2, not restarted", got)
+	}
+	if got := must("journalctl --no-pager -o cat -u fluksio-worker -p err -n 5"); !strings.Contains(got, `unknown key "bogus-key"`) {
+		t.Errorf("journalctl -p err does not say what is wrong with the configuration:\n%s", got)
+	}
+	must("mv -f /root/config.good /etc/fluksio-worker/config.toml && systemctl restart fluksio-worker")
+	w = liveWorker(ctx, t, eng)
+	step("a bad configuration is not restarted")
+
 	// The token is in the config and nowhere else: not in any process's
 	// argv, the unit, the journal, or any other file.
 	argv := must("for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done")
@@ -274,6 +335,10 @@ func TestServiceUnderSystemd(t *testing.T) {
 	if w.Hello.MaxParallel != 2 {
 		t.Errorf("after a start the worker offers %d at a time; install --no-start wrote 2", w.Hello.MaxParallel)
 	}
+	// Spares stopped with the service are no node's leftovers: no warning.
+	if warned := must("journalctl --no-pager -o cat -u fluksio-worker -p warning | grep spare_of= || true"); strings.TrimSpace(warned) != "" {
+		t.Errorf("stopping the service warned about its spare runners:\n%s", warned)
+	}
 	step("stop, start")
 
 	// install --user alice: the service runs as a person's account, whose
@@ -286,17 +351,7 @@ func TestServiceUnderSystemd(t *testing.T) {
 	if user := strings.TrimSpace(must("systemctl show -p User --value fluksio-worker")); user != "alice" {
 		t.Errorf("after install --user alice the service runs as %q", user)
 	}
-	cache, err := w.Run(map[string]any{
-		"op": "run", "call_id": "home",
-		"node":     map[string]any{"source": "import os\ndef f():\n    p = os.path.expanduser('~/.cache/node/weights')\n    os.makedirs(os.path.dirname(p), exist_ok=True)\n    with open(p, 'w') as fh:\n        fh.write('kept')\n    return {'path': p}\n", "filename": "f.py"},
-		"function": "f", "inputs": map[string]any{}, "settings": map[string]any{},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
-	answer, _, err = cache.Wait(wctx)
-	wcancel()
+	answer, err = runSource(ctx, w, "home", "import os\ndef f():\n    p = os.path.expanduser('~/.cache/node/weights')\n    os.makedirs(os.path.dirname(p), exist_ok=True)\n    with open(p, 'w') as fh:\n        fh.write('kept')\n    return {'path': p}\n")
 	if err != nil || !answer.OK || !strings.Contains(string(answer.Raw), `"/home/alice/.cache/node/weights"`) {
 		t.Errorf("a node writing its cache in alice's home answered %s (%v)", answer.Raw, err)
 	}
@@ -325,6 +380,48 @@ func TestServiceUnderSystemd(t *testing.T) {
 	must("fluksio-worker uninstall") // nothing installed: still fine
 	step("uninstall --purge")
 	t.Logf("the whole service test took %v", time.Since(started).Round(time.Second))
+}
+
+// runSource runs the function f of a node's source as call id and waits
+// up to a minute for its answer.
+func runSource(ctx context.Context, w *enginetest.Worker, id, source string) (enginetest.Message, error) {
+	c, err := w.Run(map[string]any{
+		"op": "run", "call_id": id,
+		"node":     map[string]any{"source": source, "filename": "f.py"},
+		"function": "f", "inputs": map[string]any{}, "settings": map[string]any{},
+	})
+	if err != nil {
+		return enginetest.Message{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	answer, _, err := c.Wait(ctx)
+	return answer, err
+}
+
+// checkJournal runs a node that raises and reads the journal back as an
+// operator would: `-p warning` shows the failed call and not the ordinary
+// lines, and no line repeats the timestamp journald records itself.
+func checkJournal(ctx context.Context, t *testing.T, w *enginetest.Worker, must func(string) string) {
+	t.Helper()
+	if answer, err := runSource(ctx, w, "journal-fail", "def f():\n    raise ValueError('journal test')\n"); err != nil || answer.OK {
+		t.Fatalf("the failing node answered %s (%v)", answer.Raw, err)
+	}
+	var warnings string
+	eventuallyIn(t, 15*time.Second, "journalctl -p warning to show the failed call", func() (bool, string) {
+		warnings = must("journalctl --no-pager -o cat -u fluksio-worker -p warning")
+		return strings.Contains(warnings, "call_id=journal-fail") && strings.Contains(warnings, "outcome=error"), warnings
+	})
+	if strings.Contains(warnings, "msg=attached") || strings.Contains(warnings, "level=INFO") {
+		t.Errorf("journalctl -p warning shows info lines:\n%s", warnings)
+	}
+	all := must("journalctl --no-pager -o cat -u fluksio-worker -p debug")
+	if !strings.Contains(all, "msg=attached") {
+		t.Errorf("the journal lacks the info line attached:\n%s", all)
+	}
+	if regexp.MustCompile(`(?m)(^|\s)time=`).MatchString(all) {
+		t.Errorf("the journal's lines carry their own timestamp:\n%s", all)
+	}
 }
 
 // maxServiceExposure is the rating the README gives the installed unit

@@ -32,6 +32,9 @@ type CLI struct {
 	// config keys, rather than again in that command's section.
 	TableCommand string
 	Options      []config.Option
+	// Environment is every other variable the program reads, and what it
+	// does: the manual's ENVIRONMENT lists them after the options'.
+	Environment [][2]string
 }
 
 // Command is one command of the list.

@@ -102,6 +102,11 @@ func WriteMan(w io.Writer, c CLI, files []File) error {
 		m.line(`\fB` + code(o.Env()) + `\fR`)
 		m.line("as " + flagText("--"+o.Name) + ".")
 	}
+	for _, e := range c.Environment {
+		m.req(".TP")
+		m.line(`\fB` + code(e[0]) + `\fR`)
+		m.line(text(e[1]))
+	}
 
 	m.section("FILES")
 	for _, f := range files {
@@ -251,7 +256,7 @@ func (m *roff) block(b block) {
 func (m *roff) option(o config.Option) {
 	m.req(".TP")
 	m.line(flagText("--" + o.Name + " " + o.Arg))
-	m.line(text(o.Help))
+	m.line(text(o.HelpWithDefault()))
 	m.req(".br")
 	where := "No variable"
 	if o.Env() != "" {

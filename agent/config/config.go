@@ -5,13 +5,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -45,10 +48,11 @@ type Config struct {
 	MaxLine       int64
 	LogFormat     string
 	LogLevel      string
+	NodeLogLevel  string // info ("" too), debug or off: a node's stderr lines (runner.NodeLog)
 	StateDir      string
 	CAFile        string        // extra trusted authorities, PEM; "" for the system's
 	MaxCalls      int           // 0: no limit
-	Listen        string        // host:port of /metrics and /healthz; "": off
+	Listen        string        // host:port of /metrics, /healthz and /livez; "": off
 	HealthGrace   time.Duration // how long /healthz stays 200 after a lost connection
 	Warm          *int          // spare runners in all; nil: as many as Parallel (warm.go)
 	Preload       []string      // modules spare runners import before they wait
@@ -130,23 +134,23 @@ var Options = []Option{
 		func(c *Config, v string) error { c.Token, c.TokenFile = v, ""; return nil }},
 	{"token-file", "PATH", "read the token from this file (first line)",
 		func(c *Config, v string) error { c.TokenFile, c.Token = v, ""; return nil }},
-	{"name", "NAME", "the name this worker attaches as (default: the host name)",
+	{"name", "NAME", "the name this worker attaches as",
 		func(c *Config, v string) error { c.Name = v; return nil }},
 	{"labels", "A,B", "comma-separated labels the engine matches a node's device against, e.g. gpu,cuda12",
 		func(c *Config, v string) error { c.Labels = SplitLabels(v); return nil }},
-	{"python", "PATH", "the Python interpreter node code runs on (default: python3 on PATH)",
+	{"python", "PATH", "the Python interpreter node code runs on",
 		func(c *Config, v string) error { c.Python = v; return nil }},
 	{"parallel", "K", "how many calls this worker offers to run at once",
 		intInRange(func(c *Config, n int) { c.Parallel = n }, 1, maxParallel, "each call is its own Python process")},
-	{"artifact-url", "URL", "where node code saves and loads artifacts (default: derived from --url)",
+	{"artifact-url", "URL", "where node code saves and loads artifacts",
 		func(c *Config, v string) error { c.ArtifactURL = v; return nil }},
-	{"cpus", "N", "CPUs to advertise (default: what the job, container or machine has)",
+	{"cpus", "N", "CPUs to advertise",
 		intInRange(func(c *Config, n int) { c.CPUs = n }, 1, maxCPUs, "more than a machine has")},
-	{"gpus", "N", "GPUs to advertise; 0 means none (default: from SLURM variables or /dev/nvidia*)",
+	{"gpus", "N", "GPUs to advertise; 0 means none",
 		intInRange(func(c *Config, n int) { c.GPUs = &n }, 0, maxGPUs, "more than a machine has")},
-	{"ram-mb", "MB", "memory in MiB to advertise (default: what the job, container or machine has)",
+	{"ram-mb", "MB", "memory in MiB to advertise",
 		intInRange(func(c *Config, n int) { c.RAMMB = n }, 1, maxRAMMB, "1 PiB, more than a machine has")},
-	{"max-idle", "SECONDS", "exit 0 after this long with no call running, for batch jobs (default: never)",
+	{"max-idle", "DURATION", "exit 0 after this long with no call running, for batch jobs, e.g. 10m or 600 (seconds); exit 4 if the worker never attached to the engine in that time",
 		durationUpTo(func(c *Config, d time.Duration) { c.MaxIdle = d }, maxMaxIdle, "a year; for never, leave --max-idle out")},
 	{"runtime", "auto|embedded|PATH", "the runner script: the engine's if it serves one (auto), the one built in (embedded), or a file",
 		func(c *Config, v string) error { c.Runtime = v; return nil }},
@@ -154,7 +158,7 @@ var Options = []Option{
 		durationUpTo(func(c *Config, d time.Duration) { c.CancelGrace = d }, maxCancelGrace, "every stop of the service waits this long")},
 	{"containment", "auto|cgroup|subreaper", "how a call's processes are kept together so that all are stopped with it: a cgroup per call where the worker may write its cgroup (root, or systemd's Delegate=yes), else the subreaper and an environment cookie (auto)",
 		oneOf(func(c *Config, v string) { c.Containment = v }, "auto", "cgroup", "subreaper")},
-	{"reload-timeout", "DURATION", "how long a reload (SIGHUP, 'systemctl reload', a package upgrade) waits for running calls before stopping them; 0 or forever waits as long as they run (default: forever)",
+	{"reload-timeout", "DURATION", "how long a reload (SIGHUP, 'systemctl reload', a package upgrade) waits for running calls before stopping them; 0 or forever waits as long as they run",
 		func(c *Config, v string) error {
 			if strings.EqualFold(strings.TrimSpace(v), "forever") {
 				c.ReloadTimeout = 0
@@ -177,15 +181,17 @@ var Options = []Option{
 		}},
 	{"log-format", "text|json", "how log lines are written to stderr",
 		oneOf(func(c *Config, v string) { c.LogFormat = v }, "text", "json")},
-	{"log-level", "LEVEL", "debug, info, warn or error",
+	{"log-level", "LEVEL", "the worker's own messages shown: debug, info, warn or error (debug adds dial, hello and welcome with their timings)",
 		oneOf(func(c *Config, v string) { c.LogLevel = v }, "debug", "info", "warn", "error")},
-	{"state-dir", "DIR", "where the runtime cache and the status file live, private to this worker's user (default: $STATE_DIRECTORY, else the user cache directory)",
+	{"node-log-level", "LEVEL", "what a node prints on stderr is logged as a node stderr line at info, at debug (shown only with --log-level debug), or off (not logged); so --log-level warn is not needed to quiet a chatty node",
+		oneOf(func(c *Config, v string) { c.NodeLogLevel = v }, "info", "debug", "off")},
+	{"state-dir", "DIR", "where the runtime cache and the status file live, private to this worker's user",
 		func(c *Config, v string) error { c.StateDir = v; return nil }},
 	{"ca-file", "PATH", "PEM file of certificate authorities to trust for the engine and the artifact store besides the system's, for an engine with its own CA (node processes get it through SSL_CERT_FILE)",
 		func(c *Config, v string) error { c.CAFile = v; return nil }},
-	{"max-calls", "N", "exit 0 once N calls have been answered: further calls are declined as in a drain (default: no limit)",
+	{"max-calls", "N", "exit 0 once N calls have been answered: further calls are declined as in a drain",
 		intSetter(func(c *Config, n int) { c.MaxCalls = n }, 0)},
-	{"listen", "ADDR", "serve Prometheus /metrics and /healthz on this address, e.g. 127.0.0.1:9465 (default: off; anyone who can reach it sees what the worker runs)",
+	{"listen", "ADDR", "serve Prometheus /metrics, /healthz and /livez on this address, e.g. 127.0.0.1:9465; anyone who can reach it sees what the worker runs",
 		func(c *Config, v string) error {
 			if v != "" {
 				if _, _, err := net.SplitHostPort(v); err != nil {
@@ -195,12 +201,62 @@ var Options = []Option{
 			c.Listen = v
 			return nil
 		}},
-	{"health-grace", "DURATION", "how long /healthz stays healthy after the connection to the engine was lost (default 60s)",
+	{"health-grace", "DURATION", "how long /healthz stays healthy after the connection to the engine was lost",
 		durationSetter(func(c *Config, d time.Duration) { c.HealthGrace = d })},
-	{"warm", "N", "spare runners kept started (interpreter and runtime loaded, waiting) so a call does not wait for Python to start; each serves one call; 0 starts every runner cold (default: --parallel)",
+	{"warm", "N", "spare runners kept started (interpreter and runtime loaded, waiting) so a call does not wait for Python to start; each serves one call; 0 starts every runner cold",
 		intInRange(func(c *Config, n int) { c.Warm = &n }, 0, maxWarm, "each spare is a waiting Python process")},
 	{"preload", "MOD,MOD", "modules spare runners import before they wait, e.g. numpy,torch (embedded runtime only; CUDA is not initialized)",
 		func(c *Config, v string) error { c.Preload = SplitLabels(v); return nil }},
+}
+
+// optionDefaults is each option's default as --help, the manual and the
+// README show it, by option name; "" for an option without one (the URL
+// and the token must be given). A default in parentheses describes what
+// happens without the option; any other is a value that, given, leaves
+// DefaultConfig as it is (a test holds every entry to that).
+var optionDefaults = map[string]string{
+	"url":            "",
+	"token":          "",
+	"token-file":     "",
+	"name":           "(the host name)",
+	"labels":         "(none)",
+	"python":         "(python3 on PATH)",
+	"parallel":       strconv.Itoa(DefaultParallel),
+	"artifact-url":   "(derived from --url)",
+	"cpus":           "(what the job, container or machine has)",
+	"gpus":           "(from SLURM variables, else /dev/nvidia*)",
+	"ram-mb":         "(what the job, container or machine has)",
+	"max-idle":       "(never)",
+	"runtime":        "auto",
+	"cancel-grace":   DefaultCancelGrace.String(),
+	"containment":    "(auto)",
+	"reload-timeout": "forever",
+	"max-line":       logging.FormatBytes(DefaultMaxLine),
+	"log-format":     "text",
+	"log-level":      "info",
+	"node-log-level": "(info)",
+	"state-dir":      "($STATE_DIRECTORY, else the user cache directory)",
+	"ca-file":        "(the system's authorities only)",
+	"max-calls":      "(no limit)",
+	"listen":         "(off)",
+	"health-grace":   "60s",
+	"warm":           "(--parallel)",
+	"preload":        "(none)",
+}
+
+// Default is the option's default as a reader should see it ("3s", "the
+// host name"), "" for none.
+func (o Option) Default() string {
+	return strings.TrimSuffix(strings.TrimPrefix(optionDefaults[o.Name], "("), ")")
+}
+
+// HelpWithDefault is the option's help and its default, as --help and the
+// manual show it.
+func (o Option) HelpWithDefault() string {
+	if d := o.Default(); d != "" {
+		return o.Help + " (default: " + d + ")"
+	}
+	return o.Help
 }
 
 // WarmSpares is how many spare runners to keep: --warm, else one per
@@ -274,8 +330,8 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	for _, o := range Options {
 		name := o.Name
 		fs.Func(name, o.Help, func(v string) error {
-			// Applied in command-line order, so of --token and
-			// --token-file the one given last wins.
+			// Applied in command-line order, so a flag given twice
+			// counts as given last.
 			order = append(order, name)
 			flagValues = append(flagValues, v)
 			return nil
@@ -285,10 +341,16 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		if errors.Is(err, flag.ErrHelp) {
 			return cfg, err
 		}
-		return cfg, Usagef("%v (see 'fluksio-worker run --help')", err)
+		return cfg, Usagef("%v (see 'fluksio-worker run --help')", FlagError(fs, args, err))
 	}
 	if fs.NArg() > 0 {
 		return cfg, Usagef("unexpected argument %q (see 'fluksio-worker run --help')", fs.Arg(0))
+	}
+	if slices.Contains(order, "token") && slices.Contains(order, "token-file") {
+		return cfg, Usagef("give the token once: --token or --token-file, not both")
+	}
+	if getenv(EnvPrefix+"TOKEN") != "" && getenv(EnvPrefix+"TOKEN_FILE") != "" {
+		return cfg, Usagef("give the token once: %sTOKEN or %sTOKEN_FILE, not both", EnvPrefix, EnvPrefix)
 	}
 	if showVersion {
 		return cfg, ErrVersion
@@ -386,14 +448,37 @@ func ReadTokenFile(path string) (string, error) {
 }
 
 // looseModeWarning says, for a file holding the token, that users other
-// than its owner may read it, as ssh says of a private key; "" when the
-// file is private (or cannot be examined: reading it reports that).
+// than the worker may read it, as ssh says of a private key; "" when the
+// file is private (or cannot be examined: reading it reports that). Read
+// access for the file's group is private enough when the worker reads the
+// file through that group: it is in it and does not own the file, as with
+// a Kubernetes Secret mounted root-owned, mode 0440, group fsGroup, which
+// the worker could not make 0600 (and 0400 would lock it out).
 func looseModeWarning(path, what string) string {
 	st, err := os.Stat(path)
-	if err != nil || st.Mode().Perm()&0o044 == 0 {
+	if err != nil {
 		return ""
 	}
-	return fmt.Sprintf("%s %s holds the token and is mode %04o, readable by other users than its owner; make it private: chmod 600 %s", what, path, st.Mode().Perm(), path)
+	perm := st.Mode().Perm()
+	if perm&0o004 == 0 && (perm&0o040 == 0 || readsThroughGroup(st)) {
+		return ""
+	}
+	return fmt.Sprintf("%s %s holds the token and is mode %04o, readable by other users than its owner; make it private: chmod 600 %s", what, path, perm, path)
+}
+
+// readsThroughGroup reports whether this process can read the file only
+// by being in its group: it does not own it and the group is one of its.
+func readsThroughGroup(st fs.FileInfo) bool {
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok || int(sys.Uid) == os.Geteuid() {
+		return false
+	}
+	gid := int(sys.Gid)
+	if gid == os.Getegid() {
+		return true
+	}
+	groups, _ := os.Getgroups()
+	return slices.Contains(groups, gid)
 }
 
 // ApplyFile applies a TOML config file's keys to cfg. Unknown keys are an
@@ -408,12 +493,21 @@ func ApplyFile(cfg *Config, path string) error {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	if _, token := values["token"]; token {
+		if _, file := values["token-file"]; file {
+			return Usagef("%s: give the token once: token or token-file, not both", path)
+		}
+	}
 	for _, k := range keys {
 		o, ok := OptionByName(k)
 		if !ok {
 			return Usagef("%s: unknown key %q (known keys are the long flags of 'fluksio-worker run --help')", path, k)
 		}
-		text, err := ValueText(values[k])
+		err := o.CheckValueType(values[k])
+		var text string
+		if err == nil {
+			text, err = ValueText(values[k])
+		}
 		if err == nil && configRelative[o.Name] && text != "" && !filepath.IsAbs(text) {
 			text = filepath.Join(filepath.Dir(path), text)
 		}
@@ -440,6 +534,80 @@ func ReadFile(path string) (map[string]any, error) {
 		return nil, fmt.Errorf("reading config %s: %w", path, err)
 	}
 	return values, nil
+}
+
+// TakesNumber says whether the option is a whole number (--parallel N),
+// written in a config file as a TOML integer.
+func (o Option) TakesNumber() bool {
+	return o.Arg == "N" || o.Arg == "K" || o.Arg == "MB"
+}
+
+// CheckValueType refuses a config file value of the wrong TOML type for
+// the option, read from its placeholder: a whole number for a count
+// (parallel = 2), a list of strings or one comma-separated string for a
+// list (labels = ["gpu"]), a number of seconds or a string for a duration
+// or a size, and a string for the rest. labels = 5 or parallel = "2" is a
+// mistake better said than guessed at.
+func (o Option) CheckValueType(v any) error {
+	var want string
+	switch x := v.(type) {
+	case int64, int:
+		if o.TakesNumber() || o.Arg == "DURATION" || o.Arg == "BYTES" {
+			return nil
+		}
+	case float64:
+		if o.Arg == "DURATION" {
+			return nil
+		}
+	case string:
+		if !o.TakesNumber() {
+			return nil
+		}
+	case []string:
+		if strings.Contains(o.Arg, ",") {
+			return nil
+		}
+	case []any:
+		if strings.Contains(o.Arg, ",") {
+			for _, item := range x {
+				if _, ok := item.(string); !ok {
+					return fmt.Errorf("expected a list of strings, e.g. %s = [\"a\", \"b\"], got %v", o.Name, v)
+				}
+			}
+			return nil
+		}
+	}
+	switch {
+	case o.TakesNumber():
+		want = fmt.Sprintf("a whole number without quotes, e.g. %s = 2", o.Name)
+	case strings.Contains(o.Arg, ","):
+		want = fmt.Sprintf("a list of strings, e.g. %s = [\"a\", \"b\"]", o.Name)
+	case o.Arg == "DURATION":
+		want = fmt.Sprintf("a duration in quotes or seconds, e.g. %s = \"5m\" or %s = 300", o.Name, o.Name)
+	case o.Arg == "BYTES":
+		want = fmt.Sprintf("a size in quotes or bytes, e.g. %s = \"256MiB\"", o.Name)
+	default:
+		want = fmt.Sprintf("a string in quotes, e.g. %s = \"...\"", o.Name)
+	}
+	return fmt.Errorf("expected %s, got %v (a TOML %s)", want, v, tomlTypeName(v))
+}
+
+func tomlTypeName(v any) string {
+	switch v.(type) {
+	case int64, int:
+		return "integer"
+	case float64:
+		return "float"
+	case bool:
+		return "boolean"
+	case string:
+		return "string"
+	case []any, []string:
+		return "array"
+	case map[string]any:
+		return "table"
+	}
+	return fmt.Sprintf("%T", v)
 }
 
 // ValueText turns a config value (as TOML decodes it, or as the installer

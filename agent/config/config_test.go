@@ -511,3 +511,75 @@ func TestOptionLimits(t *testing.T) {
 		}
 	}
 }
+
+// The token given twice in one place is a mistake, said as install says
+// it; only a higher layer (flags over variables over the file) overrides.
+func TestTokenGivenTwiceRefused(t *testing.T) {
+	fileTok := writeToken(t, "tok-in-file\n")
+	_, err := Load([]string{"--token", "t", "--token-file", fileTok}, envMap(nil))
+	wantUsageError(t, err, "give the token once", "--token", "--token-file")
+	_, err = Load(nil, envMap(map[string]string{"FLUKSIO_WORKER_TOKEN": "t", "FLUKSIO_WORKER_TOKEN_FILE": fileTok}))
+	wantUsageError(t, err, "give the token once", "FLUKSIO_WORKER_TOKEN", "FLUKSIO_WORKER_TOKEN_FILE")
+	path := writeConfig(t, "token = \"t\"\ntoken-file = \""+fileTok+"\"\n")
+	_, err = Load([]string{"--config", path}, envMap(nil))
+	wantUsageError(t, err, path, "give the token once")
+}
+
+// A config value of the wrong TOML type is refused with what to write.
+func TestConfigValueTypes(t *testing.T) {
+	for _, tt := range []struct{ conf, want string }{
+		{`labels = 5`, `a list of strings, e.g. labels = ["a", "b"]`},
+		{`parallel = "2"`, `a whole number without quotes, e.g. parallel = 2`},
+		{`parallel = 2.5`, `a whole number`},
+		{`name = 7`, `a string in quotes`},
+		{`max-idle = true`, `a duration`},
+		{`labels = ["gpu", 1]`, `a list of strings`},
+	} {
+		path := writeConfig(t, tt.conf)
+		_, err := Load([]string{"--config", path}, envMap(nil))
+		wantUsageError(t, err, path, tt.want)
+	}
+	// What the documentation shows stays accepted.
+	for _, conf := range []string{`parallel = 2`, `labels = ["gpu"]`, `labels = "gpu,cuda"`, `max-idle = 300`, `max-idle = "10m"`, `max-line = "256MiB"`, `max-line = 1048576`, `cancel-grace = 2.5`} {
+		mustLoad(t, []string{"--config", writeConfig(t, conf)}, nil)
+	}
+}
+
+// An unknown option is shown as typed, with the nearest known one.
+func TestUnknownOptionDidYouMean(t *testing.T) {
+	_, err := Load([]string{"--urll", "wss://e/x"}, envMap(nil))
+	wantUsageError(t, err, "unknown option --urll; did you mean --url?")
+	_, err = Load([]string{"-paralel=2"}, envMap(nil))
+	wantUsageError(t, err, "unknown option -paralel; did you mean --parallel?")
+	_, err = Load([]string{"--frobnicate"}, envMap(nil))
+	wantUsageError(t, err, "unknown option --frobnicate (see")
+}
+
+// Every option says its default, and a default given as a value is the
+// one the worker really has: given explicitly, it changes nothing.
+func TestOptionDefaultsAreTheRealOnes(t *testing.T) {
+	for _, o := range Options {
+		d, ok := optionDefaults[o.Name]
+		if !ok {
+			t.Errorf("--%s has no entry in optionDefaults: add its default (in parentheses where it is a description), so --help, the manual and the README show it", o.Name)
+			continue
+		}
+		if d == "" || strings.HasPrefix(d, "(") {
+			continue
+		}
+		cfg := DefaultConfig()
+		if err := o.set(&cfg, d); err != nil {
+			t.Errorf("--%s: its documented default %q is refused: %v", o.Name, d, err)
+		} else if !reflect.DeepEqual(cfg, DefaultConfig()) {
+			t.Errorf("--%s: its documented default %q is not the real one: it changes the configuration", o.Name, d)
+		}
+		if !strings.Contains(o.HelpWithDefault(), "(default: "+d+")") {
+			t.Errorf("--%s: the help does not show the default: %q", o.Name, o.HelpWithDefault())
+		}
+	}
+	for name := range optionDefaults {
+		if _, ok := OptionByName(name); !ok {
+			t.Errorf("optionDefaults has %q, which is no option", name)
+		}
+	}
+}

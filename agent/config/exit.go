@@ -11,6 +11,10 @@ const (
 
 	// run
 	ExitReloadFailed = 3 // a reload could not execute the binary: not 1, so the service manager restarts it
+	// ExitNeverAttached: --max-idle ran out and the engine never welcomed
+	// this worker (a wrong URL or token, no network): a batch job's
+	// scheduler must not count that as done.
+	ExitNeverAttached = 4
 
 	// status
 	ExitStopped      = 3 // installed, not running

@@ -24,13 +24,10 @@ import (
 // loads (FLUKSIO_ARTIFACT_CACHE).
 var stateSubdirs = []string{"runtime", "artifacts"}
 
-// ResolveStateDir picks where the runtime cache and status file live:
-// --state-dir (made absolute, since node processes get paths in it), else
-// systemd's $STATE_DIRECTORY, else the user's cache directory; with none of
-// those it is a usage error naming --state-dir. It creates the directory
-// and its subdirectories private, checks they are, and returns the
-// directory with symbolic links resolved.
-func ResolveStateDir(cfg Config, getenv func(string) string) (string, error) {
+// StateDirOf is the state directory cfg names, as ResolveStateDir picks
+// it, without creating or checking anything: for `status`, which reads a
+// worker's status file there.
+func StateDirOf(cfg Config, getenv func(string) string) (string, error) {
 	dir := cfg.StateDir
 	if dir == "" {
 		dir, _, _ = strings.Cut(getenv("STATE_DIRECTORY"), ":")
@@ -41,6 +38,20 @@ func ResolveStateDir(cfg Config, getenv func(string) string) (string, error) {
 			return "", &UsageError{err}
 		}
 		dir = filepath.Join(cache, "fluksio-worker")
+	}
+	return dir, nil
+}
+
+// ResolveStateDir picks where the runtime cache and status file live:
+// --state-dir (made absolute, since node processes get paths in it), else
+// systemd's $STATE_DIRECTORY, else the user's cache directory; with none of
+// those it is a usage error naming --state-dir. It creates the directory
+// and its subdirectories private, checks they are, and returns the
+// directory with symbolic links resolved.
+func ResolveStateDir(cfg Config, getenv func(string) string) (string, error) {
+	dir, err := StateDirOf(cfg, getenv)
+	if err != nil {
+		return "", err
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {

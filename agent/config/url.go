@@ -28,6 +28,9 @@ func CompleteURL(raw string) (endpoint, warning string, err error) {
 	raw = strings.TrimSpace(raw)
 	shown := logging.ShownURL(raw)
 	example := "e.g. wss://engine.example.com" + AttachPath + " or just https://engine.example.com"
+	if raw != "" && !strings.Contains(raw, "://") {
+		return "", "", fmt.Errorf("--url %q has no scheme; write %s://%s (ws:// for an engine without TLS, wss:// with it)", shown, suggestScheme(raw), shown)
+	}
 	u, perr := url.Parse(raw)
 	if perr != nil || raw == "" {
 		return "", "", fmt.Errorf("--url %q is not a URL; give the engine's address, %s", shown, example)
@@ -73,6 +76,19 @@ func CompleteURL(raw string) (endpoint, warning string, err error) {
 		warning = fmt.Sprintf("--url path %q does not end in /workers/attach; engines serve workers at %s", u.Path, AttachPath)
 	}
 	return u.String(), warning, nil
+}
+
+// suggestScheme is the scheme to suggest for a URL written without one:
+// ws for this machine (a test engine, a tunnel), wss elsewhere.
+func suggestScheme(raw string) string {
+	host, _, _ := strings.Cut(raw, "/")
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if ip := net.ParseIP(strings.Trim(host, "[]")); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+		return "ws"
+	}
+	return "wss"
 }
 
 // ArtifactBase is where node code saves and loads artifacts

@@ -8,10 +8,12 @@ package engine
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"runtime/debug"
@@ -110,6 +112,16 @@ func dial(ctx context.Context, cfg config.Config) (*websocket.Conn, *batchConn, 
 		}
 		if resp != nil {
 			return nil, nil, fmt.Errorf("connecting to %s: HTTP %s%s", shown, resp.Status, bodySnippet(resp))
+		}
+		var plain tls.RecordHeaderError
+		if errors.As(err, &plain) && u.Scheme == "wss" {
+			// Retrying would not change it: the URL is wrong.
+			port := u.Port()
+			if port == "" {
+				port = "443"
+			}
+			return nil, nil, config.Usagef("the server at %s does not speak TLS: use ws://%s in --url (wss:// is for an engine with TLS)",
+				net.JoinHostPort(u.Hostname(), port), strings.TrimPrefix(shown, "wss://"))
 		}
 		return nil, nil, fmt.Errorf("connecting to %s: %w", shown, config.ExplainTLSError(err))
 	}

@@ -4,21 +4,28 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
 )
 
 // NewLogger builds the worker's logger: text or JSON on w, at the level
 // asked, with every occurrence of the token replaced. URLs are already
 // logged through RedactURL; the redacting handler is the second line of
 // defence for text that carries the token unexpectedly (an error that
-// quotes a URL, say).
+// quotes a URL, say). Text written to systemd's journal (ToJournal) starts
+// with its priority, <3> to <7>, and leaves out the time the journal
+// records itself.
 func NewLogger(w io.Writer, format, level, token string) *slog.Logger {
 	var lvl slog.Level
 	_ = lvl.UnmarshalText([]byte(level))
 	opts := &slog.HandlerOptions{Level: lvl}
 	var h slog.Handler
-	if format == "json" {
+	switch {
+	case format == "json":
 		h = slog.NewJSONHandler(w, opts)
-	} else {
+	case ToJournal(w, os.Getenv):
+		opts.ReplaceAttr = withoutTime
+		h = slog.NewTextHandler(journalWriter{w}, opts)
+	default:
 		h = slog.NewTextHandler(w, opts)
 	}
 	// Even without a token to look for, token= parameters are replaced.

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -20,8 +22,9 @@ func TestRedactURL(t *testing.T) {
 			"wss://e.example.com/api/v1/workers/attach"},
 		{"wss://e.example.com/api/v1/workers/attach",
 			"wss://e.example.com/api/v1/workers/attach"},
-		{"wss://bob:hunter2@e.example.com/x", "wss://e.example.com/x"},
-		{"wss://bob@e.example.com/x", "wss://e.example.com/x"},
+		{"wss://bob:hunter2@e.example.com/x", "wss://bob:REDACTED@e.example.com/x"},
+		{"wss://bob@e.example.com/x", "wss://REDACTED@e.example.com/x"},
+		{"wss://:hunter2@e.example.com/x", "wss://REDACTED@e.example.com/x"},
 		{"wss://e.example.com/x?token=a%2Bb%2Fc%3D", "wss://e.example.com/x"},
 		{"ws://e:8080/x?token=", "ws://e:8080/x"},
 		{"ws://e:8080", "ws://e:8080"},
@@ -105,5 +108,47 @@ func TestLoggerLevel(t *testing.T) {
 	log.Warn("warn line")
 	if out := buf.String(); strings.Contains(out, "info line") || !strings.Contains(out, `"level":"WARN"`) {
 		t.Errorf("at --log-level warn: %q", out)
+	}
+}
+
+// Under systemd, text lines carry the priority journald reads and no
+// timestamp; elsewhere (or to another stream) they are left alone.
+func TestJournalPriorities(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "journal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("JOURNAL_STREAM", fmt.Sprintf("%d:%d", st.Dev, st.Ino))
+	log := NewLogger(f, "text", "debug", "")
+	log.Debug("d")
+	log.Info("i", "k", "v")
+	log.Warn("w")
+	log.Error("e")
+	b, err := os.ReadFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "<7>level=DEBUG msg=d\n<6>level=INFO msg=i k=v\n<4>level=WARN msg=w\n<3>level=ERROR msg=e\n"
+	if string(b) != want {
+		t.Errorf("to the journal:\n%s\nwant:\n%s", b, want)
+	}
+
+	// Another stream than the journal's: no prefix, the time kept.
+	other := &bytes.Buffer{}
+	NewLogger(other, "text", "info", "").Warn("w")
+	if !strings.HasPrefix(other.String(), "time=") {
+		t.Errorf("not to the journal: %q; want the plain text format", other.String())
+	}
+	// JSON is for pipelines that parse it: never prefixed.
+	g, _ := os.OpenFile(f.Name(), os.O_WRONLY|os.O_TRUNC, 0)
+	defer g.Close()
+	NewLogger(g, "json", "info", "").Warn("w")
+	if b, _ := os.ReadFile(f.Name()); !bytes.HasPrefix(b, []byte("{")) {
+		t.Errorf("JSON to the journal: %q; want it as it is", b)
 	}
 }

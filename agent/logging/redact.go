@@ -114,8 +114,11 @@ func (r *Redactor) Error(err error) error {
 }
 
 // ShownURL is a URL as the worker shows it: without its query (where the
-// token travels), fragment or user information. It works on the text, so a
-// URL that does not parse is shown just as safely.
+// token travels) or fragment, and with its user information redacted:
+// the user name kept where a password follows it (u:REDACTED@), so a
+// reader sees what is wrong with the URL, the whole of it otherwise (a
+// lone user name may be a token). It works on the text, so a URL that
+// does not parse is shown just as safely.
 func ShownURL(raw string) string {
 	s := raw
 	if i := strings.IndexAny(s, "?#"); i >= 0 {
@@ -124,7 +127,15 @@ func ShownURL(raw string) string {
 	if scheme, rest, ok := strings.Cut(s, "://"); ok {
 		authority, path, _ := strings.Cut(rest, "/")
 		if at := strings.LastIndexByte(authority, '@'); at >= 0 {
-			authority = authority[at+1:]
+			user, hasPassword := "", false
+			if i := strings.IndexByte(authority[:at], ':'); i >= 0 {
+				user, hasPassword = authority[:i], true
+			}
+			if hasPassword && user != "" {
+				authority = user + ":" + Redacted + "@" + authority[at+1:]
+			} else {
+				authority = Redacted + "@" + authority[at+1:]
+			}
 		}
 		s = scheme + "://" + authority
 		if strings.Contains(rest, "/") {

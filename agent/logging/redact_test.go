@@ -47,7 +47,7 @@ func TestShortTokenIsNotSearchedFor(t *testing.T) {
 
 func TestShownURL(t *testing.T) {
 	for in, want := range map[string]string{
-		"wss://u:p@h:1/x?token=t#f": "wss://h:1/x",
+		"wss://u:p@h:1/x?token=t#f": "wss://u:REDACTED@h:1/x",
 		"wss://h":                   "wss://h",
 		"not a url?token=t":         "not a url",
 		"ws://h/x\x7f?token=t":      "ws://h/x\x7f",

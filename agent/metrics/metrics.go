@@ -114,7 +114,7 @@ func New(version string, protocol int) *Metrics {
 		callDuration: f.histogramVec("call_duration_seconds",
 			"Time from a call's start to its end, by op and outcome.", callBuckets, "op", "outcome"),
 		callsDeclined: f.counterVec("calls_declined_total",
-			"Calls answered with an error without running, by reason: stopping, draining (SIGQUIT or --max-calls), invalid (duplicate call_id, bad request).", "reason"),
+			"Calls answered with an error without running, by reason: stopping, draining (SIGQUIT or --max-calls), reloading (SIGHUP), queue_full (the waiting queue is at its bound), cancelled (cancelled, stopped or dropped while waiting for a slot), invalid (duplicate call_id, bad request).", "reason"),
 		callsRunning: f.gauge("calls_running",
 			"Calls running now."),
 		callsQueued: f.gauge("calls_queued",

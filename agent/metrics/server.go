@@ -42,7 +42,9 @@ type connLimits struct {
 
 var defaultLimits = connLimits{idle: 30 * time.Second, read: 10 * time.Second, maxConns: 32}
 
-// Server is the monitoring endpoint: GET or HEAD /metrics and /healthz.
+// Server is the monitoring endpoint: GET or HEAD /metrics, /healthz (ready:
+// attached, or within the grace) and /livez (alive: the worker's main loop
+// runs, whatever the engine does).
 type Server struct {
 	srv  *http.Server
 	ln   net.Listener
@@ -53,11 +55,11 @@ type Server struct {
 // background until Close. It fails at once when the address cannot be
 // bound, so a typo is a configuration error, not a silent lack of metrics.
 // The HTTP server's own complaints go to log at WARN.
-func Listen(addr string, m *Metrics, health Health, log *slog.Logger) (*Server, error) {
-	return listen(addr, m, health, log, defaultLimits)
+func Listen(addr string, m *Metrics, health, live Health, log *slog.Logger) (*Server, error) {
+	return listen(addr, m, health, live, log, defaultLimits)
 }
 
-func listen(addr string, m *Metrics, health Health, log *slog.Logger, lim connLimits) (*Server, error) {
+func listen(addr string, m *Metrics, health, live Health, log *slog.Logger, lim connLimits) (*Server, error) {
 	network, err := listenNetwork(addr)
 	if err != nil {
 		return nil, fmt.Errorf("--listen %s: %w", addr, err)
@@ -66,27 +68,18 @@ func listen(addr string, m *Metrics, health Health, log *slog.Logger, lim connLi
 	if err != nil {
 		return nil, fmt.Errorf("--listen %s: %w", addr, err)
 	}
-	return serve(tcp, m, health, log, lim), nil
+	return serve(tcp, m, health, live, log, lim), nil
 }
 
-func serve(tcp net.Listener, m *Metrics, health Health, log *slog.Logger, lim connLimits) *Server {
+func serve(tcp net.Listener, m *Metrics, health, live Health, log *slog.Logger, lim connLimits) *Server {
 	ln := &cappedListener{Listener: tcp, free: make(chan struct{}, lim.maxConns)}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", readOnly(promhttp.HandlerFor(m.Registry(), promhttp.HandlerOpts{
 		Registry:            m.Registry(), // counts its own errors there
 		MaxRequestsInFlight: maxScrapesInFlight,
 	})))
-	mux.Handle("/healthz", readOnly(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ok, reason := health()
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Header().Set("Cache-Control", "no-store")
-		if !ok {
-			w.WriteHeader(http.StatusServiceUnavailable)
-		}
-		if r.Method != http.MethodHead {
-			fmt.Fprintln(w, reason)
-		}
-	})))
+	mux.Handle("/healthz", readOnly(probe(health)))
+	mux.Handle("/livez", readOnly(probe(live)))
 	s := &Server{
 		srv: &http.Server{
 			Handler:           mux,
@@ -194,6 +187,21 @@ func (c *cappedConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(c.release)
 	return err
+}
+
+// probe answers 200 or 503, as h says, with h's reason as the body.
+func probe(h Health) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ok, reason := h()
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		if r.Method != http.MethodHead {
+			fmt.Fprintln(w, reason)
+		}
+	})
 }
 
 // readOnly answers 405 to anything but GET and HEAD: the endpoint changes

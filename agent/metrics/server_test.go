@@ -22,7 +22,8 @@ func serveAt(t *testing.T, addr string, lim connLimits) (*Server, *enginetest.Bu
 	t.Helper()
 	logs := &enginetest.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
-	s, err := listen(addr, New("test", 1), func() (bool, string) { return true, "ok" }, log, lim)
+	ok := func() (bool, string) { return true, "ok" }
+	s, err := listen(addr, New("test", 1), ok, ok, log, lim)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,8 +137,8 @@ func TestServerErrorsGoThroughTheLogger(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs := &enginetest.Buffer{}
-	s := serve(&outOfFiles{Listener: tcp}, New("test", 1), func() (bool, string) { return true, "ok" },
-		slog.New(slog.NewJSONHandler(logs, nil)), defaultLimits)
+	ok := func() (bool, string) { return true, "ok" }
+	s := serve(&outOfFiles{Listener: tcp}, New("test", 1), ok, ok, slog.New(slog.NewJSONHandler(logs, nil)), defaultLimits)
 	defer s.Close()
 	if err := healthz(s.Addr()); err != nil {
 		t.Fatalf("/healthz after a failed accept: %v", err)

@@ -134,3 +134,23 @@ func ReadOutcome(answer []byte) Outcome {
 	}
 	return Failed
 }
+
+// ReadError reads a failed answer's error type and its short message (the
+// full message when it has no short one), for the call's end record; both
+// "" when the answer carries no error object.
+func ReadError(answer []byte) (typ, short string) {
+	e := topLevelValue(answer, "error")
+	if len(e) == 0 || e[0] != '{' {
+		return "", ""
+	}
+	text := func(key string) string {
+		var s string
+		json.Unmarshal(topLevelValue(e, key), &s)
+		return s
+	}
+	typ, short = text("type"), text("short")
+	if short == "" {
+		short = text("message")
+	}
+	return typ, short
+}

@@ -32,14 +32,10 @@ const nodeOOMScoreAdj = 500
 // to become zombies, so they can be reaped.
 const reapWait = time.Second
 
-// containment is what the worker found it can do to keep a call's
-// processes together, said in the log, status and inventory; cgroups is
-// where calls' cgroups are made, in cgroup mode. Both are the process's:
-// a subreaper and a cgroup are properties of the whole worker.
-var (
-	containment = platform.ContainProcessGroup
-	cgroups     *platform.CallCgroups
-)
+// cgroups is where calls' cgroups are made, in cgroup mode. It is the
+// process's: a subreaper and a cgroup are properties of the whole worker,
+// and the mode is said once, when the worker starts.
+var cgroups *platform.CallCgroups
 
 // SetupContainment prepares this process to contain calls as --containment
 // asks (auto: a cgroup per call where it may, else the subreaper and the
@@ -64,7 +60,6 @@ func SetupContainment(log *slog.Logger, want string) string {
 			log.Debug("no cgroup per call", "error", err)
 		}
 	}
-	containment = mode
 	if mode != platform.ContainProcessGroup {
 		go reapAdopted()
 	}
@@ -112,6 +107,20 @@ type box struct {
 	// What the call's cgroup said it cost, read before it is removed.
 	cgCPU  time.Duration
 	cgPeak int64
+	// killed: the worker killed everything of it on purpose (a spare
+	// stopped at shutdown), so what the sweep still finds is expected,
+	// not a node that outlived its call.
+	killed bool
+}
+
+// leftover says the sweep found processes still running: a warning about
+// a call's node, a debug line about a spare the worker killed itself.
+func (b *box) leftover(msg string, args ...any) {
+	if b.killed {
+		b.log.Debug(msg, args...)
+		return
+	}
+	b.log.Warn(msg, args...)
 }
 
 // prepare gives the box its cookie and the runner its environment.
@@ -232,7 +241,7 @@ func (b *box) anyAlive() bool {
 func (b *box) sweep() {
 	if g := b.cg; g != nil {
 		if g.Populated() {
-			b.log.Warn("processes of the call were still running after it was stopped; killing its cgroup")
+			b.leftover("processes of the call were still running after it was stopped; killing its cgroup")
 			g.Kill()
 		}
 		b.cgCPU, b.cgPeak = g.CPU(), g.PeakMemory()
@@ -259,7 +268,7 @@ func (b *box) sweep() {
 	}
 	settle() // what the stop ladder killed may take a moment to exit
 	if b.signalAll(syscall.SIGKILL) {
-		b.log.Warn("processes of the call were still running after it was stopped; killed them")
+		b.leftover("processes of the call were still running after it was stopped; killed them")
 		settle()
 	}
 }
@@ -302,17 +311,18 @@ func (b *box) deathCause(exited <-chan struct{}) string {
 	return ""
 }
 
-// callUsage is what a call cost: wall time from start to the end of its last
-// process, CPU time and peak memory: of every process of the call from its
-// cgroup, else of the runner (and the children it waited for).
-type callUsage struct {
+// Usage is what a call's runner cost: wall time from its start to the end
+// of its last process, CPU time and peak memory: of every process of the
+// call from its cgroup, else of the runner (and the children it waited
+// for). CPU and PeakRSSByte are 0 where they are not known.
+type Usage struct {
 	Wall        time.Duration
 	CPU         time.Duration
 	PeakRSSByte int64
 }
 
-func (b *box) usage() callUsage {
-	u := callUsage{Wall: time.Since(b.began)}
+func (b *box) usage() Usage {
+	u := Usage{Wall: time.Since(b.began)}
 	if state := b.exitState(); state != nil {
 		u.CPU = state.UserTime() + state.SystemTime()
 		if ru, ok := state.SysUsage().(*syscall.Rusage); ok {
@@ -326,11 +336,4 @@ func (b *box) usage() callUsage {
 		u.PeakRSSByte = b.cgPeak
 	}
 	return u
-}
-
-// logEnd writes the call's end record, with what it cost.
-func (b *box) logEnd() {
-	u := b.usage()
-	b.log.Info("call ended", "wall_s", u.Wall.Seconds(), "cpu_s", u.CPU.Seconds(),
-		"peak_rss_mb", u.PeakRSSByte>>20, "containment", containment)
 }

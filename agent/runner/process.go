@@ -44,6 +44,14 @@ type Config struct {
 	OutsizedRequest int
 	Log             *slog.Logger
 	Metrics         *metrics.Metrics // nil-safe: nil without --listen
+	NodeLog         NodeLog          // how a node's stderr lines are logged (--node-log-level)
+}
+
+// NodeLog is the level a node's stderr lines are logged at, or Off: a
+// node's own log, apart from the worker's (--node-log-level).
+type NodeLog struct {
+	Level slog.Level
+	Off   bool
 }
 
 // env adds a request's env to the worker's own; later entries win.
@@ -350,9 +358,10 @@ func (p *Process) DeathMessage() string { return p.box.deathMessage(p.exited) }
 
 // End ends the runner once its call is over for the engine, and returns
 // only when nothing of it is left: every process of the call gone, every
-// pipe closed, its call directory removed. answered gives a runner that
-// answered the grace period to exit by itself.
-func (p *Process) End(answered bool) {
+// pipe closed, its call directory removed; then it says what the runner
+// cost, for the call's end record. answered gives a runner that answered
+// the grace period to exit by itself.
+func (p *Process) End(answered bool) Usage {
 	p.stdin.Close()
 	if answered {
 		select {
@@ -369,11 +378,11 @@ func (p *Process) End(answered bool) {
 	<-p.stderrDone
 	p.stderr.Close()
 	<-p.exited
-	p.box.logEnd()
 	if err := p.dir.remove(); err != nil {
 		p.log.Warn("could not remove the call's directory", "dir", p.dir.path, "error", err)
 	}
 	p.warmDone()
+	return p.box.usage()
 }
 
 func exitStatus(err error) string {

@@ -6,6 +6,7 @@ package runner
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"sync/atomic"
@@ -92,8 +93,10 @@ func (p *Process) relayStderr() {
 				// A constant message, the node's text an attribute: a log
 				// search for the worker's own messages never matches
 				// what a node printed.
-				if budget.Allow() {
-					p.log.Info("node stderr", "line", logging.Cut(text, 4096))
+				if p.cfg.NodeLog.Off {
+					// --node-log-level off: read, not logged.
+				} else if budget.Allow() {
+					p.log.Log(context.Background(), p.cfg.NodeLog.Level, "node stderr", "line", logging.Cut(text, 4096))
 				} else {
 					p.cfg.Metrics.StderrLineDropped()
 				}

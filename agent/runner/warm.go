@@ -115,6 +115,7 @@ type spare struct {
 
 	started chan struct{} // closed once started
 	exited  chan struct{} // closed once reaped; box holds its state
+	exitErr error         // how it exited; set before exited closes
 
 	// Guarded by pool.mu.
 	ready   bool
@@ -336,9 +337,8 @@ func (s *spare) run() {
 		return
 	}
 	go func() {
-		err := s.cmd.Wait()
+		s.exitErr = s.cmd.Wait()
 		s.box.reaped(s.cmd)
-		s.box.log.Debug("spare runner exited", "pid", s.box.pid, "status", exitStatus(err))
 		close(s.exited)
 	}()
 	// A runtime that does not know spare mode (an engine's older runner)
@@ -394,7 +394,7 @@ func (s *spare) run() {
 	}
 	p.mu.Unlock()
 	if !taken && !retired {
-		s.box.log.Info("a spare runner died while waiting for a call; replacing it", "pid", s.box.pid)
+		s.box.log.Info("a spare runner died while waiting for a call; replacing it", "pid", s.box.pid, "status", exitStatus(s.exitErr))
 		p.discard(s)
 	}
 }
@@ -536,8 +536,11 @@ func (p *warmPool) discard(s *spare) {
 		}
 	}
 	// Nothing of a call ran in it: no grace is owed.
+	s.box.killed = true
 	s.box.signalAll(syscall.SIGKILL)
 	<-s.exited
+	// Killed by the worker (or dead already): nothing to report above debug.
+	s.box.log.Debug("spare runner removed", "pid", s.box.pid)
 	s.box.sweep()
 	s.stdin.Close()
 	s.stdout.Close()

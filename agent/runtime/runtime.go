@@ -18,9 +18,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/config"
+	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
@@ -59,10 +61,15 @@ func Ensure(ctx context.Context, cfg config.Config, stateDir string, log *slog.L
 	switch cfg.Runtime {
 	case "", "auto":
 		body, err := fetchRuntime(ctx, cfg)
-		if err == nil {
+		switch {
+		case err == nil:
 			return cacheRuntime(stateDir, body, "engine")
-		}
-		if !errors.Is(err, errNoServedRuntime) {
+		case errors.Is(err, errNoServedRuntime):
+			// Normal for most engines: said once, not on every attach.
+			notServedOnce.Do(func() {
+				log.Info("the engine serves no runner; using the embedded one", "url", logging.ShownURL(runtimeURL(cfg)))
+			})
+		default:
 			log.Warn("could not fetch the engine's runner; using the embedded one", "error", err)
 		}
 		return cacheRuntime(stateDir, embeddedRuntime, "embedded")
@@ -83,10 +90,18 @@ func Ensure(ctx context.Context, cfg config.Config, stateDir string, log *slog.L
 
 var errNoServedRuntime = errors.New("the engine serves no runner")
 
+// notServedOnce says once per process that the engine serves no runner.
+var notServedOnce sync.Once
+
+// runtimeURL is where the engine serves its runner, beside the socket.
+func runtimeURL(cfg config.Config) string { return config.HTTPBase(cfg.URL, "/workers/runtime") }
+
 func fetchRuntime(ctx context.Context, cfg config.Config) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, runtimeFetchTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, config.HTTPBase(cfg.URL, "/workers/runtime"), nil)
+	url := runtimeURL(cfg)
+	shown := logging.ShownURL(url)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -106,18 +121,19 @@ func fetchRuntime(ctx context.Context, cfg config.Config) ([]byte, error) {
 		return nil, config.ExplainTLSError(err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusNotFound {
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusNotImplemented:
 		return nil, errNoServedRuntime
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /workers/runtime: %s", resp.Status)
+	default:
+		return nil, fmt.Errorf("GET %s: %s", shown, resp.Status)
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxServedRuntime+1))
 	if err != nil {
 		return nil, err
 	}
 	if len(body) == 0 || len(body) > maxServedRuntime {
-		return nil, fmt.Errorf("GET /workers/runtime: served %d bytes, expected 1 byte to 16 MiB", len(body))
+		return nil, fmt.Errorf("GET %s: served %d bytes, expected 1 byte to 16 MiB", shown, len(body))
 	}
 	return body, nil
 }

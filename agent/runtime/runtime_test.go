@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -97,7 +98,8 @@ func TestEnsureRuntimeAutoFallsBackToEmbedded(t *testing.T) {
 		warn    string // "" when no warning is expected
 	}{
 		{"404: the engine serves no runner", func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) }, ""},
-		{"500", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "boom", 500) }, "500"},
+		{"405: neither", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "no", http.StatusMethodNotAllowed) }, ""},
+		{"500", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "boom", 500) }, "/api/v1/workers/runtime: 500"},
 		{"an empty runner", func(w http.ResponseWriter, r *http.Request) {}, "0 bytes"},
 	}
 	for _, tt := range tests {
@@ -123,6 +125,23 @@ func TestEnsureRuntimeAutoFallsBackToEmbedded(t *testing.T) {
 				t.Errorf("the warning does not say %q:\n%s", tt.warn, logged)
 			}
 		})
+	}
+}
+
+// An engine that serves no runner is normal: said once, at INFO, with the
+// URL that was asked.
+func TestEngineServesNoRunnerSaidOnce(t *testing.T) {
+	notServedOnce = sync.Once{}
+	cfg, hits := engineServing(t, func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) })
+	log, logged := captureLog()
+	for range 3 {
+		if _, err := Ensure(context.Background(), cfg, t.TempDir(), log); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := "level=INFO msg=\"the engine serves no runner; using the embedded one\" url=" + config.HTTPBase(cfg.URL, "/workers/runtime")
+	if n := strings.Count(logged.String(), want); n != 1 || hits.Load() != 3 {
+		t.Errorf("%d lines saying %q after 3 attaches (%d asked):\n%s", n, want, hits.Load(), logged)
 	}
 }
 

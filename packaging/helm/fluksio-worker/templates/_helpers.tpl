@@ -85,6 +85,14 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - {{ printf "%ds" (int .Values.cancelGraceSeconds) | quote }}
 - --log-format
 - {{ .Values.logFormat | quote }}
+{{- if not (kindIs "invalid" .Values.warm) }}
+- --warm
+- {{ .Values.warm | int | quote }}
+{{- end }}
+{{- with .Values.preload }}
+- --preload
+- {{ join "," . | quote }}
+{{- end }}
 {{- with .Values.labels }}
 - --labels
 - {{ join "," . | quote }}
@@ -193,13 +201,30 @@ spec:
         - name: metrics
           containerPort: {{ .Values.metrics.port | int }}
           protocol: TCP
+      # /livez fails only when the worker itself is wedged (its main loop
+      # stopped): a restart mends that, not an engine outage.
+      startupProbe:
+        httpGet:
+          path: /livez
+          port: metrics
+        periodSeconds: {{ .Values.startupProbe.periodSeconds | int }}
+        timeoutSeconds: {{ .Values.startupProbe.timeoutSeconds | int }}
+        failureThreshold: {{ .Values.startupProbe.failureThreshold | int }}
       livenessProbe:
         httpGet:
-          path: /healthz
+          path: /livez
           port: metrics
         periodSeconds: {{ .Values.livenessProbe.periodSeconds | int }}
         timeoutSeconds: {{ .Values.livenessProbe.timeoutSeconds | int }}
         failureThreshold: {{ .Values.livenessProbe.failureThreshold | int }}
+      # /healthz: attached to the engine, or within --health-grace of it.
+      readinessProbe:
+        httpGet:
+          path: /healthz
+          port: metrics
+        periodSeconds: {{ .Values.readinessProbe.periodSeconds | int }}
+        timeoutSeconds: {{ .Values.readinessProbe.timeoutSeconds | int }}
+        failureThreshold: {{ .Values.readinessProbe.failureThreshold | int }}
       {{- if .Values.drain.enabled }}
       lifecycle:
         {{- if eq .Values.drain.method "stopSignal" }}

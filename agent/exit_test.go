@@ -1,0 +1,135 @@
+package agent_test
+
+// How `run` ends, as a batch scheduler and an operator see it: the exit
+// code, and the last log record saying why.
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fluksio/fluksio-worker/agent"
+	"github.com/fluksio/fluksio-worker/agent/config"
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
+)
+
+// runCommand runs `fluksio-worker run` in this process with a JSON log and
+// the embedded runtime, and returns its exit code and its log records.
+// One at a time: run sets up what is the process's (its signal handlers,
+// its containment), as the worker it is meant to be.
+func runCommand(t *testing.T, url string, extra ...string) (int, []map[string]any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), attachTimeout)
+	defer cancel()
+	given, _ := findPython(ctx, t)
+	args := append([]string{
+		"--url", url,
+		"--token", sessionToken,
+		"--python", given,
+		"--runtime", "embedded",
+		"--warm", "0",
+		"--state-dir", filepath.Join(t.TempDir(), "state"),
+		"--log-format", "json",
+		// No cgroup of its own for this test process: it is not a worker.
+		"--containment", "subreaper",
+	}, extra...)
+	logs := &enginetest.Buffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the worker's log:\n%s", logs.String())
+		}
+	})
+	code := agent.RunCommand(ctx, args, logs, logs)
+	return code, logRecords(t, logs.String())
+}
+
+func startTestEngine(t *testing.T) *enginetest.Engine {
+	t.Helper()
+	eng, err := enginetest.Start(enginetest.Options{Tokens: []string{sessionToken}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(eng.Close)
+	return eng
+}
+
+// exited checks the exit code is code, and that the log's last record says
+// the worker exits, why, and with which code.
+func exited(t *testing.T, got int, records []map[string]any, code int, level, reason string) {
+	t.Helper()
+	if got != code {
+		t.Fatalf("exit code %d; want %d", got, code)
+	}
+	last := records[len(records)-1]
+	if last["msg"] != "exiting" || last["exit_code"] != float64(code) || last["reason"] != reason || last["level"] != level {
+		t.Errorf("the last log record is %v; want msg exiting, exit_code %d, reason %q, level %s", last, code, reason, level)
+	}
+}
+
+// A batch job pointed at the wrong place must not end as if it had done
+// its work: --max-idle without ever attaching exits 4 with the last error.
+func TestMaxIdleNeverAttachedFails(t *testing.T) {
+	// A port nothing listens on: bound, then closed.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	code, records := runCommand(t, "ws://"+addr+"/api/v1/workers/attach", "--max-idle", "1s")
+	exited(t, code, records, config.ExitNeverAttached, "ERROR", "never attached to the engine within --max-idle")
+	var said map[string]any
+	for _, r := range records {
+		if r["last_error"] != nil {
+			said = r
+		}
+	}
+	if said == nil || said["level"] != "ERROR" || fmt.Sprint(said["last_error"]) == "" {
+		t.Errorf("no ERROR record with the last error: %v", records)
+	}
+}
+
+// Idle after a successful attach is the batch job's normal end: exit 0.
+func TestMaxIdleAfterAttachExitsZero(t *testing.T) {
+	eng := startTestEngine(t)
+	code, records := runCommand(t, eng.AttachURL(), "--max-idle", "1s")
+	exited(t, code, records, config.ExitOK, "INFO", "nothing ran for --max-idle")
+}
+
+// --max-calls says so on the way out.
+func TestMaxCallsLastRecord(t *testing.T) {
+	eng := startTestEngine(t)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), attachTimeout)
+		defer cancel()
+		wk, err := eng.NextWorker(ctx)
+		if err != nil {
+			return
+		}
+		c, err := wk.Run(nodeCall("one", "count", map[string]any{"n": 1}))
+		if err == nil {
+			c.WaitTimeout(callTimeout)
+		}
+	}()
+	code, records := runCommand(t, eng.AttachURL(), "--max-calls", "1")
+	exited(t, code, records, config.ExitOK, "INFO", "--max-calls answered")
+}
+
+// wss:// against an engine without TLS is a wrong URL, not an outage: it
+// says what to write, and exits 2 at once instead of retrying forever.
+func TestWSSAgainstPlainServer(t *testing.T) {
+	eng := startTestEngine(t)
+	code, records := runCommand(t, "wss://"+eng.Addr()+"/api/v1/workers/attach")
+	exited(t, code, records, config.ExitUsage, "ERROR", "bad configuration")
+	want := "the server at " + eng.Addr() + " does not speak TLS: use ws://" + eng.Addr() + "/api/v1/workers/attach"
+	found := false
+	for _, r := range records {
+		found = found || strings.Contains(fmt.Sprint(r["error"]), want)
+	}
+	if !found {
+		t.Errorf("no record says %q", want)
+	}
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fluksio/fluksio-worker/agent/clidoc"
+	"github.com/fluksio/fluksio-worker/agent/config"
+	"github.com/fluksio/fluksio-worker/agent/metrics"
+	"github.com/fluksio/fluksio-worker/agent/protocol"
+)
+
+// `help COMMAND` is what `COMMAND --help` prints.
+func TestHelpCommand(t *testing.T) {
+	for _, name := range []string{"install", "status", "copy", "version"} {
+		var viaHelp, viaFlag, errs bytes.Buffer
+		if code := dispatch(context.Background(), []string{"help", name}, &viaHelp, &errs); code != config.ExitOK {
+			t.Errorf("help %s: exit %d: %s", name, code, errs.String())
+		}
+		dispatch(context.Background(), []string{name, "--help"}, &viaFlag, &errs)
+		if viaHelp.String() != viaFlag.String() || !strings.HasPrefix(viaHelp.String(), "Usage: ") || !strings.Contains(viaHelp.String(), "fluksio-worker "+name) {
+			t.Errorf("help %s printed:\n%s\nwant %s --help:\n%s", name, viaHelp.String(), name, viaFlag.String())
+		}
+	}
+	var out, errs bytes.Buffer
+	if code := dispatch(context.Background(), []string{"help", "instal"}, &out, &errs); code != config.ExitUsage || !strings.Contains(errs.String(), `no command "instal"`) {
+		t.Errorf("help instal: exit %d: %s", code, errs.String())
+	}
+}
+
+// copy does not create its directory: a mistyped mount path fails.
+func TestCopyNeedsAnExistingDirectory(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "fluksio", "bin")
+	var out, errs bytes.Buffer
+	if code := dispatch(context.Background(), []string{"copy", missing}, &out, &errs); code != config.ExitFailed || !strings.Contains(errs.String(), missing+" does not exist") {
+		t.Errorf("copy into a missing directory: exit %d: %s", code, errs.String())
+	}
+	if _, err := os.Stat(missing); err == nil {
+		t.Errorf("copy created %s", missing)
+	}
+	dir := t.TempDir()
+	if code := dispatch(context.Background(), []string{"copy", dir}, &out, &errs); code != config.ExitOK {
+		t.Fatalf("copy into %s: exit %d: %s", dir, code, errs.String())
+	}
+	if st, err := os.Stat(filepath.Join(dir, "fluksio-worker")); err != nil || st.Mode().Perm() != 0o755 {
+		t.Errorf("the copy: %v %v", st, err)
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite the README's generated tables")
+
+// The README's options and metrics tables are generated from the options
+// table and the metrics registry: a new option or series that is not in
+// the README fails here (go test -run TestREADMETables . -update).
+func TestREADMETables(t *testing.T) {
+	var options, series bytes.Buffer
+	clidoc.WriteOptionsTable(&options, config.Options)
+	if err := metrics.New("dev", protocol.Version).WriteTable(&series); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	for _, table := range []struct{ name, text string }{{"options", options.String()}, {"metrics", series.String()}} {
+		head := "<!-- " + table.name + " table: "
+		end := "<!-- " + table.name + ":end -->\n"
+		i := strings.Index(readme, head)
+		j := strings.Index(readme, end)
+		if i < 0 || j < i {
+			t.Fatalf("README.md has no %q ... %q markers around its %s table", head, end, table.name)
+		}
+		i += strings.Index(readme[i:], "\n") + 1
+		if readme[i:j] == table.text {
+			continue
+		}
+		if !*update {
+			t.Errorf("README.md's %s table differs from the code's; run: go test -run TestREADMETables . -update\nwant:\n%s", table.name, table.text)
+			continue
+		}
+		readme = readme[:i] + table.text + readme[j:]
+	}
+	if *update {
+		if err := os.WriteFile("README.md", []byte(readme), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The manual's ENVIRONMENT names every variable the worker reads, and its
+// EXIT STATUS every command's codes.
+func TestManualEnvironmentAndExitStatus(t *testing.T) {
+	var man, errs bytes.Buffer
+	if code := dispatch(context.Background(), []string{"man"}, &man, &errs); code != config.ExitOK {
+		t.Fatalf("man: exit %d: %s", code, errs.String())
+	}
+	page := man.String()
+	env := page[strings.Index(page, `.SH "ENVIRONMENT"`):strings.Index(page, `.SH "FILES"`)]
+	for _, name := range []string{"FLUKSIO_WORKER_CONFIG", "FLUKSIO_WORKER_GPUS", "SLURM_CPUS_ON_NODE", "SLURM_MEM_PER_NODE",
+		"SLURM_GPUS_ON_NODE", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES", "STATE_DIRECTORY", "XDG_CACHE_HOME", "SSL_CERT_FILE",
+		"HTTPS_PROXY", "NO_PROXY", "GOGC", "JOURNAL_STREAM"} {
+		if !strings.Contains(env, strings.ReplaceAll(name, "-", `\-`)) {
+			t.Errorf("the manual's ENVIRONMENT does not name %s", name)
+		}
+	}
+	for _, o := range config.Options {
+		if o.Env() != "" && !strings.Contains(env, o.Env()) {
+			t.Errorf("the manual's ENVIRONMENT does not name %s", o.Env())
+		}
+	}
+	exit := page[strings.Index(page, `.SH "EXIT STATUS"`):]
+	for _, c := range commands() {
+		if !strings.Contains(exit, `\fB`+strings.ReplaceAll(c.name, "-", `\-`)+`\fR`) {
+			t.Errorf("the manual's EXIT STATUS does not give %s's codes (its --help needs an \"Exit status:\" sentence)", c.name)
+		}
+	}
+}
