@@ -1282,6 +1282,7 @@ def _unpack(archive: str, dest_dir: str) -> None:
     shares), a link, a device or anything else is refused, and the bytes
     unpacked may not exceed the archive's own size.
     """
+    import shutil
     import tarfile
 
     budget = os.path.getsize(archive)
@@ -1308,13 +1309,8 @@ def _unpack(archive: str, dest_dir: str) -> None:
                     "it was not made by save_artifact" % member.name
                 )
             os.makedirs(os.path.dirname(dest), exist_ok=True)
-            src = tf.extractfile(member)
             with open(dest, "xb") as out:
-                while True:
-                    chunk = src.read(CHUNK)
-                    if not chunk:
-                        break
-                    out.write(chunk)
+                shutil.copyfileobj(tf.extractfile(member), out, CHUNK)
             os.chmod(dest, 0o555 if member.mode & 0o111 else 0o444)
     for path in reversed(dirs):
         os.chmod(path, 0o555)
