@@ -20,7 +20,6 @@ type Health func() (ok bool, reason string)
 // the public: a client that dawdles over its request is cut off, and a
 // handful of scrapes at once is plenty.
 const (
-	readHeaderTimeout   = 5 * time.Second
 	writeTimeout        = 30 * time.Second
 	maxScrapesInFlight  = 4
 	shutdownGracePeriod = time.Second
@@ -33,14 +32,16 @@ type connLimits struct {
 	// idle: a keep-alive connection waiting for its next request. A
 	// scraper comes back every 15 to 60 s and reconnects cheaply.
 	idle time.Duration
-	// read: a whole request, headers and body (the endpoint takes none).
-	read time.Duration
+	// header: a request's headers, from the connection's start or the
+	// end of the previous request; read: a whole request, headers and
+	// body (the endpoint takes none).
+	header, read time.Duration
 	// maxConns open at once; one more is closed as soon as it is
 	// accepted. Prometheus, a probe and a person with curl need a few.
 	maxConns int
 }
 
-var defaultLimits = connLimits{idle: 30 * time.Second, read: 10 * time.Second, maxConns: 32}
+var defaultLimits = connLimits{idle: 30 * time.Second, header: 5 * time.Second, read: 10 * time.Second, maxConns: 32}
 
 // Server is the monitoring endpoint: GET or HEAD /metrics, /healthz (ready:
 // attached, or within the grace) and /livez (alive: the worker's main loop
@@ -83,7 +84,7 @@ func serve(tcp net.Listener, m *Metrics, health, live Health, log *slog.Logger, 
 	s := &Server{
 		srv: &http.Server{
 			Handler:           mux,
-			ReadHeaderTimeout: readHeaderTimeout,
+			ReadHeaderTimeout: lim.header,
 			ReadTimeout:       lim.read,
 			WriteTimeout:      writeTimeout,
 			IdleTimeout:       lim.idle,

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -46,9 +47,9 @@ func healthz(addr string) error {
 }
 
 // waitClosed reads from c until the server closes it (EOF or reset) or
-// timeout passes; it reports whether the server closed it.
-func waitClosed(c net.Conn, timeout time.Duration) bool {
-	c.SetReadDeadline(time.Now().Add(timeout))
+// the deadline passes; it reports whether the server closed it.
+func waitClosed(c net.Conn, deadline time.Time) bool {
+	c.SetReadDeadline(deadline)
 	_, err := io.Copy(io.Discard, c)
 	var ne net.Error
 	return !(errors.As(err, &ne) && ne.Timeout())
@@ -59,7 +60,7 @@ func waitClosed(c net.Conn, timeout time.Duration) bool {
 // probe still gets through once the idle ones time out, and those are
 // closed by the server.
 func TestIdleConnectionsAreCappedAndTimedOut(t *testing.T) {
-	lim := connLimits{idle: 2 * time.Second, read: 2 * time.Second, maxConns: 4}
+	lim := connLimits{idle: time.Second, header: 2 * time.Second, read: 2 * time.Second, maxConns: 4}
 	s, _ := serveAt(t, "127.0.0.1:0", lim)
 
 	var held []net.Conn
@@ -71,20 +72,25 @@ func TestIdleConnectionsAreCappedAndTimedOut(t *testing.T) {
 		defer c.Close()
 		held = append(held, c)
 	}
-	closed := 0
+	// Those within the cap are held until their header timeout; the
+	// others are closed as soon as they are accepted.
+	soon := time.Now().Add(lim.header / 2)
+	var closed atomic.Int32
+	var wg sync.WaitGroup
 	for _, c := range held {
-		// Those within the cap are held until their read timeout; the
-		// others are closed as soon as they are accepted.
-		if waitClosed(c, 500*time.Millisecond) {
-			closed++
-		}
+		wg.Go(func() {
+			if waitClosed(c, soon) {
+				closed.Add(1)
+			}
+		})
 	}
-	if closed != 3 {
-		t.Errorf("%d of %d idle connections were closed at once; want the 3 over the cap of %d", closed, len(held), lim.maxConns)
+	wg.Wait()
+	if n := closed.Load(); n != 3 {
+		t.Errorf("%d of %d idle connections were closed at once; want the 3 over the cap of %d", n, len(held), lim.maxConns)
 	}
 	// The silent connections within the cap are cut off by the server.
 	for i, c := range held {
-		if !waitClosed(c, 30*time.Second) {
+		if !waitClosed(c, time.Now().Add(30*time.Second)) {
 			t.Fatalf("idle connection %d is still open after 30 s", i)
 		}
 	}
@@ -106,7 +112,7 @@ func TestIdleConnectionsAreCappedAndTimedOut(t *testing.T) {
 	}
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	if !waitClosed(c, 30*time.Second) {
+	if !waitClosed(c, time.Now().Add(30*time.Second)) {
 		t.Fatal("an idle keep-alive connection is still open after 30 s")
 	}
 }
