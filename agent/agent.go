@@ -41,6 +41,7 @@ type Agent struct {
 	redact   *logging.Redactor // the token out of text the worker shows
 	metrics  *metrics.Metrics  // nil without --listen
 	runners  *runner.Pool      // starts runners, keeps the warm spares
+	digests  *platform.VenvDigests
 
 	attaching    chan struct{} // closed when the first attempt to attach starts
 	attachOnce   sync.Once
@@ -60,6 +61,10 @@ type Agent struct {
 	done     int64
 	answered int64         // calls whose answer was sent, for --max-calls
 	changed  chan struct{} // a call started or ended
+
+	// outliving counts the goroutines of calls that may outlive their
+	// connection (the resume extension, resume.go); Serve waits for them.
+	outliving sync.WaitGroup
 
 	stopCh    chan struct{}
 	stopOnce  sync.Once
@@ -89,6 +94,7 @@ func New(cfg config.Config, log *slog.Logger, python, stateDir string) *Agent {
 		reloadCh: make(chan struct{}),
 
 		attaching: make(chan struct{}),
+		digests:   platform.NewVenvDigests(python),
 	}
 	if cfg.Listen != "" {
 		a.metrics = metrics.New(Version, protocol.Version)
@@ -183,11 +189,15 @@ func (a *Agent) Serve(ctx context.Context) error {
 		a.status.Update(func(s *status.Status) { s.State = "stopped" })
 		a.status.Flush()
 	}()
+	a.removeStaleSpills()
+	held, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go a.watchHeld(held)
 	backoff := backoffMin
 	for {
 		attached, err := a.session(ctx)
-		if errors.Is(err, errFinished) || closed(a.stopCh) || closed(a.drainCh) || closed(a.killCh) || closed(a.reloadCh) {
-			return a.finished()
+		if a.over(err) {
+			return a.finish()
 		}
 		var refused *protocol.RefusedError
 		var usage *config.UsageError
@@ -196,9 +206,12 @@ func (a *Agent) Serve(ctx context.Context) error {
 		}
 		if errors.As(err, &refused) || errors.As(err, &usage) {
 			a.status.Update(func(s *status.Status) { s.State = "refused"; s.LastError = err.Error() })
+			a.abandonAll(err.Error())
+			a.outliving.Wait()
 			return err
 		}
 		if ctx.Err() != nil {
+			a.finish()
 			return nil
 		}
 		if attached {
@@ -207,44 +220,87 @@ func (a *Agent) Serve(ctx context.Context) error {
 		}
 		// Jitter spreads a fleet's reconnections after an engine restart.
 		wait := backoff/2 + rand.N(backoff/2+1)
+		if attached {
+			// Right after a drop a whole fleet retries at once: the first
+			// retry is spread over 0-2 s (equal jitter on 1 s would put a
+			// fifth of the fleet in each of the first 100 ms); the later
+			// ones keep equal jitter on a doubling backoff.
+			wait = rand.N(firstRetrySpread + 1)
+		}
+		backoff = min(backoff*2, backoffMax)
 		a.log.Warn("disconnected; retrying", "error", err, "retry_in", wait.Round(time.Millisecond).String())
 		a.status.Update(func(s *status.Status) { s.State = "connecting"; s.Name = ""; s.LastError = err.Error() })
-		backoff = min(backoff*2, backoffMax)
 		if done, idle := a.waitOffline(ctx, wait); done {
 			if idle && !a.everWelcomed.Load() {
 				return &NeverAttachedError{MaxIdle: a.cfg.MaxIdle, Last: err}
 			}
-			return a.finished()
+			return a.finish()
 		}
 	}
 }
 
+// firstRetrySpread is the window the first retry after a lost connection
+// falls in.
+const firstRetrySpread = 2 * time.Second
+
+// over says whether the worker should finish after a session that ended
+// with err: stopped, killed or finished on purpose; drained or reloading
+// once no call is held through an outage (those wait for held calls as
+// they wait for running ones).
+func (a *Agent) over(err error) bool {
+	if errors.Is(err, errFinished) || closed(a.stopCh) || closed(a.killCh) {
+		return true
+	}
+	return (closed(a.drainCh) || closed(a.reloadCh)) && len(a.heldCalls()) == 0
+}
+
+// finish stops what is still held (nobody can hear it now) and waits for
+// every call's goroutine, then says how Serve ends.
+func (a *Agent) finish() error {
+	a.abandonAll(msgStopping)
+	a.outliving.Wait()
+	return a.finished()
+}
+
 // waitOffline sleeps between connections. It reports done when the worker
-// should exit instead: stopped, drained or reloaded (nothing can be
-// running while disconnected) or idle, and whether it was idle.
+// should exit instead: stopped, or drained or reloaded with nothing held
+// through the outage, or idle, and whether it was idle.
 func (a *Agent) waitOffline(ctx context.Context, wait time.Duration) (done, idle bool) {
 	retry := time.NewTimer(wait)
 	defer retry.Stop()
 	var idleC <-chan time.Time
-	if a.cfg.MaxIdle > 0 {
+	if a.cfg.MaxIdle > 0 && a.running() == 0 {
 		t := time.NewTimer(time.Until(a.idleDeadline()))
 		defer t.Stop()
 		idleC = t.C
 	}
-	select {
-	case <-retry.C:
-		return false, false
-	case <-idleC:
-		a.endBecause("nothing ran for --max-idle")
-		a.log.Info("nothing ran for --max-idle; stopping", "max_idle", a.cfg.MaxIdle.String())
-		return true, true
-	case <-a.stopCh:
-	case <-a.drainCh:
-	case <-a.killCh:
-	case <-a.reloadCh:
-	case <-ctx.Done():
+	// A drain or reload with calls held keeps reconnecting, so that they
+	// can finish; the session then waits for them as for any running call.
+	drain, reload := a.drainCh, a.reloadCh
+	for {
+		select {
+		case <-retry.C:
+			return false, false
+		case <-idleC:
+			a.endBecause("nothing ran for --max-idle")
+			a.log.Info("nothing ran for --max-idle; stopping", "max_idle", a.cfg.MaxIdle.String())
+			return true, true
+		case <-a.changed: // a held call ended
+		case <-drain:
+			drain = nil
+		case <-reload:
+			reload = nil
+		case <-a.stopCh:
+			return true, false
+		case <-a.killCh:
+			return true, false
+		case <-ctx.Done():
+			return true, false
+		}
+		if a.over(nil) {
+			return true, false
+		}
 	}
-	return true, false
 }
 
 // errFinished ends a session on purpose: stopped, drained or idle.
@@ -260,12 +316,18 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 	prepare, cancelPrepare := context.WithCancel(ctx)
 	defer cancelPrepare()
 	a.attemptStarted()
+	// Calls held through an outage are running calls: a drain or reload
+	// waits for them, so the worker attaches again to let them finish.
+	drained, reloaded := a.drainCh, a.reloadCh
+	if len(a.heldCalls()) > 0 {
+		drained, reloaded = nil, nil
+	}
 	go func() {
 		select {
 		case <-a.stopCh:
-		case <-a.drainCh:
+		case <-drained:
 		case <-a.killCh:
-		case <-a.reloadCh:
+		case <-reloaded:
 		case <-prepare.Done():
 		}
 		cancelPrepare()
@@ -278,10 +340,10 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 	helloAt := time.Now()
 	hello := a.hello(prepare)
 	dialAt := time.Now()
-	// Most of the seconds before attaching are pip freeze, run for the
-	// hello's venv_digest; the debug line says so, with the numbers.
+	// Most of the seconds before the first attach are pip freeze, run for
+	// the hello's venv_digest; the debug line says so, with the numbers.
 	a.log.Debug("hello ready; dialing", "runtime_ms", helloAt.Sub(began).Milliseconds(),
-		"hello_ms", dialAt.Sub(helloAt).Milliseconds(), "note", "hello_ms is mostly pip freeze, hashed as venv_digest")
+		"hello_ms", dialAt.Sub(helloAt).Milliseconds(), "note", "the first hello_ms is mostly pip freeze, hashed as venv_digest; later ones reuse it")
 	conn, name, err := engine.Attach(prepare, a.cfg, hello)
 	if err != nil {
 		a.log.Debug("attach failed", "dial_ms", time.Since(dialAt).Milliseconds(), "error", err)
@@ -313,7 +375,16 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 		calls.Wait()
 		at.noise.Close()
 		conn.Abort()
+		if at.resumeTimer != nil {
+			at.resumeTimer.Stop()
+		}
+		a.holdCalls()
 	}()
+	if conn.ResumeGrace() > 0 {
+		a.offerHeld(at)
+	} else {
+		a.stopAllHeld(msgNoResume)
+	}
 	calls.Add(1)
 	go a.beatWaiting(at)
 	lost := make(chan error, 1)
@@ -383,9 +454,11 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 	}
 }
 
-// hello describes this worker. The inventory and the venv digest are taken
-// afresh for each connection: a GPU added or a package installed between
-// connections is advertised on the next one.
+// hello describes this worker. The inventory is taken afresh for each
+// connection: a GPU added between connections is advertised on the next
+// one. The venv digest is taken once and again when the interpreter's
+// package directories change, in the background (platform.VenvDigests): a
+// package installed is advertised once its digest is taken.
 func (a *Agent) hello(ctx context.Context) protocol.Hello {
 	name := a.cfg.Name
 	if name == "" {
@@ -399,6 +472,10 @@ func (a *Agent) hello(ctx context.Context) protocol.Hello {
 	if labels == nil {
 		labels = []string{}
 	}
+	digest := a.digests.Get // a serving agent's, kept between connections
+	if a.digests == nil {   // inventory and check say hello once
+		digest = func(ctx context.Context) string { return platform.VenvDigest(ctx, a.python) }
+	}
 	return protocol.Hello{
 		Op:          protocol.OpHello,
 		Protocol:    protocol.Version,
@@ -406,7 +483,7 @@ func (a *Agent) hello(ctx context.Context) protocol.Hello {
 		Labels:      labels,
 		Python:      python,
 		MaxParallel: a.cfg.Parallel,
-		VenvDigest:  platform.VenvDigest(ctx, a.python),
+		VenvDigest:  digest(ctx),
 		Inventory:   platform.DetectInventory(a.cfg.Overrides()),
 	}
 }

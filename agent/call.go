@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/engine"
+	"github.com/fluksio/fluksio-worker/agent/hold"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
@@ -47,6 +49,18 @@ type call struct {
 	lastBeat time.Time // the last heartbeat, or the arrival
 
 	proc atomic.Pointer[runner.Process] // once started, for kill
+
+	// Set by attachment.adopt before the call runs (resume.go).
+	rt      runner.Runtime     // the runner script of the call's connection
+	session context.Context    // ends when nobody can hear the call any more
+	wg      *sync.WaitGroup    // counts the goroutine serving the call
+	journal *hold.Journal      // numbers and keeps its frames; nil without the resume extension
+	grace   time.Duration      // how long it may be held through an outage
+	release context.CancelFunc // ends session, for a held call
+	// Guarded by Agent.mu: while held, the timer that stops it at the end
+	// of its grace, and when the hold began.
+	holdTimer *time.Timer
+	heldAt    time.Time
 
 	// Set by the call's own goroutine, read by callEnded and logEnd on it.
 	begun   time.Time // when run began
@@ -93,11 +107,12 @@ func (c *call) run(ctx context.Context, rt runner.Runtime) {
 	request := c.request
 	c.request = nil // a request of many MiB is not kept for the call's life
 	p, err := c.agent.runners.Start(c.ctx, runner.Spec{
+		CallID:  c.id,
 		Runtime: rt,
 		Env:     c.env,
 		Request: request,
 		Log:     c.log,
-		Send:    func(frame []byte) { c.conn.Send(c.own(frame)) },
+		Send:    func(frame []byte) { c.sendEvent(c.own(frame)) },
 	})
 	request = nil
 	var stop *runner.StopError
@@ -111,9 +126,19 @@ func (c *call) run(ctx context.Context, rt runner.Runtime) {
 	}
 	c.proc.Store(p)
 	end := c.supervise(ctx, p)
+	var usage runner.Usage
+	ended := false
+	if !c.delivered() {
+		// Answered while held: the runner goes now, the answer waits for
+		// the engine to come back (or the hold to end).
+		usage, ended = p.End(end.Answer != nil), true
+		<-c.journal.Delivered()
+	}
 	c.agent.callEnded(c)
 	// The call is over for the engine; now nothing of it may remain.
-	usage := p.End(end.Answer != nil)
+	if !ended {
+		usage = p.End(end.Answer != nil)
+	}
 	c.logEnd(&usage)
 	// The socket's writer gave back what it could once it sent the
 	// answer; the answer itself was held here until now. (An outsized
@@ -207,8 +232,25 @@ func (c *call) beatIfDue(now time.Time) {
 		return
 	}
 	c.lastBeat = now
-	c.conn.SendJSON(protocol.NewHeartbeat(c.id))
+	if c.journal == nil {
+		c.conn.SendJSON(protocol.NewHeartbeat(c.id))
+	} else if live := c.journal.Live(); live != nil {
+		// Heartbeats are not kept: one sent while held would say nothing.
+		b, _ := json.Marshal(protocol.NewHeartbeat(c.id))
+		live.Send(b)
+	} else {
+		return
+	}
 	c.agent.metrics.HeartbeatSent()
+}
+
+// sendEvent sends one of the runner's event lines.
+func (c *call) sendEvent(frame []byte) {
+	if c.journal != nil {
+		c.journal.Append(frame, false)
+		return
+	}
+	c.conn.Send(frame)
 }
 
 // sendAnswer sends the call's answer frame; nothing of the call follows.
@@ -216,7 +258,25 @@ func (c *call) sendAnswer(frame []byte) {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
 	c.answered = true
+	if c.journal != nil {
+		c.journal.Append(frame, true)
+		return
+	}
 	c.conn.Send(frame)
+}
+
+// delivered says whether the call's answer reached a connection (always,
+// without a journal: what cannot be held is sent or lost at once).
+func (c *call) delivered() bool {
+	if c.journal == nil {
+		return true
+	}
+	select {
+	case <-c.journal.Delivered():
+		return true
+	default:
+		return false
+	}
 }
 
 // wasAnswered says whether the engine was sent the call's answer.
@@ -227,10 +287,11 @@ func (c *call) wasAnswered() bool {
 }
 
 func (c *call) sendAnswerJSON(v any) {
-	c.sendMu.Lock()
-	defer c.sendMu.Unlock()
-	c.answered = true
-	c.conn.SendJSON(v)
+	b, err := json.Marshal(v)
+	if err != nil {
+		return
+	}
+	c.sendAnswer(b)
 }
 
 // fail answers a call whose process could not be started.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/engine"
@@ -30,6 +31,11 @@ type attachment struct {
 	// noise budgets the log lines about engine messages the worker ignores
 	// or refuses, so an engine that floods them cannot flood the log.
 	noise *logging.Budget
+
+	// With the resume extension (resume.go): whether the engine's resume
+	// answer came (or its wait ended), and the timer of that wait.
+	resumed     atomic.Bool
+	resumeTimer *time.Timer
 }
 
 // engineNoisePerSecond is how many log lines a second the engine's ignored
@@ -75,6 +81,8 @@ func (a *Agent) handle(at *attachment, data []byte) {
 		a.startCall(at, m)
 	case protocol.OpCancel:
 		a.cancel(at, m.CallID)
+	case protocol.OpResume:
+		a.resumeAnswered(at, m)
 	default:
 		if at.noise.Allow() {
 			a.log.Warn("ignoring a message with an unknown op", "op", logging.Cut(m.Op, maxLoggedID))
@@ -114,6 +122,7 @@ func (a *Agent) startCall(at *attachment, m protocol.Message) {
 	}
 	now := time.Now()
 	c := newCall(m.CallID, m.Op, protocol.CallIDText(m.Fields["function"]), request, env, a, at.conn, log, now)
+	at.adopt(a, c)
 	a.mu.Lock()
 	if other, dup := a.calls[m.CallID]; dup {
 		state := "running"
@@ -121,6 +130,7 @@ func (a *Agent) startCall(at *attachment, m protocol.Message) {
 			state = "waiting for a free slot"
 		}
 		a.mu.Unlock()
+		c.abandon()
 		refuse(protocol.TypeRemoteError, fmt.Sprintf("a call with call_id %q is already %s on this worker; this duplicate was not started", logging.Cut(m.CallID, maxLoggedID), state))
 		return
 	}
@@ -132,6 +142,7 @@ func (a *Agent) startCall(at *attachment, m protocol.Message) {
 	case !a.queue.fits(c.size):
 		msg := a.queue.fullError(a.cfg.Parallel)
 		a.mu.Unlock()
+		c.abandon()
 		refuse(protocol.TypeRemoteError, msg)
 		return
 	default:
@@ -147,8 +158,8 @@ func (a *Agent) startCall(at *attachment, m protocol.Message) {
 		return
 	}
 	log.Info("call started", "op", m.Op, "function", logging.Cut(c.function, maxLoggedID))
-	at.calls.Add(1)
-	go a.runSlot(at, c)
+	c.wg.Add(1)
+	go a.runSlot(c)
 }
 
 // cancel stops a running call, or answers a waiting one without starting it.

@@ -8,6 +8,9 @@
 //     calls waiting for one of the --parallel slots (queue.go), its
 //     heartbeats and its one answer; its runner process is agent/runner's;
 //   - the graceful reload that re-executes the worker in place (reload.go);
+//   - calls held through an outage of an engine that accepted the resume
+//     extension, and their replay (resume.go; their kept output is
+//     agent/hold's);
 //   - health, pulse and metrics wiring (monitor.go);
 //   - the environment node processes get (environ.go, tls.go);
 //   - the run, inventory and selftest commands (run.go, selftest.go).

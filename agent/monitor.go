@@ -79,6 +79,9 @@ func (a *Agent) health(now time.Time) (bool, string) {
 	if why == "" {
 		why = st.State
 	}
+	if n := len(a.heldCalls()); n > 0 {
+		why = fmt.Sprintf("%d call(s) held through the outage; %s", n, why)
+	}
 	left := a.detachedAt.Load()
 	if left == 0 {
 		return false, fmt.Sprintf("not attached to %s yet: %s", st.Engine, why)

@@ -135,25 +135,30 @@ func (q *callQueue) compact() {
 // waiting call in turn, and gives the slot back when none is left. A slot
 // is taken by the next call only once the previous runner's process group
 // is gone, so there are never more than --parallel runner processes.
-func (a *Agent) runSlot(at *attachment, c *call) {
-	defer at.calls.Done()
+func (a *Agent) runSlot(c *call) {
 	for c != nil {
-		c.run(at.ctx, at.rt)
+		c.run(c.session, c.rt)
 		a.mu.Lock()
 		delete(a.live, c)
+		done := c
 		c = nil
 		// A stopping worker answers the waiting calls itself (stopAll); a
 		// lost connection drops them (dropWaiting). Neither starts them.
-		if at.ctx.Err() == nil && !closed(a.stopCh) && !closed(a.killCh) {
+		// A slot whose call could outlive its connection (resume.go)
+		// serves the calls of the connection there is now.
+		connected := done.journal != nil || done.session.Err() == nil
+		if connected && !closed(a.stopCh) && !closed(a.killCh) {
 			c = a.queue.pop()
 		}
 		if c == nil {
 			a.slots--
 		} else {
 			a.live[c] = struct{}{}
+			c.wg.Add(1)
 		}
 		running, waiting := a.countsLocked()
 		a.mu.Unlock()
+		done.wg.Done()
 		if c != nil {
 			a.publishCounts(running, waiting)
 			c.log.Info("call started after waiting for a slot", "op", c.op, "function", logging.Cut(c.function, maxLoggedID),

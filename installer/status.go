@@ -245,6 +245,11 @@ func writeWorker(row func(label, format string, args ...any), state State, st st
 	} else {
 		row("calls", "%d running, %d done", st.CallsRunning, st.CallsDone)
 	}
+	if h := st.Held; h != nil {
+		row("held", "%d call(s) held through an outage since %s (%s), output kept: %s in memory, %s on disk; stopped at %s unless the engine claims them (--outage-grace)",
+			len(h.Calls), h.Since.Local().Format("15:04:05"), strings.Join(h.Calls, ", "),
+			logging.FormatBytes(h.Memory), logging.FormatBytes(h.Disk), h.Deadline.Local().Format("15:04:05"))
+	}
 	if st.Listen != "" {
 		row("monitor", "http://%s/metrics and /healthz", st.Listen)
 	}

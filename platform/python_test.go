@@ -222,3 +222,51 @@ func TestVenvDigestNotHeldByAGrandchild(t *testing.T) {
 		<-done
 	}
 }
+
+// The digest is taken once, and again (in the background, the caller
+// getting the last one meanwhile) only when a package directory changed.
+func TestVenvDigestsRefreshOnlyWhenTheEnvironmentChanges(t *testing.T) {
+	dir := t.TempDir()
+	site := filepath.Join(dir, "site-packages")
+	if err := os.Mkdir(site, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	count := filepath.Join(dir, "freezes")
+	py := writeScript(t, dir, "python", `case "$1" in
+-c) echo '`+site+`'; echo relative; echo /no/such/dir ;;
+-m) echo x >> '`+count+`'; ls '`+site+`' ;;
+esac
+`)
+	freezes := func() int {
+		b, _ := os.ReadFile(count)
+		return strings.Count(string(b), "x")
+	}
+	v := NewVenvDigests(py)
+	first := v.Get(context.Background())
+	if first != digestOf("") || freezes() != 1 {
+		t.Fatalf("first digest %q after %d freezes", first, freezes())
+	}
+	for i := 0; i < 5; i++ {
+		if got := v.Get(context.Background()); got != first {
+			t.Fatalf("digest changed to %q with nothing installed", got)
+		}
+	}
+	if n := freezes(); n != 1 {
+		t.Fatalf("pip freeze ran %d times for 6 hellos with nothing installed", n)
+	}
+	past := time.Now().Add(-time.Hour)
+	os.Chtimes(site, past, past) // a package installed: the directory changes
+	if err := os.Mkdir(filepath.Join(site, "numpy"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := v.Get(context.Background()); got != first {
+		t.Fatalf("the hello waited for the new digest (%q)", got)
+	}
+	v.mu.Lock()
+	done := v.refreshed
+	v.mu.Unlock()
+	<-done
+	if got := v.Get(context.Background()); got != digestOf("numpy\n") || freezes() != 2 {
+		t.Fatalf("after installing: digest %q after %d freezes, want %q after 2", got, freezes(), digestOf("numpy\n"))
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
 	"github.com/fluksio/fluksio-worker/platform"
 )
@@ -169,14 +170,15 @@ func TestBackoffStopsAt30s(t *testing.T) {
 }
 
 // --max-idle counts while the worker cannot reach the engine too: a batch
-// job whose engine is gone gives its node back.
+// job whose engine is gone gives its node back, and since it never
+// attached it exits ExitNeverAttached, so the job does not end COMPLETED.
 func TestMaxIdleWhileDisconnected(t *testing.T) {
 	t.Parallel()
 	d := startDoorman(t, 0)
 	start := time.Now()
 	w := workerAt(t, d.AttachURL(), "--max-idle", "3")
-	if code := w.wait(30 * time.Second); code != 0 {
-		t.Fatalf("exit %d, want 0", code)
+	if code := w.wait(30 * time.Second); code != config.ExitNeverAttached {
+		t.Fatalf("exit %d, want %d (never attached)", code, config.ExitNeverAttached)
 	}
 	if took := time.Since(start); took < 2500*time.Millisecond {
 		t.Errorf("exited after %s, before --max-idle 3", took)

@@ -54,6 +54,7 @@ type Config struct {
 	MaxCalls      int           // 0: no limit
 	Listen        string        // host:port of /metrics, /healthz and /livez; "": off
 	HealthGrace   time.Duration // how long /healthz stays 200 after a lost connection
+	OutageGrace   time.Duration // how long calls are held through an outage (resume extension); 0: never
 	Warm          *int          // spare runners in all; nil: as many as Parallel (warm.go)
 	Preload       []string      // modules spare runners import before they wait
 
@@ -71,10 +72,21 @@ const (
 	// of tens of MiB are normal; hundreds are a node that should have saved an
 	// artifact, and unbounded would let one node exhaust the machine.
 	DefaultMaxLine = 256 << 20
-	// DefaultHealthGrace covers an engine restart: reconnection waits at
-	// most 30 s (backoffMax) between tries, so a worker that was attached a
-	// minute ago and is retrying has had two chances to get back.
-	DefaultHealthGrace = 60 * time.Second
+	// DefaultHealthGrace covers an engine restart or an outage of up to
+	// about a minute: reconnection waits up to 30 s (backoffMax) between
+	// tries, so the last worker of a fleet can come back 30 s after the
+	// engine did. Measured: 58 s from the drop until the last of 200
+	// workers was attached again after a 30 s outage
+	// (BenchmarkFleetReconnect), too close to the 60 s this used to be.
+	DefaultHealthGrace = 90 * time.Second
+	// DefaultOutageGrace is how long calls keep running through an outage
+	// of an engine that accepted the resume extension: an engine restart or
+	// a network cut of a few minutes, not a lost engine (whose calls another
+	// worker should take over soon). The engine's own grace caps it.
+	DefaultOutageGrace = 5 * time.Minute
+	// maxOutageGrace: a day of output held for an engine that may never
+	// come back is a disk filled, not a call saved.
+	maxOutageGrace = 24 * time.Hour
 )
 
 // Limits on numbers, each beyond what a person can mean: a value past one is
@@ -203,6 +215,8 @@ var Options = []Option{
 		}},
 	{"health-grace", "DURATION", "how long /healthz stays healthy after the connection to the engine was lost",
 		durationSetter(func(c *Config, d time.Duration) { c.HealthGrace = d })},
+	{"outage-grace", "DURATION", "how long running calls keep running while the connection to the engine is lost, their output kept to be sent on reconnection; only with an engine that supports the resume extension, which may allow less; 0 stops them at once",
+		durationUpTo(func(c *Config, d time.Duration) { c.OutageGrace = d }, maxOutageGrace, "held output fills the state directory")},
 	{"warm", "N", "spare runners kept started (interpreter and runtime loaded, waiting) so a call does not wait for Python to start; each serves one call; 0 starts every runner cold",
 		intInRange(func(c *Config, n int) { c.Warm = &n }, 0, maxWarm, "each spare is a waiting Python process")},
 	{"preload", "MOD,MOD", "modules spare runners import before they wait, e.g. numpy,torch (embedded runtime only; CUDA is not initialized)",
@@ -239,7 +253,8 @@ var optionDefaults = map[string]string{
 	"ca-file":        "(the system's authorities only)",
 	"max-calls":      "(no limit)",
 	"listen":         "(off)",
-	"health-grace":   "60s",
+	"health-grace":   "90s",
+	"outage-grace":   "5m",
 	"warm":           "(--parallel)",
 	"preload":        "(none)",
 }
@@ -301,6 +316,7 @@ func DefaultConfig() Config {
 		LogFormat:   "text",
 		LogLevel:    "info",
 		HealthGrace: DefaultHealthGrace,
+		OutageGrace: DefaultOutageGrace,
 	}
 }
 

@@ -70,7 +70,8 @@ func TestLoadDefaults(t *testing.T) {
 		MaxLine:     256 << 20,
 		LogFormat:   "text",
 		LogLevel:    "info",
-		HealthGrace: time.Minute,
+		HealthGrace: 90 * time.Second,
+		OutageGrace: 5 * time.Minute,
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("defaults = %+v, want %+v", cfg, want)
@@ -101,7 +102,8 @@ log_level = "debug"
 state-dir = "/var/lib/fluksio-worker"
 max-calls = 3
 listen = "127.0.0.1:9465"
-health_grace = "90s"
+health_grace = "75s"
+outage_grace = "2m"
 `
 
 func checkFullConfig(t *testing.T, cfg Config) {
@@ -127,7 +129,8 @@ func checkFullConfig(t *testing.T, cfg Config) {
 		StateDir:    "/var/lib/fluksio-worker",
 		MaxCalls:    3,
 		Listen:      "127.0.0.1:9465",
-		HealthGrace: 90 * time.Second,
+		HealthGrace: 75 * time.Second,
+		OutageGrace: 2 * time.Minute,
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("config from the file =\n %+v\nwant\n %+v", cfg, want)

@@ -52,8 +52,8 @@ const (
 // parameter (engines read it there) and as a bearer header. Its errors
 // never show the token: the URL is shown without its query, and what the
 // engine answered (a page that echoes the request URL) is scrubbed.
-func dialScrubbed(ctx context.Context, cfg config.Config) (*websocket.Conn, *batchConn, error) {
-	ws, raw, err := dial(ctx, cfg)
+func dialScrubbed(ctx context.Context, cfg config.Config, offer time.Duration) (*websocket.Conn, *batchConn, error) {
+	ws, raw, err := dial(ctx, cfg, offer)
 	return ws, raw, ScrubError(cfg.Token, err)
 }
 
@@ -72,7 +72,10 @@ func ScrubError(token string, err error) error {
 	return r.Error(err)
 }
 
-func dial(ctx context.Context, cfg config.Config) (*websocket.Conn, *batchConn, error) {
+// dial opens the WebSocket. With offer > 0 the upgrade offers the resume
+// extension with that grace: a header, which an engine that does not know
+// it never reads, so the conversation stays plain protocol 2 there.
+func dial(ctx context.Context, cfg config.Config, offer time.Duration) (*websocket.Conn, *batchConn, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil {
 		// Not the parser's error: it quotes the URL whole.
@@ -96,6 +99,9 @@ func dial(ctx context.Context, cfg config.Config) (*websocket.Conn, *batchConn, 
 		TLSClientConfig:  tlsConfig,
 	}
 	header := http.Header{"Authorization": {"Bearer " + cfg.Token}}
+	if offer > 0 {
+		header.Set(protocol.ResumeHeader, protocol.ResumeOffer(offer))
+	}
 	ws, resp, err := dialer.DialContext(ctx, u.String(), header)
 	if err != nil {
 		if resp != nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) {
@@ -149,54 +155,65 @@ func bodySnippet(resp *http.Response) string {
 // string, is a failed attempt, retried with backoff like a lost
 // connection: an engine behind a misbehaving proxy, or mid-upgrade, must
 // not stop the worker for good.
-func greet(ws *websocket.Conn, hello protocol.Hello) (name string, err error) {
+//
+// It also returns the grace of the resume extension when the worker offered
+// it (offered) and the welcome accepted it, else 0.
+func greet(ws *websocket.Conn, hello protocol.Hello, offered bool) (name string, grace time.Duration, err error) {
 	b, _ := json.Marshal(hello)
 	ws.SetWriteDeadline(time.Now().Add(handshakeTimeout))
 	if err := ws.WriteMessage(websocket.TextMessage, b); err != nil {
-		return "", fmt.Errorf("sending hello: %w", err)
+		return "", 0, fmt.Errorf("sending hello: %w", err)
 	}
 	ws.SetReadDeadline(time.Now().Add(handshakeTimeout))
 	_, data, err := ws.ReadMessage()
 	if err != nil {
-		return "", fmt.Errorf("waiting for the engine's welcome: %w", err)
+		return "", 0, fmt.Errorf("waiting for the engine's welcome: %w", err)
 	}
 	name, err = protocol.ParseWelcome(data)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	if name == "" {
 		name = hello.Name // an engine that does not say keeps ours
 	}
+	if offered {
+		grace = protocol.ResumeGrace(data)
+	}
 	ws.SetWriteDeadline(time.Time{})
-	return name, nil
+	return name, grace, nil
 }
 
 // Attach dials the engine, says hello and waits for the welcome: the
 // connection and the name the engine gave this worker. Its errors never
 // show the token; a *protocol.RefusedError says the engine will not have
 // this worker.
+//
+// It offers the resume extension with --outage-grace when that is not 0;
+// the connection's ResumeGrace says whether the engine accepted.
 func Attach(ctx context.Context, cfg config.Config, hello protocol.Hello) (*Conn, string, error) {
-	ws, raw, err := dialScrubbed(ctx, cfg)
+	ws, raw, err := dialScrubbed(ctx, cfg, cfg.OutageGrace)
 	if err != nil {
 		return nil, "", err
 	}
-	name, err := greet(ws, hello)
+	name, grace, err := greet(ws, hello, cfg.OutageGrace > 0)
 	if err != nil {
 		ws.Close()
 		return nil, "", ScrubError(cfg.Token, err)
 	}
-	return newConn(ws, raw), name, nil
+	c := newConn(ws, raw)
+	c.resumeGrace = min(grace, cfg.OutageGrace)
+	return c, name, nil
 }
 
 // Probe attaches and closes again at once: the check `install` and
 // `check` make.
 func Probe(ctx context.Context, cfg config.Config, hello protocol.Hello) error {
-	ws, _, err := dialScrubbed(ctx, cfg)
+	ws, _, err := dialScrubbed(ctx, cfg, 0)
 	if err != nil {
 		return err
 	}
 	defer ws.Close()
-	if _, err := greet(ws, hello); err != nil {
+	if _, _, err := greet(ws, hello, false); err != nil {
 		// Callers print it: the engine's reason may quote the token.
 		return ScrubError(cfg.Token, err)
 	}
@@ -215,7 +232,14 @@ type Conn struct {
 	dead    chan struct{} // closed when the connection is finished
 	once    sync.Once
 	closeMu sync.Once
+
+	resumeGrace time.Duration // the resume extension's grace, 0 when not in use
 }
+
+// ResumeGrace is how long calls of this connection may be held through an
+// outage: the lesser of --outage-grace and what the engine's welcome
+// allowed; 0 when the extension is not in use on this connection.
+func (c *Conn) ResumeGrace() time.Duration { return c.resumeGrace }
 
 func newConn(ws *websocket.Conn, raw *batchConn) *Conn {
 	c := &Conn{

@@ -59,6 +59,10 @@ type Options struct {
 	// TLS serves https and wss with a self-signed certificate for
 	// 127.0.0.1 and localhost; CACertPEM is what to trust.
 	TLS bool
+
+	// Resume, when above 0, accepts the resume extension from workers that
+	// offer it, allowing this grace (see resume.go).
+	Resume time.Duration
 }
 
 // Engine is a running fake engine.
@@ -78,6 +82,7 @@ type Engine struct {
 	artifacts map[string][]byte
 	hellos    []Hello
 	attempts  *attempts // every attach request; see record.go
+	resume    resumeState
 }
 
 // Start listens and serves until Close.
@@ -264,11 +269,17 @@ func (e *Engine) attach(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ws.SetReadDeadline(time.Time{})
-	if err := ws.WriteJSON(map[string]any{"op": protocol.OpWelcome, "name": hello.Name}); err != nil {
+	welcome := map[string]any{"op": protocol.OpWelcome, "name": hello.Name}
+	resume := e.acceptResume(r, welcome)
+	if err := ws.WriteJSON(welcome); err != nil {
 		ws.Close()
 		return
 	}
-	wk := newWorker(ws, hello)
+	var resumer *Engine
+	if resume {
+		resumer = e
+	}
+	wk := newWorker(ws, hello, resumer)
 	e.mu.Lock()
 	e.conns[wk] = struct{}{}
 	e.mu.Unlock()

@@ -76,15 +76,22 @@ type Worker struct {
 	tally *Tally       // when set, takes the frames of calls nobody registered
 
 	control *control // pings and the close frame received; see record.go
+
+	// engine is set when the welcome accepted the resume extension: the
+	// engine answers the worker's resume message (resume.go).
+	engine *Engine
+	resume chan protocol.ResumeHello
 }
 
-func newWorker(ws *websocket.Conn, hello Hello) *Worker {
+func newWorker(ws *websocket.Conn, hello Hello, resumer *Engine) *Worker {
 	w := &Worker{
-		Hello: hello,
-		ws:    ws,
-		done:  make(chan struct{}),
-		calls: map[string]*Call{},
-		other: make(chan Message, 1024),
+		engine: resumer,
+		Hello:  hello,
+		ws:     ws,
+		done:   make(chan struct{}),
+		calls:  map[string]*Call{},
+		other:  make(chan Message, 1024),
+		resume: make(chan protocol.ResumeHello, 1),
 	}
 	ws.SetPingHandler(func(data string) error {
 		if w.frozen.Load() {
@@ -112,6 +119,9 @@ func (w *Worker) readLoop() {
 		m, err := parse(raw)
 		if err != nil {
 			m = Message{Raw: raw}
+		}
+		if m.CallID == "" && w.engine != nil && w.engine.resumeMessage(w, raw) {
+			continue
 		}
 		w.mu.Lock()
 		c, tally := w.calls[m.CallID], w.tally
@@ -194,6 +204,11 @@ func (w *Worker) Run(req map[string]any) (*Call, error) {
 // without sending anything.
 func (w *Worker) Expect(id string) *Call {
 	c := &Call{ID: id, worker: w, messages: make(chan Message, 4096)}
+	if w.engine != nil {
+		c.messages = make(chan Message, 1<<20)
+		c.resumable = true
+		w.engine.keep(w, c)
+	}
 	w.mu.Lock()
 	w.calls[id] = c
 	w.mu.Unlock()
@@ -220,14 +235,30 @@ type Call struct {
 	ID       string
 	worker   *Worker
 	messages chan Message
+
+	// With the resume extension, the call outlives its connection: the
+	// engine counts its frames (heartbeats aside) to answer a resume.
+	resumable bool
+	seq       atomic.Int64
 }
 
 func (c *Call) deliver(m Message) {
+	if m.Event != "heartbeat" {
+		c.seq.Add(1)
+	}
+	if c.resumable {
+		c.messages <- m // a buffer of a million frames: a test that fills it is wrong
+		return
+	}
 	select {
 	case c.messages <- m:
 	case <-c.worker.done:
 	}
 }
+
+// Seq is how many frames of the call the engine has received, heartbeats
+// aside: the number a resume answer continues after.
+func (c *Call) Seq() int64 { return c.seq.Load() }
 
 // Next returns the call's next frame.
 func (c *Call) Next(ctx context.Context) (Message, error) {
@@ -236,10 +267,14 @@ func (c *Call) Next(ctx context.Context) (Message, error) {
 		return m, nil
 	default:
 	}
+	var gone <-chan struct{} // a resumable call: a new connection may resume it
+	if !c.resumable {
+		gone = c.worker.done
+	}
 	select {
 	case m := <-c.messages:
 		return m, nil
-	case <-c.worker.done:
+	case <-gone:
 		select {
 		case m := <-c.messages:
 			return m, nil
@@ -260,9 +295,11 @@ func (c *Call) Wait(ctx context.Context) (answer Message, events []Message, err 
 			return Message{}, events, err
 		}
 		if m.IsAnswer() {
-			c.worker.mu.Lock()
-			delete(c.worker.calls, c.ID)
-			c.worker.mu.Unlock()
+			if !c.resumable { // a resumed call may get a frame too many: a test's to see
+				c.worker.mu.Lock()
+				delete(c.worker.calls, c.ID)
+				c.worker.mu.Unlock()
+			}
 			return m, events, nil
 		}
 		events = append(events, m)

@@ -78,6 +78,8 @@ type Metrics struct {
 	warmHits    prometheus.Counter
 	warmMisses  prometheus.Counter
 
+	held heldMetrics // calls held through an outage (held.go)
+
 	// Containment adds its series here when it lands, with a hook method
 	// each below, e.g.:
 	//   fluksio_worker_call_cpu_seconds (histogram: CPU per call, by op)
@@ -128,7 +130,7 @@ func New(version string, protocol int) *Metrics {
 		heartbeats: f.counter("heartbeats_sent_total",
 			"Heartbeats sent to the engine for running calls (one per call every 10 s)."),
 		stderrDropped: f.counter("runner_stderr_dropped_lines_total",
-			"Lines runners wrote on stderr that were not logged, over the budget of 1000 a second per call."),
+			"Lines runners and their nodes wrote that were not logged, over the budget of 1000 a second per call (each; the node's lines still reach the engine as budgeted log events)."),
 		warmRunners: f.gauge("warm_runners",
 			"Spare runners started and waiting for a call (--warm), not counting those still starting."),
 		warmHits: f.counter("warm_runner_hits_total",
@@ -136,6 +138,7 @@ func New(version string, protocol int) *Metrics {
 		warmMisses: f.counter("warm_runner_misses_total",
 			"Calls with --warm above 0 that started their runner cold: no fresh spare of their environment was ready."),
 	}
+	m.held = newHeldMetrics(f)
 	f.gaugeVec("build_info", "Always 1; the labels say which worker this is.", "version", "protocol").
 		WithLabelValues(version, strconv.Itoa(protocol)).Set(1)
 	for _, op := range Ops {

@@ -86,6 +86,7 @@ func (p *Pool) Close() { p.warm.close() }
 
 // Spec is one call's runner.
 type Spec struct {
+	CallID  string // the call's id, for the log events the worker sends itself
 	Runtime Runtime
 	Env     []string     // the request's env, added to Config.BaseEnv
 	Request []byte       // the request line for stdin; not kept once written
@@ -137,6 +138,8 @@ type Process struct {
 	stdin    io.WriteCloser
 	stdout   *output
 	stderr   *os.File
+	pipes    *nodePipes  // the node's output pipes (embedded runtime only)
+	out      *nodeOutput // their relay; nil without them
 	dir      *callDir
 	warmDone func() // tells the warm pool the call ended
 
@@ -192,7 +195,7 @@ func (pl *Pool) Start(ctx context.Context, spec Spec) (*Process, error) {
 	p.warmDone = warmDone
 	var stdout *os.File
 	if sp != nil {
-		p.box, p.stdin, stdout, p.stderr, p.dir = sp.handTo(spec.Log, p.exited)
+		p.box, p.stdin, stdout, p.stderr, p.pipes, p.dir = sp.handTo(spec.Log, p.exited)
 		p.log.Debug("runner is a spare", "pid", p.box.pid)
 	} else {
 		var err error
@@ -205,6 +208,9 @@ func (pl *Pool) Start(ctx context.Context, spec Spec) (*Process, error) {
 	p.stdout = &output{f: stdout}
 	// A stop asked from now on, even before watch runs, halts the runner.
 	p.halted, p.halt = context.WithCancelCause(ctx)
+	if p.pipes != nil {
+		p.out = relayNodeOutput(p, p.pipes, spec.CallID, spec.Send)
+	}
 	go p.watch()
 	go p.write(spec.Request)
 	go func() {
@@ -239,26 +245,43 @@ func (p *Process) startCold(spec Spec) (*os.File, error) {
 		stderrW.Close()
 		return nil, err
 	}
+	var pipes *nodePipes
+	args := []string{spec.Runtime.Path}
+	var extra []*os.File
+	if spec.Runtime.Embedded {
+		if pipes, err = newNodePipes(); err != nil {
+			stdoutR.Close()
+			stdoutW.Close()
+			stderrR.Close()
+			stderrW.Close()
+			dir.remove()
+			return nil, err
+		}
+		args, extra = pipes.pass(args, extra)
+	}
 	b := &box{log: p.log}
-	cmd := exec.Command(p.cfg.Python, spec.Runtime.Path)
+	cmd := exec.Command(p.cfg.Python, args...)
 	b.prepare(cmd, dir.env(p.cfg.env(spec.Env), p.cfg.CancelGrace))
 	cmd.Dir = dir.cwd
 	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
+	cmd.ExtraFiles = extra
 	stdin, err := cmd.StdinPipe()
 	if err == nil {
 		err = b.start(cmd)
 	}
 	stdoutW.Close()
 	stderrW.Close()
+	pipes.started()
 	if err != nil {
 		stdoutR.Close()
 		stderrR.Close()
+		pipes.close()
 		if err := dir.remove(); err != nil {
 			p.log.Warn("could not remove the call's directory", "dir", dir.path, "error", err)
 		}
 		return nil, fmt.Errorf("starting %s: %w", p.cfg.Python, err)
 	}
-	p.box, p.stdin, p.stderr, p.dir = b, stdin, stderrR, dir
+	p.box, p.stdin, p.stderr, p.pipes, p.dir = b, stdin, stderrR, pipes, dir
 	go func() {
 		err := cmd.Wait()
 		b.reaped(cmd)
@@ -377,6 +400,8 @@ func (p *Process) End(answered bool) Usage {
 	p.stderr.SetReadDeadline(time.Now().Add(pipeLinger))
 	<-p.stderrDone
 	p.stderr.Close()
+	p.out.stop()
+	p.pipes.close()
 	<-p.exited
 	if err := p.dir.remove(); err != nil {
 		p.log.Warn("could not remove the call's directory", "dir", p.dir.path, "error", err)

@@ -44,6 +44,8 @@ func (o *output) drain() {
 
 // relayStdout sends event lines as they come and returns the answer.
 // Lines that are not JSON objects are logged here and never sent.
+// What the node wrote before an event or the answer goes out first, and
+// what it wrote after an event, after it.
 func (p *Process) relayStdout(send func([]byte)) Output {
 	lines := newLineReader(p.stdout, p.cfg.MaxLine)
 	garbage := logging.NewBudget(p.log, "the runner wrote lines that are not JSON objects; they were not forwarded", logLinesPerSecond)
@@ -52,18 +54,23 @@ func (p *Process) relayStdout(send func([]byte)) Output {
 		if err != nil {
 			var tooLong *lineTooLongError
 			if errors.As(err, &tooLong) {
+				p.out.finish()
 				return Output{Err: err}
 			}
 			garbage.Close()
+			p.out.finish() // a runner that died: what its node wrote last
 			return Output{}
 		}
 		line, kind := protocol.Classify(raw)
 		switch kind {
 		case protocol.LineEvent:
-			p.cfg.Metrics.EventRelayed(len(line))
-			send(textFrame(line))
+			p.out.forward(func() {
+				p.cfg.Metrics.EventRelayed(len(line))
+				send(textFrame(line))
+			})
 		case protocol.LineAnswer:
 			garbage.Close()
+			p.out.finish()
 			// Nothing reads this pipe again, so a large answer (tens of
 			// MiB, at times) is sent from the reader's buffer without a
 			// copy; it is too large for the frame pool to keep.

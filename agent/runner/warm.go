@@ -110,6 +110,7 @@ type spare struct {
 
 	stdin          io.WriteCloser
 	stdout, stderr *os.File
+	pipes          *nodePipes // the node's output pipes (embedded runtime only)
 	dir            *callDir
 	began          time.Time // when it was started, for freshness and age
 
@@ -446,14 +447,24 @@ func (s *spare) start() (*os.File, error) {
 		return nil, err
 	}
 	args := []string{s.we.rt.Path, spareFlag, "3"}
-	if p.preload != "" && s.we.rt.Embedded {
-		args = append(args, p.preload)
+	extra := []*os.File{reportW}
+	var pipes *nodePipes
+	if s.we.rt.Embedded {
+		if p.preload != "" {
+			args = append(args, p.preload)
+		}
+		if pipes, err = newNodePipes(); err != nil {
+			closeAll()
+			dir.remove()
+			return nil, err
+		}
+		args, extra = pipes.pass(args, extra)
 	}
 	cmd := exec.Command(p.cfg.Python, args...)
 	s.box.prepare(cmd, dir.env(effectiveEnv(p.cfg.env(s.we.env)), p.cfg.CancelGrace))
 	cmd.Dir = dir.cwd
 	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
-	cmd.ExtraFiles = []*os.File{reportW}
+	cmd.ExtraFiles = extra
 	stdin, err := cmd.StdinPipe()
 	s.began = time.Now()
 	if err == nil {
@@ -462,14 +473,16 @@ func (s *spare) start() (*os.File, error) {
 	stdoutW.Close()
 	stderrW.Close()
 	reportW.Close()
+	pipes.started()
 	if err != nil {
 		stdoutR.Close()
 		stderrR.Close()
 		reportR.Close()
+		pipes.close()
 		dir.remove()
 		return nil, fmt.Errorf("starting %s: %w", p.cfg.Python, err)
 	}
-	s.cmd, s.stdin, s.stdout, s.stderr, s.dir = cmd, stdin, stdoutR, stderrR, dir
+	s.cmd, s.stdin, s.stdout, s.stderr, s.pipes, s.dir = cmd, stdin, stdoutR, stderrR, pipes, dir
 	close(s.started)
 	return reportR, nil
 }
@@ -545,6 +558,7 @@ func (p *warmPool) discard(s *spare) {
 	s.stdin.Close()
 	s.stdout.Close()
 	s.stderr.Close()
+	s.pipes.close()
 	if err := s.dir.remove(); err != nil {
 		s.box.log.Warn("could not remove a spare runner's directory", "dir", s.dir.path, "error", err)
 	}
@@ -632,7 +646,7 @@ func (p *warmPool) close() {
 // handTo gives the spare's process to a call: from now on the call's
 // Process owns it as if it had started it. The call's box shares the
 // spare's cookie and cgroup; exited closes once the spare is reaped.
-func (s *spare) handTo(log *slog.Logger, exited chan struct{}) (b *box, stdin io.WriteCloser, stdout, stderr *os.File, dir *callDir) {
+func (s *spare) handTo(log *slog.Logger, exited chan struct{}) (b *box, stdin io.WriteCloser, stdout, stderr *os.File, pipes *nodePipes, dir *callDir) {
 	b = &box{log: log, pid: s.box.pid, cookie: s.box.cookie, cg: s.box.cg, began: time.Now()}
 	go func() {
 		<-s.exited
@@ -643,5 +657,5 @@ func (s *spare) handTo(log *slog.Logger, exited chan struct{}) (b *box, stdin io
 		log.Debug("runner exited", "pid", b.pid)
 		close(exited)
 	}()
-	return b, s.stdin, s.stdout, s.stderr, s.dir
+	return b, s.stdin, s.stdout, s.stderr, s.pipes, s.dir
 }

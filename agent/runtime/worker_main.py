@@ -6,7 +6,8 @@ protocol in agent/protocol/doc.go; the request schema in README.md here). This f
 
 - the protocol channel: the process's real stdout carries protocol lines and
   nothing else; node code's fd 1 and fd 2 are pipes that become ``log``
-  events (rate-bounded) and are echoed on the runner's real stderr;
+  events (rate-bounded): the worker's, which it reads itself, or, started
+  without them, this file's own, echoed on the runner's real stderr;
 - loading node code (shipped source or an importable module) and the
   ``fluksio`` SDK surface when the real SDK is not installed;
 - calling the node (plain, generator or async), validating every stream
@@ -22,6 +23,7 @@ It is shipped as this one file and uses the standard library only (Python
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import importlib
 import io
@@ -49,12 +51,16 @@ RUNTIME_VERSION = "1"
 RUNTIME_FILE = os.path.abspath(__file__)
 
 # Log events are bounded so a node printing in a tight loop cannot flood the
-# engine: a burst of LOG_BURST lines, then LOG_RATE lines per second. Lines
-# over the budget are counted and reported as one "lines dropped" note. The
-# runner's stderr still gets every line (that is the local log, and its reader
-# provides back-pressure).
+# engine: a burst of LOG_BURST lines, then LOG_RATE lines per second. Under a
+# flood the beginning and the end are kept and the middle goes: the newest
+# LOG_TAIL lines over the budget are held back, sent as the budget refills
+# and all of them before the answer (the end of a run, `FINAL accuracy=...`,
+# is what matters most), and a "lines dropped here" note stands where lines
+# went missing. The runner's stderr still gets every line (that is the local
+# log, and its reader provides back-pressure).
 LOG_BURST = 1000
 LOG_RATE = 200.0
+LOG_TAIL = 100
 # One log line longer than this is cut: a progress bar without newlines or a
 # dumped array must not become one event of hundreds of MiB.
 LOG_LINE_MAX = 8192
@@ -84,6 +90,16 @@ def cancel_grace() -> float:
     return grace if math.isfinite(grace) and grace >= 0 else DEFAULT_CANCEL_GRACE_S
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+# What the protocol is written with, bound here at import, before any node
+# code runs: node code may patch the standard library (json.dumps made to
+# indent, os.write wrapped, print or sys.stdout replaced), and none of that
+# may reach the protocol. ASCII-only JSON: any string (lone surrogates from
+# odd file names included) travels as valid UTF-8.
+_ENCODE = json.JSONEncoder(ensure_ascii=True, allow_nan=False).encode
+_WRITE = os.write
+# The real os._exit; in the runner, node code's goes through exit_after_output.
+_EXIT = os._exit
 
 
 class NodeCancelled(BaseException):
@@ -138,12 +154,10 @@ class Channel:
     def _write(self, obj: dict) -> None:
         if self.pid != os.getpid() or self.fd < 0:
             return
-        # ASCII-only JSON: any string (lone surrogates from odd file names
-        # included) travels as valid UTF-8.
-        data = (json.dumps(obj, allow_nan=False) + "\n").encode("ascii")
+        data = (_ENCODE(obj) + "\n").encode("ascii")
         view = memoryview(data)
         while view:
-            n = os.write(self.fd, view)
+            n = _WRITE(self.fd, view)
             view = view[n:]
 
     def event(self, kind: str, **fields) -> None:
@@ -250,7 +264,7 @@ class Captured:
         self.cutting = False
 
     def feed(self, data: bytes) -> list:
-        """The complete lines data finishes (empty ones left out)."""
+        """The complete lines data finishes (blank ones left out)."""
         lines = []
         parts = LINE_END.split(data)
         for part in parts[:-1]:
@@ -277,14 +291,19 @@ class Captured:
 
     @staticmethod
     def _take(lines: list, line: bytes) -> None:
+        if not line.strip():
+            return  # empty, or what a progress bar clears itself with ("\r" + spaces)
         if len(line) > LOG_LINE_MAX:
             line = line[:LOG_LINE_MAX] + CUT_MARK.encode("utf-8")
-        if line:
-            lines.append(line)
+        lines.append(line)
 
 
 class LogPump:
     """Turns what the node writes on fd 1 and fd 2 into bounded log events.
+
+    For a runtime started without the worker's pipes (its unit tests, a
+    worker older than --fluksio-output); the worker reads them itself with
+    the same rules (agent/runner/nodeout.go).
 
     Redirecting the file descriptors (not just sys.stdout) catches C-level
     writes and child processes too. One thread selects over both pipes so
@@ -297,7 +316,8 @@ class LogPump:
         self.streams = {}  # read fd -> Captured
         self.tokens = float(LOG_BURST)
         self.refilled = time.monotonic()
-        self.dropped = 0
+        self.held = collections.deque()  # (name, raw) over the budget, oldest first
+        self.dropped = 0  # lines dropped since the last one sent
         # The node's thread wakes the pump through this pipe to ask for a
         # drain (sync) or the final drain (finish); `drained` counts answers.
         self.wake_r, self.wake_w = os.pipe()
@@ -326,7 +346,7 @@ class LogPump:
         with self.cond:
             self.asked += 1
             target = self.asked
-            os.write(self.wake_w, b"s")
+            _WRITE(self.wake_w, b"s")
             self.cond.wait_for(lambda: self.drained >= target or not self.thread.is_alive(), timeout)
 
     def finish(self, timeout: float = 2.0) -> None:
@@ -338,7 +358,7 @@ class LogPump:
         """
         with self.cond:
             self.stopping = True
-        os.write(self.wake_w, b"f")
+        _WRITE(self.wake_w, b"f")
         self.thread.join(timeout)
 
     def _run(self) -> None:
@@ -350,6 +370,10 @@ class LogPump:
                     with self.cond:
                         target, stopping = self.asked, self.stopping
                     self._drain()
+                    if stopping:
+                        for fd in list(self.streams):
+                            self._flush_partial(fd)
+                    self._release(final=stopping)
                     with self.cond:
                         self.drained = target
                         self.cond.notify_all()
@@ -358,9 +382,6 @@ class LogPump:
                     continue
                 for fd in ready:
                     self._read(fd)
-            for fd in list(self.streams):
-                self._flush_partial(fd)
-            self._note_dropped()
         except Exception as exc:  # the pump must not die silently
             self._echo(("fluksio runtime: log pump failed: %r\n" % (exc,)).encode())
         finally:
@@ -400,7 +421,7 @@ class LogPump:
     def _echo(self, data: bytes) -> None:
         try:
             while data:
-                data = data[os.write(self.echo_fd, data):]
+                data = data[_WRITE(self.echo_fd, data):]
         except OSError:
             pass  # nobody reads our stderr any more; the events still go
 
@@ -408,10 +429,29 @@ class LogPump:
         now = time.monotonic()
         self.tokens = min(float(LOG_BURST), self.tokens + (now - self.refilled) * LOG_RATE)
         self.refilled = now
-        if self.tokens < 1:
+        self.held.append((name, raw))
+        if len(self.held) > LOG_TAIL:
+            self.held.popleft()
             self.dropped += 1
-            return
-        self.tokens -= 1
+        while self.held and self.tokens >= 1:
+            self.tokens -= 1
+            self._emit(*self.held.popleft())
+
+    def _release(self, final: bool) -> None:
+        """Settles the held lines: all sent at the end of the call, dropped before a stream event.
+
+        Before a stream event they cannot wait (they would arrive after
+        values the node yielded later), and sending them past the budget at
+        every yield would let a chatty generator flood the engine.
+        """
+        if not final:
+            self.dropped += len(self.held)
+            self.held.clear()
+        self._note_dropped()
+        while self.held:
+            self._emit(*self.held.popleft())
+
+    def _emit(self, name: str, raw: bytes) -> None:
         self._note_dropped()
         self.channel.event("log", stream=name, line=raw.decode("utf-8", "replace"))
 
@@ -421,8 +461,8 @@ class LogPump:
             self.channel.event(
                 "log",
                 stream="stderr",
-                line="… %d lines dropped (log events are limited to %d lines/s; the worker's log has them all)"
-                % (count, int(LOG_RATE)),
+                line="… %d lines dropped here (a call's log events are limited to %d lines, then %d a second; the runner's stderr has them all)"
+                % (count, LOG_BURST, int(LOG_RATE)),
             )
 
 
@@ -466,12 +506,19 @@ class Cancel:
         self.shield = 0
         self.on_timeout = None  # set by the call: writes the answer and exits
         self.wakeup = ()  # the wakeup pipe's (read, write) descriptors
+        # Set once a SIGTERM is read off the wakeup pipe, which the C-level
+        # handler writes to whatever Python handler node code installed.
+        # The lock makes reading the pipe and setting the flag one step, so
+        # cancelled() never misses a SIGTERM the watcher is taking.
+        self.signalled = False
+        self.pipe_lock = threading.Lock()
 
     def install(self) -> None:
         signal.signal(signal.SIGTERM, self._handler)
         try:
             read_fd, write_fd = os.pipe()
             os.set_blocking(write_fd, False)
+            os.set_blocking(read_fd, False)
             # The C-level handler writes the signal number here at once, even
             # while the main thread is busy in C code and cannot run Python.
             signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
@@ -522,7 +569,7 @@ class Cancel:
                 os.kill(os.getpid(), signal.SIGTERM)
             except (OSError, ValueError):
                 pass
-            os._exit(128 + signal.SIGTERM)
+            _EXIT(128 + signal.SIGTERM)
         self.requested = True
         if not self.shield:
             raise NodeCancelled("the call was cancelled")
@@ -531,15 +578,33 @@ class Cancel:
         if self.requested and not self.shield:
             raise NodeCancelled("the call was cancelled")
 
+    def cancelled(self) -> bool:
+        """Whether the runner got SIGTERM, even if node code's own handler took it."""
+        if self.wakeup:
+            self._take_signals(self.wakeup[0])
+        return self.signalled
+
+    def _take_signals(self, read_fd: int) -> bool:
+        with self.pipe_lock:
+            try:
+                data = os.read(read_fd, 64)
+            except BlockingIOError:
+                return True
+            except OSError:
+                return False
+            if signal.SIGTERM in data:
+                self.signalled = True
+            return bool(data)
+
     def _watch(self, read_fd: int) -> None:
         while True:
             try:
-                data = os.read(read_fd, 64)
-            except OSError:
+                select.select([read_fd], [], [])
+            except (OSError, ValueError):
                 return
-            if not data:
+            if not self._take_signals(read_fd):
                 return
-            if signal.SIGTERM in data:
+            if self.signalled:
                 time.sleep(cancel_grace())
                 if self.on_timeout is not None:
                     self.on_timeout()
@@ -751,24 +816,67 @@ def observe_real_node(sdk) -> None:
     sdk.node = observed
 
 
-def install_sdk():
-    """Makes `import fluksio` work for node code and binds artifacts to this call."""
+# What `fluksio` offers node code when the real SDK is not installed.
+SDK_NAMES = ("node", "Port", "Flow", "use", "save_artifact", "load_artifact")
+
+# The SDK this process installed, once it did (a spare installs it before
+# its preloads, and its call finds it there).
+SDK = []
+
+# The package other interpreters of the call import as `fluksio`: it loads
+# this very file, under another name, and takes its SDK surface. There,
+# artifacts raise RuntimeError as they do outside any call (a child has no
+# call of its own).
+SDK_PACKAGE = """\
+\"\"\"The Fluksio SDK surface for the processes a node call starts, written by fluksio-worker's runtime.\"\"\"
+import importlib.util as _util
+
+_spec = _util.spec_from_file_location("_fluksio_worker_runtime", %r)
+_runtime = _util.module_from_spec(_spec)
+_spec.loader.exec_module(_runtime)
+globals().update({_name: getattr(_runtime, _name) for _name in _runtime.SDK_NAMES})
+__fluksio_runtime__ = _runtime.RUNTIME_VERSION
+"""
+
+
+def install_sdk(for_children: bool = True):
+    """Makes `import fluksio` work for node code and binds artifacts to this call.
+
+    Where the real SDK is not installed, the runner's own `fluksio` is a
+    module made here, and a `fluksio` package for any other interpreter the
+    call starts (a joblib/loky worker unpickling a node's function, a
+    `subprocess.run([sys.executable, ...])`) is written into a directory of
+    this call, last on sys.path and PYTHONPATH, which they inherit.
+    """
+    if SDK:
+        return SDK[0]
     try:
         sdk = importlib.import_module("fluksio")
     except ImportError:
         sdk = None
-    if sdk is None:
+    if sdk is not None and not hasattr(sdk, "__fluksio_runtime__"):
+        observe_real_node(sdk)
+    else:
         sdk = types.ModuleType("fluksio", "The Fluksio SDK surface, as provided by fluksio-worker's runtime.")
         for name, value in (("node", node), ("Port", Port), ("Flow", Flow), ("use", use)):
             setattr(sdk, name, value)
         sdk.__fluksio_runtime__ = RUNTIME_VERSION
         sys.modules["fluksio"] = sdk
-    else:
-        observe_real_node(sdk)
+        if for_children:
+            sdk_dir = call_dir("fluksio-sdk-")
+            os.mkdir(os.path.join(sdk_dir, "fluksio"))
+            with open(os.path.join(sdk_dir, "fluksio", "__init__.py"), "w", encoding="utf-8") as f:
+                f.write(SDK_PACKAGE % RUNTIME_FILE)
+            # On sys.path too: spawn, forkserver and loky children take the
+            # runner's sys.path rather than reading PYTHONPATH.
+            sys.path.append(sdk_dir)
+            inherited = os.environ.get("PYTHONPATH")
+            os.environ["PYTHONPATH"] = (inherited + os.pathsep if inherited else "") + sdk_dir
     # Only these two are bound to this runtime, even with the real SDK: the
     # store and its token are this call's.
     sdk.save_artifact = save_artifact
     sdk.load_artifact = load_artifact
+    SDK.append(sdk)
     return sdk
 
 
@@ -1330,10 +1438,27 @@ def _short(value) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def exact_bool(value):
+    """value as a bool when it is one exactly (numpy.bool_ included), else None.
+
+    By type, so numpy is never imported here: `arr.mean() > 0.5` gives a
+    numpy.bool_ (numpy.bool from numpy 2), which is not a bool subclass.
+    """
+    if isinstance(value, bool):
+        return value
+    kind = type(value)
+    if kind.__module__ == "numpy" and kind.__name__ in ("bool_", "bool"):
+        return bool(value)
+    return None
+
+
 def check_json(value, where: str):
     """Returns value as plain JSON types, or raises TypeError/ValueError naming where."""
-    if value is None or isinstance(value, (str, bool)):
+    if value is None or isinstance(value, str):
         return value
+    flag = exact_bool(value)
+    if flag is not None:
+        return flag
     if isinstance(value, numbers.Integral):
         return int(value)
     if isinstance(value, numbers.Real):
@@ -1370,9 +1495,10 @@ def check_port_value(port: dict, value, kind=None, where=None):
             raise TypeError("%s got %s (%s); it takes an int" % (label, _short(value), _type_name(value)))
         return int(value)
     if kind == "bool":
-        if not isinstance(value, bool):
+        flag = exact_bool(value)
+        if flag is None:
             raise TypeError("%s got %s (%s); it takes a bool" % (label, _short(value), _type_name(value)))
-        return value
+        return flag
     if kind == "str":
         if not isinstance(value, str):
             raise TypeError("%s got %s (%s); it takes a str" % (label, _short(value), _type_name(value)))
@@ -1492,17 +1618,23 @@ def ship_source(name: str, source: str) -> str:
     PYTHONPATH (any other Python the node starts). The directory is under
     the agent's per-call directory (FLUKSIO_CALL_DIR) when there is one.
     """
-    base = os.environ.get("FLUKSIO_CALL_DIR") or None
-    if base is not None and not os.path.isdir(base):
-        base = None
-    code_dir = tempfile.mkdtemp(prefix="fluksio-code-", dir=base)
-    CALL_DIRS.append(code_dir)
+    code_dir = call_dir("fluksio-code-")
     with open(os.path.join(code_dir, name + ".py"), "w", encoding="utf-8", errors="surrogatepass") as f:
         f.write(source)
     sys.path.insert(0, code_dir)
     inherited = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = code_dir + (os.pathsep + inherited if inherited else "")
     return code_dir
+
+
+def call_dir(prefix: str) -> str:
+    """A new private directory of this call, under FLUKSIO_CALL_DIR when there is one."""
+    base = os.environ.get("FLUKSIO_CALL_DIR") or None
+    if base is not None and not os.path.isdir(base):
+        base = None
+    path = tempfile.mkdtemp(prefix=prefix, dir=base)
+    CALL_DIRS.append(path)
+    return path
 
 
 def remove_call_dirs() -> None:
@@ -1579,7 +1711,7 @@ def node_functions(module):
 # ---------------------------------------------------------------------------
 
 
-def do_compile(channel: Channel, request: dict) -> None:
+def do_compile(channel: Channel, request: dict) -> int:
     module, digest = load_node_code(request.get("node"))
     nodes = [
         {
@@ -1591,7 +1723,7 @@ def do_compile(channel: Channel, request: dict) -> None:
         }
         for attr, _, spec in node_functions(module)
     ]
-    finish_then_answer(channel, {"ok": True, "nodes": nodes, "digest": digest})
+    return finish_then_answer(channel, {"ok": True, "nodes": nodes, "digest": digest})
 
 
 def call_arguments(fn, spec, request: dict) -> dict:
@@ -1616,9 +1748,10 @@ def emit_stream(channel: Channel, values: dict) -> None:
     # Shielded as a whole: a cancel landing inside the pump's condition
     # variable or the channel's lock would leave them broken.
     with Shielded():
+        flush_node_output()
         if PUMP is not None:
-            flush_node_output()
             PUMP.sync()
+        mark_node_output()
         channel.event("stream", values=values)
 
 
@@ -1676,7 +1809,7 @@ def _traceback_at(frame):
     return types.TracebackType(None, frame, frame.f_lasti, frame.f_lineno)
 
 
-def do_run(channel: Channel, request: dict) -> None:
+def do_run(channel: Channel, request: dict) -> int:
     module, _ = load_node_code(request.get("node"))
     fname = request.get("function")
     if not isinstance(fname, str) or not fname:
@@ -1700,38 +1833,93 @@ def do_run(channel: Channel, request: dict) -> None:
     finally:
         ArtifactCall.active = False
     outputs = check_outputs(fname, spec, result)
-    finish_then_answer(channel, {"ok": True, "outputs": outputs})
+    return finish_then_answer(channel, {"ok": True, "outputs": outputs})
 
 
 # Set up in main(): the pump whose events must all go out before the answer.
 PUMP = None
 
 
-def finish_then_answer(channel: Channel, answer: dict) -> None:
-    """Sends what the node logged, then the answer, then leaves.
+def finish_then_answer(channel: Channel, answer: dict) -> int:
+    """Sends what the node logged, then the answer; returns the exit status.
 
-    Exiting with os._exit skips interpreter shutdown on purpose: a node's
-    non-daemon thread must not keep a finished call alive.
+    A cancel is answered NodeCancelled whatever ended the node's code: its
+    own SIGTERM handler may have swallowed the signal or raised something
+    else (a handler that prints can fail inside print's own write).
     """
     # From here on a late SIGTERM must not interrupt the answer.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     flush_node_output()
-    if channel.pid == os.getpid():  # not in a forked child that returned here
-        remove_call_dirs()
+    status = 0 if answer.get("ok") else 1
+    if channel.pid != os.getpid():
+        _EXIT(status)  # a forked child that returned here: only the runner answers
+    if CANCEL.cancelled() and answer.get("error", {}).get("type") != NodeCancelled.__name__:
+        answer, status = error_answer_fields(NodeCancelled("the call was cancelled"), channel.call_id), 1
+    remove_call_dirs()
     if PUMP is not None:
         PUMP.finish()
     try:
         channel.answer(answer)
     except OSError:
         pass  # the agent is gone; there is nobody left to answer
-    os._exit(0 if answer.get("ok") else 1)
+    return status
 
 
-def fail(channel: Channel, exc: BaseException) -> None:
+def fail(channel: Channel, exc: BaseException) -> int:
     where = ""
     if isinstance(exc, ImportFailed):
         exc, where = exc.cause, exc.where
-    finish_then_answer(channel, error_answer_fields(exc, channel.call_id, where))
+    return finish_then_answer(channel, error_answer_fields(exc, channel.call_id, where))
+
+
+def exit_after_output(status):
+    """os._exit as node code sees it in the runner: what it wrote goes out first.
+
+    Python's buffers and C stdio's are flushed into the node's pipes, and
+    without the worker the log pump (a thread of this process, which the
+    exit would end) sends what it had not yet. Forked children (a fork
+    pool's workers end this way) and the runtime itself exit at once.
+    """
+    if os.getpid() == RUNNER_PID[0]:
+        try:
+            flush_node_output()
+            if PUMP is not None:
+                PUMP.finish()
+        except BaseException:
+            pass
+    _EXIT(status)
+
+
+def exit_like_a_script(status: int, echo_fd: int) -> None:
+    """Ends the runner after its answer as `python train.py` ends, within the cancel grace.
+
+    Interpreter shutdown runs as usual: non-daemon threads are joined,
+    atexit handlers run (experiment trackers flush there, logging.shutdown
+    flushes buffered handlers), open files are flushed. What they print
+    goes to the runner's stderr, the worker's log: the engine has its
+    answer. A watchdog ends the process with os._exit once the cancel
+    grace is over, so neither a handler nor a thread that never ends holds
+    the call; after it, SIGTERM ends the process at once.
+    """
+    for fd in (1, 2):
+        os.dup2(echo_fd, fd)
+    CANCEL.on_timeout = None
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # The runtime's own references to node code go: the node's module must
+    # be torn down as a script's is, while `io` still works, so that the
+    # files it left open are flushed.
+    SPECS.clear()
+    grace = cancel_grace()
+
+    def watchdog():
+        time.sleep(grace)
+        try:
+            _WRITE(echo_fd, b"fluksio runtime: exit handlers and threads did not finish within %.1fs; exiting now\n" % grace)
+        finally:
+            _EXIT(status)
+
+    threading.Thread(target=watchdog, name="fluksio-exit-watchdog", daemon=True).start()
+    sys.exit(status)
 
 
 def read_request(channel: Channel) -> dict:
@@ -1894,6 +2082,12 @@ def spare_prepare() -> None:
     saved = os.dup(1)
     os.dup2(2, 1)
     try:
+        # Node modules start with `from fluksio import ...`: preloading the
+        # user's own package needs the SDK in place.
+        try:
+            install_sdk()
+        except BaseException as exc:  # the call will try again, and answer why
+            failed["fluksio"] = "%s: %s" % (type(exc).__name__, exc)
         for name in preloads:
             try:
                 importlib.import_module(name)
@@ -1906,7 +2100,9 @@ def spare_prepare() -> None:
             pass
         os.dup2(saved, 1)
         os.close(saved)
-    paths = [sys.executable] + [p or os.getcwd() for p in sys.path]
+    # The call's own directories (the SDK package for child interpreters)
+    # are this spare's, made just now: not code that can go stale.
+    paths = [sys.executable] + [p or os.getcwd() for p in sys.path if p not in CALL_DIRS]
     try:
         import site
 
@@ -1929,25 +2125,57 @@ def spare_prepare() -> None:
         json.dump({"watch": watch, "failed": failed}, report)
 
 
+# `worker_main.py --fluksio-output FD TOKEN ...`: the worker made the pipes
+# the node's stdout and stderr become (their write ends at FD and FD+1) and
+# reads them itself, log events and their budget included: a reader in
+# this process (the LogPump, for a runtime started without the worker)
+# dies with it, and what the node wrote just before a hard exit (os._exit,
+# a segfault and its faulthandler stack) would go with it. Before each
+# stream event the runtime writes a mark ("\0fluksio:TOKEN\0") into both
+# pipes: what the node wrote before the mark goes out before the event,
+# what it wrote after, after it. Node code never sees the token.
+OUTPUT_FLAG = "--fluksio-output"
+
+# The worker's (pipe write end, mark) pairs, set by main().
+OUTPUT_MARKS = []
+
+
+def take_output_pipes():
+    """The worker's write ends for the node's (stdout, stderr) and its mark, or None."""
+    if len(sys.argv) < 4 or sys.argv[1] != OUTPUT_FLAG:
+        return None
+    first, token = int(sys.argv[2]), sys.argv[3]
+    del sys.argv[1:4]
+    for fd in (first, first + 1):
+        os.set_inheritable(fd, False)  # the node's children get them as fd 1 and 2 only
+    return (first, first + 1), b"\0fluksio:" + token.encode("ascii") + b"\0"
+
+
+def mark_node_output() -> None:
+    """Marks the place of a stream event in the node's output (the worker's pipes only)."""
+    if os.getpid() != RUNNER_PID[0]:
+        return
+    for fd, mark in OUTPUT_MARKS:
+        try:
+            _WRITE(fd, mark)
+        except OSError:
+            pass
+
+
 def main() -> None:
     global PUMP
+    worker_pipes = take_output_pipes()
     spare_prepare()
     # The real stdout is the protocol channel and nothing else may reach it:
     # keep a private, close-on-exec copy (children never inherit it, so a
     # grandchild cannot hold the agent's pipe open) before anything can print.
     channel = Channel(os.dup(1))
     echo_fd = os.dup(2)
-    try:
-        import faulthandler
-
-        faulthandler.enable(file=os.fdopen(os.dup(echo_fd), "w"))
-    except Exception:
-        pass
     CANCEL.install()
     CANCEL.on_timeout = lambda: (
         remove_call_dirs(),
         channel.answer(error_answer_fields(NodeCancelled("the call was cancelled (the node did not stop in time)"), channel.call_id)),
-        os._exit(1),
+        _EXIT(1),
     )
     try:
         request = read_request(channel)
@@ -1955,10 +2183,25 @@ def main() -> None:
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.close(devnull)
-        PUMP = LogPump(channel, echo_fd)
-        PUMP.capture(1, "stdout")
-        PUMP.capture(2, "stderr")
-        PUMP.start()
+        if worker_pipes:
+            fds, mark = worker_pipes
+            for target, write_fd in zip((1, 2), fds):
+                os.dup2(write_fd, target)  # inheritable: child processes log too
+                OUTPUT_MARKS.append((write_fd, mark))  # kept: node code may redirect fd 1
+        else:
+            PUMP = LogPump(channel, echo_fd)
+            PUMP.capture(1, "stdout")
+            PUMP.capture(2, "stderr")
+            PUMP.start()
+        # A crash's Python stack goes where the node's stderr goes: to the
+        # engine (the worker reads the node's pipes, and a crash does not
+        # take its reader along).
+        try:
+            import faulthandler
+
+            faulthandler.enable(file=os.fdopen(os.dup(2), "w"))
+        except Exception:
+            pass
         # Print and logging reach the pump line by line, as they happen. This
         # costs a write per line (a million prints take seconds, not a
         # fraction); flushing a block-buffered stdout from another thread
@@ -1967,6 +2210,7 @@ def main() -> None:
         sys.stderr = sys.__stderr__ = line_buffered(sys.stderr)
         STD_STREAMS[:] = [sys.stdout, sys.stderr]
         RUNNER_PID[0] = os.getpid()
+        os._exit = exit_after_output
         os.register_at_fork(
             before=block_sigterm_for_fork,
             after_in_parent=restore_sigmask_after_fork,
@@ -1975,13 +2219,14 @@ def main() -> None:
         install_sdk()
         op = request.get("op", "run")
         if op == "run":
-            do_run(channel, request)
+            status = do_run(channel, request)
         elif op == "compile":
-            do_compile(channel, request)
+            status = do_compile(channel, request)
         else:
             raise BadRequest("unknown op %r (this runtime knows run and compile)" % (op,))
     except BaseException as exc:  # every failure is an answer, never a silent exit
-        fail(channel, exc)
+        status = fail(channel, exc)
+    exit_like_a_script(status, echo_fd)
 
 
 if __name__ == "__main__":
@@ -1989,5 +2234,6 @@ if __name__ == "__main__":
 elif __name__ == "__mp_main__":
     # A spawn or forkserver child of a node imports this file as its main
     # module before it imports the node's module: node code that does
-    # `from fluksio import node` must import there too.
-    install_sdk()
+    # `from fluksio import node` must import there too. (Its sys.path is
+    # the runner's, without the PYTHONPATH entry of the SDK package.)
+    install_sdk(for_children=False)

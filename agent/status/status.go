@@ -30,6 +30,7 @@ type Status struct {
 	CallsRunning int       `json:"calls_running"`
 	CallsQueued  int       `json:"calls_queued"` // waiting for one of the --parallel slots
 	CallsDone    int64     `json:"calls_done"`
+	Held         *Held     `json:"held,omitempty"` // calls running through an outage (resume extension)
 	LastError    string    `json:"last_error,omitempty"`
 	Reload       *Reload   `json:"reload,omitempty"` // a reload waiting for calls
 	// ReloadRefused: the last reload asked was refused, the binary on disk
@@ -38,6 +39,16 @@ type Status struct {
 	Listen        string         `json:"listen,omitempty"`      // where /metrics and /healthz are served
 	Containment   string         `json:"containment,omitempty"` // how calls' processes are kept together (contain.go)
 	Updated       time.Time      `json:"updated"`
+}
+
+// Held is what the worker holds through an outage of its connection to an
+// engine that accepted the resume extension.
+type Held struct {
+	Calls    []string  `json:"calls"`    // their call ids
+	Since    time.Time `json:"since"`    // when the oldest hold began
+	Deadline time.Time `json:"deadline"` // when the first of them is stopped unless the engine claims it
+	Memory   int64     `json:"memory_bytes"`
+	Disk     int64     `json:"disk_bytes"` // spill files in the state directory
 }
 
 // Path is where the worker with this state directory keeps its status.

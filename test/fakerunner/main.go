@@ -3,13 +3,16 @@
 // agent. Started as `fakerunner RUNTIME_PATH`, it reads one request line
 // and follows the request's "steps", then answers ok with what it saw.
 // Started as `fakerunner -c …` it answers the agent's Python version check;
-// as `fakerunner -m pip freeze` it prints a fixed package list.
+// as `fakerunner -m pip freeze` it prints a fixed package list (after
+// FAKERUNNER_FREEZE_MS milliseconds of CPU, when that is set).
 //
 // Steps (each an object with one key; a step it does not know ends the
 // runner with status 3 and a message on stderr, so a test that misspells
 // one fails instead of passing for the wrong reason):
 //
 //	{"events": N}         N stream events {"call_id","event":"stream","values":{"i":k}}
+//	{"paced_events": N}   the same, one every 100 ms, as a generator node yields
+//	{"padded_events": N}  the same, each with 4 KiB more ("pad"), as fast as the pipe takes them
 //	{"raw": "text"}       a raw stdout line (garbage, or hand-written JSON)
 //	{"raw_hex": "hex"}    a raw stdout line given as hex, for bytes JSON cannot carry
 //	{"stderr": "text"}    a line on stderr
@@ -41,6 +44,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -53,6 +57,12 @@ func main() {
 			fmt.Println("3.11.0")
 			return
 		case "-m":
+			// FAKERUNNER_FREEZE_MS: pip freeze's CPU cost, spent busy, as
+			// a real one spends it (a third of a second with a few dozen
+			// packages), for benchmarks of what it costs a fleet.
+			if ms, err := strconv.Atoi(os.Getenv("FAKERUNNER_FREEZE_MS")); err == nil {
+				burnCPU(time.Duration(ms) * time.Millisecond)
+			}
 			fmt.Println("fakerunner==1.0")
 			return
 		case "--hold":
@@ -92,6 +102,18 @@ func main() {
 			case "events":
 				for i := 0; i < int(n); i++ {
 					fmt.Fprintf(out, `{"call_id":%s,"event":"stream","values":{"i":%d}}`+"\n", id, i)
+				}
+				out.Flush()
+			case "paced_events":
+				for i := 0; i < int(n); i++ {
+					fmt.Fprintf(out, `{"call_id":%s,"event":"stream","values":{"i":%d}}`+"\n", id, i)
+					out.Flush()
+					time.Sleep(100 * time.Millisecond)
+				}
+			case "padded_events":
+				pad := strings.Repeat("x", 4096)
+				for i := 0; i < int(n); i++ {
+					fmt.Fprintf(out, `{"call_id":%s,"event":"stream","values":{"i":%d,"pad":"%s"}}`+"\n", id, i, pad)
 				}
 				out.Flush()
 			case "raw":
@@ -201,4 +223,18 @@ func main() {
 	out.Write(b)
 	out.WriteByte('\n')
 	out.Flush()
+}
+
+// burnCPU spins until the process has used d of CPU time (not wall time:
+// on a loaded machine a fleet's freezes take longer, as real ones do).
+func burnCPU(d time.Duration) {
+	for {
+		var ru syscall.Rusage
+		syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		if time.Duration(ru.Utime.Nano()+ru.Stime.Nano()) >= d {
+			return
+		}
+		for i := 0; i < 100000; i++ {
+		}
+	}
 }

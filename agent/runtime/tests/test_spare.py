@@ -2,17 +2,21 @@
 
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import unittest
 
 from tests.support import PYTHON, RUNTIME, run_request
 
 
 class SpareTest(unittest.TestCase):
-    def start(self, preload=""):
+    def start(self, preload="", env=None):
         read_fd, write_fd = os.pipe()
         args = [PYTHON, RUNTIME, "--fluksio-spare", str(write_fd)] + ([preload] if preload else [])
-        proc = subprocess.Popen(args, pass_fds=[write_fd], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            args, pass_fds=[write_fd], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, **(env or {}))
+        )
         os.close(write_fd)
         self.addCleanup(lambda: (proc.kill(), proc.wait(), proc.stdout.close(), proc.stderr.close()))
         with os.fdopen(read_fd) as report:
@@ -51,6 +55,23 @@ class SpareTest(unittest.TestCase):
         lines = out.decode().splitlines()
         self.assertEqual(len(lines), 1, lines)
         self.assertTrue(json.loads(lines[0])["ok"], lines)
+
+    def test_preloads_the_users_own_module_that_imports_the_sdk(self):
+        path = tempfile.mkdtemp(prefix="fluksio-preload-")
+        self.addCleanup(shutil.rmtree, path, True)
+        with open(os.path.join(path, "my_nodes.py"), "w") as f:
+            f.write("from fluksio import Port, node\n\n@node(provides=[Port('x', 'int')])\ndef seven():\n    return 7\n")
+        proc, report = self.start("my_nodes", env={"PYTHONPATH": path})
+        self.assertEqual(report["failed"], {})
+        request = run_request("import sys\n\ndef f():\n    return {'preloaded': 'my_nodes' in sys.modules}\n", "f")
+        out, _ = proc.communicate(json.dumps(request).encode() + b"\n", timeout=60)
+        answer = json.loads(out.decode().splitlines()[-1])
+        self.assertEqual(answer.get("outputs"), {"preloaded": True}, answer)
+        request = {"op": "run", "call_id": "c2", "node": {"module": "my_nodes"}, "function": "seven", "inputs": {}}
+        proc, _ = self.start("my_nodes", env={"PYTHONPATH": path})
+        out, _ = proc.communicate(json.dumps(request).encode() + b"\n", timeout=60)
+        answer = json.loads(out.decode().splitlines()[-1])
+        self.assertEqual(answer.get("outputs"), {"x": 7}, answer)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,142 @@
+package runner
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// relayed runs node output written by write through a nodeOutput over
+// real pipes, finished as at the answer, and returns the log events' lines.
+func relayed(t *testing.T, write func(stdout, stderr io.Writer, mark []byte), between func(o *nodeOutput, seen func() []string)) []string {
+	t.Helper()
+	np, err := newNodePipes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer np.close()
+	var mu sync.Mutex
+	var lines []string
+	p := &Process{log: slog.New(slog.NewTextHandler(io.Discard, nil)), cfg: &Config{}}
+	o := relayNodeOutput(p, np, "c1", func(frame []byte) {
+		var e struct {
+			CallID string `json:"call_id"`
+			Event  string `json:"event"`
+			Line   string `json:"line"`
+		}
+		if err := json.Unmarshal(frame, &e); err != nil {
+			t.Errorf("frame %q: %v", frame, err)
+		}
+		if e.CallID != "c1" || e.Event != "log" {
+			t.Errorf("frame %s", frame)
+		}
+		mu.Lock()
+		lines = append(lines, e.Line)
+		mu.Unlock()
+		PutFrame(frame)
+	})
+	seen := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), lines...)
+	}
+	write(np.w[0], np.w[1], o.mark)
+	if between != nil {
+		between(o, seen)
+	}
+	np.started() // the node is gone: every write end closed
+	o.finish()
+	return seen()
+}
+
+func TestNodeOutputFloodKeepsTheBeginningAndTheEnd(t *testing.T) {
+	lines := relayed(t, func(stdout, _ io.Writer, _ []byte) {
+		var b strings.Builder
+		for i := 0; i < 5000; i++ {
+			fmt.Fprintf(&b, "step %d\n", i)
+		}
+		b.WriteString("FINAL accuracy=0.93") // no newline: the last line still counts
+		// Written in pieces no larger than the pipe takes without a reader.
+		data := b.String()
+		for len(data) > 0 {
+			n := min(len(data), 32<<10)
+			stdout.Write([]byte(data[:n]))
+			data = data[n:]
+		}
+	}, nil)
+	if lines[0] != "step 0" || lines[len(lines)-1] != "FINAL accuracy=0.93" || lines[len(lines)-100] != "step 4901" {
+		t.Fatalf("got %d lines from %q to %q", len(lines), lines[0], lines[len(lines)-1])
+	}
+	shown, dropped := 0, 0
+	for _, l := range lines {
+		if strings.Contains(l, "lines dropped here") {
+			var n int
+			fmt.Sscanf(l, "… %d lines", &n)
+			dropped += n
+		} else {
+			shown++
+		}
+	}
+	if shown+dropped != 5001 || dropped == 0 {
+		t.Errorf("%d lines shown and %d counted as dropped, want 5001 in all, some dropped", shown, dropped)
+	}
+}
+
+func TestNodeOutputLineRules(t *testing.T) {
+	lines := relayed(t, func(stdout, stderr io.Writer, _ []byte) {
+		io.WriteString(stderr, "\r 50%|#####     |\r"+strings.Repeat(" ", 80)+"\r")
+		io.WriteString(stdout, "a\r\nb\n\n \t \nbad \xff bytes\n")
+		io.WriteString(stdout, strings.Repeat("x", nodeLineMax+10)+"\nafter\n")
+	}, nil)
+	want := []string{"a", "b", "bad \uFFFD bytes", strings.Repeat("x", nodeLineMax) + cutMark, "after", " 50%|#####     |"}
+	got := map[string]bool{}
+	for _, l := range lines {
+		got[l] = true
+	}
+	for _, w := range want {
+		if !got[w] {
+			t.Errorf("missing line %.40q", w)
+		}
+	}
+	if len(lines) != len(want) {
+		t.Errorf("got %d lines, want %d: %.200q", len(lines), len(want), lines)
+	}
+}
+
+// A stream event goes out in its place among the node's lines: after
+// what was written before its mark, before what came after, whether or
+// not the readers got to either yet.
+func TestNodeOutputStreamEventsKeepTheirPlace(t *testing.T) {
+	for i := 0; i < 50; i++ {
+		var o *nodeOutput
+		lines := relayed(t, func(stdout, stderr io.Writer, mark []byte) {
+			// How the runtime writes: lines, the mark in both pipes (here
+			// split across two writes), the event on its own stdout, then
+			// the node goes on.
+			io.WriteString(stdout, "before 1\nbefore ")
+			io.WriteString(stderr, "err before\n")
+			stdout.Write(mark[:5])
+			stdout.Write(mark[5:])
+			stderr.Write(mark)
+			io.WriteString(stdout, "2\nafter\n")
+			io.WriteString(stderr, "err after\n")
+		}, func(out *nodeOutput, seen func() []string) {
+			o = out
+			o.forward(func() { o.sendLocked("stdout", "EVENT") })
+		})
+		at := map[string]int{}
+		for n, l := range lines {
+			at[l] = n + 1
+		}
+		if at["EVENT"] == 0 || at["before 1"] == 0 || at["err before"] == 0 || at["before 2"] == 0 || at["after"] == 0 || at["err after"] == 0 {
+			t.Fatalf("lines %q", lines)
+		}
+		if !(at["before 1"] < at["EVENT"] && at["err before"] < at["EVENT"] && at["EVENT"] < at["after"] && at["EVENT"] < at["err after"] && at["EVENT"] < at["before 2"]) {
+			t.Fatalf("attempt %d: the event is out of place: %q", i, lines)
+		}
+	}
+}
