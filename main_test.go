@@ -116,7 +116,7 @@ func TestManualEnvironmentAndExitStatus(t *testing.T) {
 	}
 	exit := page[strings.Index(page, `.SH "EXIT STATUS"`):]
 	for _, c := range commands() {
-		if !strings.Contains(exit, `\fB`+c.name+`\fR`) {
+		if !strings.Contains(exit, `\fB`+strings.ReplaceAll(c.name, "-", `\-`)+`\fR`) {
 			t.Errorf("the manual's EXIT STATUS does not give %s's codes (its --help needs an \"Exit status:\" sentence)", c.name)
 		}
 	}

@@ -42,6 +42,10 @@ type attachment struct {
 // or refused messages may cause; the rest are counted.
 const engineNoisePerSecond = 10
 
+// msgUnreadable answers a call whose request this worker cannot decode
+// although its op and call_id can be read.
+const msgUnreadable = "the worker cannot read this request: it is not valid JSON, or nested deeper than 10000 levels"
+
 // maxLoggedID bounds an identifier (a call_id, an op) in the log: the
 // engine chooses them, and a 1 MB call_id must not be logged whole on
 // every line of its call.
@@ -52,6 +56,15 @@ const maxLoggedID = 128
 func (a *Agent) handle(at *attachment, data []byte) {
 	m, err := protocol.ParseMessage(data)
 	if err != nil {
+		if op, id, ok := protocol.SalvageCall(data); ok && (op == protocol.OpRun || op == protocol.OpCompile) {
+			// Still a call the engine waits on: it gets its answer.
+			if at.noise.Allow() {
+				a.log.Warn("call refused: the request cannot be read", "call_id", logging.Cut(id, maxLoggedID), "error", err)
+			}
+			a.metrics.CallDeclined(declineReason(msgUnreadable))
+			at.conn.SendJSON(protocol.NewErrorAnswer(id, protocol.TypeRemoteError, msgUnreadable))
+			return
+		}
 		if at.noise.Allow() {
 			a.log.Warn("ignoring a message from the engine that is not a JSON object", "message", logging.Cut(data, 200))
 		}

@@ -57,7 +57,7 @@ func TestRunnerDeathIsReported(t *testing.T) {
 		steps []step
 		msg   string
 	}{
-		{"crash", []step{{"events": 2}, {"exit": 3}}, "the node process exited with code 3 without answering"},
+		{"crash", []step{{"events": 2}, {"exit": 3}}, "the node process stopped: exited with code 3 without answering"},
 		{"quiet-exit", []step{{"no_answer": true}}, "the node process stopped"},
 	} {
 		answer, events := wait(t, run(t, wk, tc.id, tc.steps...))

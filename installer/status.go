@@ -237,6 +237,9 @@ func writeWorker(row func(label, format string, args ...any), state State, st st
 	default:
 		row("worker", "%s%s", prefix, st.State)
 	}
+	if r := st.ReloadRefused; r != nil {
+		row("reload", "refused %s: %s", ago(now, r.At), r.Reason)
+	}
 	if st.CallsQueued > 0 {
 		row("calls", "%d running, %d waiting for a slot, %d done", st.CallsRunning, st.CallsQueued, st.CallsDone)
 	} else {

@@ -394,8 +394,10 @@ func checkChart(t *testing.T, name string, v chartValues, text string, r rendere
 	}
 	host, portText, _ := strings.Cut(listen, ":")
 	port, _ := strconv.Atoi(portText)
-	if host != "0.0.0.0" || port != v.Metrics.Port {
-		t.Errorf("--listen %s, want 0.0.0.0:%d (reachable by the kubelet's probe and Prometheus)", listen, v.Metrics.Port)
+	// Every address of the pod, of either family: "0.0.0.0" would be
+	// IPv4 only, out of reach on an IPv6-only cluster.
+	if host != "" || port != v.Metrics.Port {
+		t.Errorf("--listen %s, want :%d (reachable by the kubelet's probe and Prometheus over IPv4 and IPv6)", listen, v.Metrics.Port)
 	}
 	// Liveness and startup ask /livez (the worker's main loop), readiness
 	// /healthz (attached): an engine outage makes pods unready, never

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -181,7 +182,7 @@ func TestServerServesMetricsAndHealth(t *testing.T) {
 	healthy, reason := true, "ok: attached"
 	alive := true
 	srv, err := Listen("127.0.0.1:0", m, func() (bool, string) { return healthy, reason },
-		func() (bool, string) { return alive, "the main loop runs" })
+		func() (bool, string) { return alive, "the main loop runs" }, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,12 +235,12 @@ func TestServerServesMetricsAndHealth(t *testing.T) {
 func TestListenOnABusyAddress(t *testing.T) {
 	m := New("dev", 1)
 	ok := func() (bool, string) { return true, "" }
-	srv, err := Listen("127.0.0.1:0", m, ok, ok)
+	srv, err := Listen("127.0.0.1:0", m, ok, ok, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	if _, err := Listen(srv.Addr(), m, ok, ok); err == nil || !strings.Contains(err.Error(), "--listen "+srv.Addr()) {
+	if _, err := Listen(srv.Addr(), m, ok, ok, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "--listen "+srv.Addr()) {
 		t.Errorf("Listen on a busy address: %v; want an error naming --listen", err)
 	}
 }

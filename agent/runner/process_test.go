@@ -382,8 +382,11 @@ func TestDeathMessage(t *testing.T) {
 		step map[string]any
 		want string
 	}{
-		{map[string]any{"exit": 3}, "the node process exited with code 3 without answering"},
-		{map[string]any{"kill_self": true}, "the node process was killed by SIGKILL"},
+		// Each starts with the reference's words, then says why; a
+		// SIGKILL the worker did not send is not blamed on the OOM killer
+		// when no memory cgroup counted a kill.
+		{map[string]any{"exit": 3}, "the node process stopped: exited with code 3 without answering"},
+		{map[string]any{"kill_self": true}, "the node process stopped: killed by SIGKILL that the worker did not send"},
 		{map[string]any{"no_answer": true}, protocol.MsgNodeStopped},
 	} {
 		c := r.mustStart(context.Background(), "die", nil, tc.step)

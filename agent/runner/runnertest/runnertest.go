@@ -48,6 +48,7 @@
 //	                      that ignores SIGTERM too;
 //	                      then an event {"event":"helpers"}
 //	{"kill_self": true}   kill itself with SIGKILL, as the OOM killer would
+//	{"alloc_mb": N}       allocate and touch N MiB, and hold them
 //	{"setsid": true}      start a child in a session of its own (setsid) that holds stdout and
 //	                      stderr and ignores SIGTERM; its pid is in an event {"event":"setsid","pid":N}
 package runnertest
@@ -132,6 +133,7 @@ func run() {
 	id, _ := json.Marshal(req.CallID)
 	result := map[string]any{"request": json.RawMessage(line), "pid": os.Getpid()}
 	answerBytes := 0
+	var held [][]byte // what alloc_mb took
 	for _, step := range req.Steps {
 		for key, v := range step {
 			n, _ := v.(float64)
@@ -240,6 +242,14 @@ func run() {
 				}
 				fmt.Fprintf(out, `{"call_id":%s,"event":"setsid","pid":%d}`+"\n", id, child.Process.Pid)
 				out.Flush()
+			case "alloc_mb":
+				// Touch every page, so the memory is really used.
+				out.Flush()
+				mem := make([]byte, int(n)<<20)
+				for i := 0; i < len(mem); i += 4096 {
+					mem[i] = 1
+				}
+				held = append(held, mem)
 			case "kill_self":
 				out.Flush()
 				syscall.Kill(os.Getpid(), syscall.SIGKILL)
@@ -256,6 +266,9 @@ func run() {
 	}
 	if answerBytes > 0 {
 		result["blob"] = strings.Repeat("x", answerBytes)
+	}
+	if len(held) > 0 {
+		result["held_mb"] = len(held) // keeps what alloc_mb took until the answer
 	}
 	b, _ := json.Marshal(map[string]any{"call_id": req.CallID, "ok": true, "outputs": result})
 	out.Write(b)
