@@ -591,7 +591,7 @@ func TestRunCommandServes(t *testing.T) {
 	case <-time.After(goneTimeout):
 		t.Fatal("run did not return after its context ended")
 	}
-	if !strings.Contains(stderr.String(), "serving /metrics and /healthz") {
+	if !strings.Contains(stderr.String(), "serving /metrics, /healthz and /livez") {
 		t.Errorf("run did not serve --listen:\n%s", stderr.String())
 	}
 }

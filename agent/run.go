@@ -96,7 +96,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return exiting(log, config.ExitUsage, "--listen cannot be served")
 		}
 		defer srv.Close()
-		log.Info("serving /metrics and /healthz", "listen", srv.Addr())
+		log.Info("serving /metrics, /healthz and /livez", "listen", srv.Addr())
 	}
 
 	signals := make(chan os.Signal, 4)

@@ -251,7 +251,7 @@ func writeWorker(row func(label, format string, args ...any), state State, st st
 			logging.FormatBytes(h.Memory), logging.FormatBytes(h.Disk), h.Deadline.Local().Format("15:04:05"))
 	}
 	if st.Listen != "" {
-		row("monitor", "http://%s/metrics and /healthz", st.Listen)
+		row("monitor", "http://%s/metrics, /healthz and /livez", st.Listen)
 	}
 	if st.Containment != "" {
 		row("contain", "%s", st.Containment)

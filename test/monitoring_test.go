@@ -24,7 +24,7 @@ import (
 // read from its log.
 func monitorAddr(t *testing.T, w *worker) string {
 	t.Helper()
-	re := regexp.MustCompile(`serving /metrics and /healthz.* listen=(\S+)`)
+	re := regexp.MustCompile(`serving /metrics, /healthz and /livez.* listen=(\S+)`)
 	var addr string
 	eventually(t, 30*time.Second, "the worker to say where it serves /metrics", func() bool {
 		if m := re.FindStringSubmatch(w.logs.String()); m != nil {

@@ -36,7 +36,7 @@ type Status struct {
 	// ReloadRefused: the last reload asked was refused, the binary on disk
 	// not accepting the configuration; the worker serves on as it was.
 	ReloadRefused *ReloadRefused `json:"reload_refused,omitempty"`
-	Listen        string         `json:"listen,omitempty"`      // where /metrics and /healthz are served
+	Listen        string         `json:"listen,omitempty"`      // where /metrics, /healthz and /livez are served
 	Containment   string         `json:"containment,omitempty"` // how calls' processes are kept together (runner.SetupContainment)
 	Updated       time.Time      `json:"updated"`
 }
