@@ -66,15 +66,7 @@ type Agent struct {
 	// connection (the resume extension, resume.go); Serve waits for them.
 	outliving sync.WaitGroup
 
-	stopCh    chan struct{}
-	stopOnce  sync.Once
-	drainCh   chan struct{}
-	drainOnce sync.Once
-	killCh    chan struct{}
-	killOnce  sync.Once
-	// reloadCh closes on the first reload request (see reload.go).
-	reloadCh   chan struct{}
-	reloadOnce sync.Once
+	life *lifecycle // serving, or reloading, draining, stopping, killing (mode.go)
 }
 
 // New prepares an agent. python is the resolved interpreter.
@@ -88,10 +80,7 @@ func New(cfg config.Config, log *slog.Logger, python, stateDir string) *Agent {
 		live:     map[*call]struct{}{},
 		lastDone: time.Now(),
 		changed:  make(chan struct{}, 1),
-		stopCh:   make(chan struct{}),
-		drainCh:  make(chan struct{}),
-		killCh:   make(chan struct{}),
-		reloadCh: make(chan struct{}),
+		life:     newLifecycle(),
 
 		attaching: make(chan struct{}),
 		digests:   platform.NewVenvDigests(python),
@@ -151,28 +140,19 @@ func (e *NeverAttachedError) Unwrap() error { return e.Last }
 
 // Stop stops every running call (each answered NodeCancelled, "the worker
 // is stopping"), closes the connection cleanly, and makes Serve return.
-func (a *Agent) Stop() { a.stopOnce.Do(func() { close(a.stopCh) }) }
+func (a *Agent) Stop() { a.life.ask(modeStopping) }
 
 // Drain answers new calls NodeCancelled ("the worker is draining"), lets
 // running ones finish, then makes Serve return.
-func (a *Agent) Drain() { a.drainOnce.Do(func() { close(a.drainCh) }) }
+func (a *Agent) Drain() { a.life.ask(modeDraining) }
 
 // Kill stops every call's process group at once, for a second signal.
 func (a *Agent) Kill() {
-	a.killOnce.Do(func() { close(a.killCh) })
+	a.life.ask(modeKilling)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for c := range a.live {
 		c.kill()
-	}
-}
-
-func closed(ch chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
 	}
 }
 
@@ -248,10 +228,11 @@ const firstRetrySpread = 2 * time.Second
 // once no call is held through an outage (those wait for held calls as
 // they wait for running ones).
 func (a *Agent) over(err error) bool {
-	if errors.Is(err, errFinished) || closed(a.stopCh) || closed(a.killCh) {
+	m := a.life.mode()
+	if errors.Is(err, errFinished) || m.ending() {
 		return true
 	}
-	return (closed(a.drainCh) || closed(a.reloadCh)) && len(a.heldCalls()) == 0
+	return m.declining() && len(a.heldCalls()) == 0
 }
 
 // finish stops what is still held (nobody can hear it now) and waits for
@@ -276,8 +257,11 @@ func (a *Agent) waitOffline(ctx context.Context, wait time.Duration) (done, idle
 	}
 	// A drain or reload with calls held keeps reconnecting, so that they
 	// can finish; the session then waits for them as for any running call.
-	drain, reload := a.drainCh, a.reloadCh
 	for {
+		_, modeC := a.life.watch()
+		if a.over(nil) {
+			return true, false
+		}
 		select {
 		case <-retry.C:
 			return false, false
@@ -286,18 +270,8 @@ func (a *Agent) waitOffline(ctx context.Context, wait time.Duration) (done, idle
 			a.log.Info("nothing ran for --max-idle; stopping", "max_idle", a.cfg.MaxIdle.String())
 			return true, true
 		case <-a.changed: // a held call ended
-		case <-drain:
-			drain = nil
-		case <-reload:
-			reload = nil
-		case <-a.stopCh:
-			return true, false
-		case <-a.killCh:
-			return true, false
+		case <-modeC:
 		case <-ctx.Done():
-			return true, false
-		}
-		if a.over(nil) {
 			return true, false
 		}
 	}
@@ -318,19 +292,20 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 	a.attemptStarted()
 	// Calls held through an outage are running calls: a drain or reload
 	// waits for them, so the worker attaches again to let them finish.
-	drained, reloaded := a.drainCh, a.reloadCh
-	if len(a.heldCalls()) > 0 {
-		drained, reloaded = nil, nil
-	}
+	held := len(a.heldCalls()) > 0
 	go func() {
-		select {
-		case <-a.stopCh:
-		case <-drained:
-		case <-a.killCh:
-		case <-reloaded:
-		case <-prepare.Done():
+		defer cancelPrepare()
+		for {
+			m, modeC := a.life.watch()
+			if m.ending() || m.declining() && !held {
+				return
+			}
+			select {
+			case <-modeC:
+			case <-prepare.Done():
+				return
+			}
 		}
-		cancelPrepare()
 	}()
 	began := time.Now()
 	rt, err := runtime.Ensure(prepare, a.cfg, a.stateDir, a.log)
@@ -356,8 +331,8 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 		"runtime", rt.Source, "runtime_hash", rt.Hash[:12])
 	a.status.Update(func(s *status.Status) {
 		s.State, s.Name, s.Since, s.LastError = "attached", name, since.UTC(), ""
-		if closed(a.drainCh) {
-			s.State = "draining"
+		if m := a.life.mode(); m == modeDraining {
+			s.State = m.String()
 		}
 	})
 	a.mu.Lock()
@@ -403,7 +378,13 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 		}
 	}()
 
-	stopC, drainC, ctxDone := a.stopCh, a.drainCh, ctx.Done()
+	ctxDone := ctx.Done()
+	// seen is the mode this loop has acted on; the first pass acts on
+	// the mode the worker is in already.
+	seen, stopped := modeServing, false
+	first := make(chan struct{})
+	close(first)
+	var modeC <-chan struct{} = first
 	reload := a.newReloadWait()
 	defer reload.stop()
 	idle := time.NewTimer(time.Hour)
@@ -417,22 +398,33 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 		select {
 		case err := <-lost:
 			return true, fmt.Errorf("connection lost: %w", err)
-		case <-a.killCh:
-			return true, errFinished
 		case <-ctxDone:
-			ctxDone, stopC = nil, nil
+			ctxDone, stopped = nil, true
 			a.stopAll(msgStopping)
-		case <-stopC:
-			stopC = nil
-			a.log.Info("stopping: running calls are being stopped")
-			a.status.Update(func(s *status.Status) { s.State = "stopping" })
-			a.stopAll(msgStopping)
-		case <-drainC:
-			drainC = nil
-			a.log.Info("draining: running calls finish, new calls are refused")
-			a.status.Update(func(s *status.Status) { s.State = "draining" })
-		case <-reload.asked:
-			reload.begin()
+		case <-modeC:
+			var now mode
+			now, modeC = a.life.watch()
+			if now == seen {
+				break
+			}
+			seen = now
+			switch now {
+			case modeKilling:
+				return true, errFinished
+			case modeStopping:
+				if stopped {
+					break
+				}
+				stopped = true
+				a.log.Info("stopping: running calls are being stopped")
+				a.status.Update(func(s *status.Status) { s.State = now.String() })
+				a.stopAll(msgStopping)
+			case modeDraining:
+				a.log.Info("draining: running calls finish, new calls are refused")
+				a.status.Update(func(s *status.Status) { s.State = now.String() })
+			case modeReloading:
+				reload.begin()
+			}
 		case <-reload.expired:
 			reload.expire()
 		case <-a.changed:
@@ -447,7 +439,7 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 			}
 			a.armIdle(idle)
 		}
-		if (stopC == nil || drainC == nil || reload.begun) && a.running() == 0 {
+		if (stopped || seen.declining()) && a.running() == 0 {
 			conn.Close()
 			return true, errFinished
 		}

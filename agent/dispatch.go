@@ -99,14 +99,14 @@ func (a *Agent) startCall(at *attachment, m protocol.Message) {
 		a.metrics.CallDeclined(declineReason(msg))
 		at.conn.SendJSON(protocol.NewErrorAnswer(m.CallID, typ, msg))
 	}
-	switch {
-	case closed(a.stopCh) || closed(a.killCh):
+	switch mode := a.life.mode(); {
+	case mode.ending():
 		refuse(protocol.TypeNodeCancelled, msgStopping)
 		return
-	case closed(a.drainCh), a.maxCallsTaken():
+	case mode == modeDraining, a.maxCallsTaken():
 		refuse(protocol.TypeNodeCancelled, msgDraining)
 		return
-	case a.reloading():
+	case mode == modeReloading:
 		refuse(protocol.TypeNodeCancelled, msgReloading)
 		return
 	}

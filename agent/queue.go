@@ -147,7 +147,7 @@ func (a *Agent) runSlot(c *call) {
 		// A slot whose call could outlive its connection (resume.go)
 		// serves the calls of the connection there is now.
 		connected := done.journal != nil || done.session.Err() == nil
-		if connected && !closed(a.stopCh) && !closed(a.killCh) {
+		if connected && !a.life.mode().ending() {
 			c = a.queue.pop()
 		}
 		if c == nil {
