@@ -52,15 +52,8 @@ type Agent struct {
 	endMu  sync.Mutex
 	endWhy string // why the worker is to finish, said in its last record
 
-	mu       sync.Mutex
-	calls    map[string]*call   // calls the engine awaits an answer for, waiting ones included
-	live     map[*call]struct{} // calls whose processes may still exist
-	slots    int                // runner slots in use, at most cfg.Parallel
-	queue    callQueue          // calls waiting for a slot
-	lastDone time.Time
-	done     int64
-	answered int64         // calls whose answer was sent, for --max-calls
-	changed  chan struct{} // a call started or ended
+	book    *callBook     // the calls, their slots and counts (book.go)
+	changed chan struct{} // a call started or ended
 
 	// outliving counts the goroutines of calls that may outlive their
 	// connection (the resume extension, resume.go); Serve waits for them.
@@ -76,9 +69,6 @@ func New(cfg config.Config, log *slog.Logger, python, stateDir string) *Agent {
 		log:      log,
 		python:   python,
 		stateDir: stateDir,
-		calls:    map[string]*call{},
-		live:     map[*call]struct{}{},
-		lastDone: time.Now(),
 		changed:  make(chan struct{}, 1),
 		life:     newLifecycle(),
 
@@ -93,15 +83,17 @@ func New(cfg config.Config, log *slog.Logger, python, stateDir string) *Agent {
 	// A reload re-executes the worker in place, so the status file this
 	// process wrote before it is its own: the calls done so far count on,
 	// as `status` showed them.
+	var done int64
 	if prev, err := status.Read(stateDir); err == nil && prev.PID == os.Getpid() {
-		a.done = prev.CallsDone
+		done = prev.CallsDone
 	}
+	a.book = newCallBook(cfg.Parallel, cfg.MaxCalls, done)
 	a.status = status.NewFile(stateDir, status.Status{
 		PID:       os.Getpid(),
 		Version:   Version,
 		Engine:    logging.ShownURL(cfg.URL),
 		State:     "connecting",
-		CallsDone: a.done,
+		CallsDone: done,
 	}, a.redact, func(err error) { log.Debug("could not write the status file", "error", err) })
 	return a
 }
@@ -149,11 +141,7 @@ func (a *Agent) Drain() { a.life.ask(modeDraining) }
 // Kill stops every call's process group at once, for a second signal.
 func (a *Agent) Kill() {
 	a.life.ask(modeKilling)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for c := range a.live {
-		c.kill()
-	}
+	a.book.eachLive((*call).kill)
 }
 
 // Serve attaches and reattaches until the worker should stop. It returns
@@ -335,9 +323,7 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 			s.State = m.String()
 		}
 	})
-	a.mu.Lock()
-	a.lastDone = time.Now() // a fresh connection starts the idle clock
-	a.mu.Unlock()
+	a.book.restartIdle() // a fresh connection starts the idle clock
 
 	callsCtx, cancelCalls := context.WithCancel(ctx)
 	var calls sync.WaitGroup
@@ -493,26 +479,16 @@ func (a *Agent) armIdle(t *time.Timer) {
 }
 
 func (a *Agent) idleDeadline() time.Time {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.lastDone.Add(a.cfg.MaxIdle)
+	return a.book.idleSince().Add(a.cfg.MaxIdle)
 }
 
-func (a *Agent) running() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.calls)
-}
+func (a *Agent) running() int { return a.book.running() }
 
 // stopAll stops every running call and answers every waiting one, each
 // with reason; no waiting call is started.
 func (a *Agent) stopAll(reason string) {
 	a.answerWaiting(reason)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, c := range a.calls {
-		c.stop(reason)
-	}
+	a.book.each(func(c *call) { c.stop(reason) })
 }
 
 // notify wakes the session loop after a call started or ended.

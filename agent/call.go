@@ -39,7 +39,7 @@ type call struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	queued bool // waiting for a slot; guarded by Agent.mu
+	queued bool // waiting for a slot; guarded by callBook.mu
 
 	// sendMu orders what the call sends: heartbeats come from the queue
 	// while it waits and from supervise once it runs, and none may follow
@@ -57,7 +57,7 @@ type call struct {
 	journal *hold.Journal      // numbers and keeps its frames; nil without the resume extension
 	grace   time.Duration      // how long it may be held through an outage
 	release context.CancelFunc // ends session, for a held call
-	// Guarded by Agent.mu: while held, the timer that stops it at the end
+	// Guarded by callBook.mu: while held, the timer that stops it at the end
 	// of its grace, and when the hold began.
 	holdTimer *time.Timer
 	heldAt    time.Time

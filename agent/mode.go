@@ -52,8 +52,8 @@ func (m mode) declining() bool { return m != modeServing }
 // ending says whether running calls are stopped in this mode.
 func (m mode) ending() bool { return m >= modeStopping }
 
-// lifecycle holds the worker's mode. Its lock is taken after Agent.mu,
-// never before: --max-calls asks for a drain with Agent.mu held.
+// lifecycle holds the worker's mode, under its own lock; no other lock is
+// taken while it is held.
 type lifecycle struct {
 	mu      sync.Mutex
 	now     mode

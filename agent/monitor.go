@@ -32,9 +32,7 @@ const loopStale = 10 * PulseInterval
 // loop alive for /healthz; and it returns the line for `systemctl status`.
 // Nothing the engine does can hold it up.
 func (a *Agent) Pulse() string {
-	a.mu.Lock()
-	running, done := len(a.calls), a.done
-	a.mu.Unlock()
+	running, done := a.book.doneSoFar()
 	a.loopBeat.Store(time.Now().UnixNano())
 	return statusLine(a.status.Get(), running, done)
 }
@@ -143,30 +141,6 @@ func (a *Agent) ListenMonitoring() (*metrics.Server, error) {
 	}
 	a.status.Update(func(s *status.Status) { s.Listen = srv.Addr() })
 	return srv, nil
-}
-
-// maxCallsTaken reports whether --max-calls leaves no room for another
-// call: the calls answered and those running (which may yet be answered)
-// fill it. Only the reader starts calls, and an ending call moves from
-// running to answered at most, so the sum cannot grow behind this check.
-func (a *Agent) maxCallsTaken() bool {
-	if a.cfg.MaxCalls <= 0 {
-		return false
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.answered+int64(len(a.calls)) >= int64(a.cfg.MaxCalls)
-}
-
-// countAnswerLocked counts a call the engine got an answer for, and starts a
-// drain once --max-calls are answered. Called with a.mu held.
-func (a *Agent) countAnswerLocked() {
-	a.answered++
-	if a.cfg.MaxCalls > 0 && a.answered == int64(a.cfg.MaxCalls) {
-		a.endBecause("--max-calls answered")
-		a.log.Info("--max-calls answered; draining", "max_calls", a.cfg.MaxCalls)
-		a.Drain()
-	}
 }
 
 // answerOutcome is the metrics label of how a runner's answer ended.

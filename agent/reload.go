@@ -140,12 +140,8 @@ func (r *reloadWait) stop() {
 }
 
 func (a *Agent) runningIDs() []string {
-	a.mu.Lock()
-	ids := make([]string, 0, len(a.calls))
-	for id := range a.calls {
-		ids = append(ids, id)
-	}
-	a.mu.Unlock()
+	var ids []string
+	a.book.each(func(c *call) { ids = append(ids, c.id) })
 	slices.Sort(ids)
 	return ids
 }
