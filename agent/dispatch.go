@@ -121,7 +121,8 @@ func (a *Agent) startCall(at *attachment, m protocol.Message) {
 		return
 	}
 	now := time.Now()
-	c := newCall(m.CallID, m.Op, protocol.CallIDText(m.Fields["function"]), request, env, a, at.conn, log, now)
+	c := newCall(m.CallID, m.Op, protocol.CallIDText(m.Fields["function"]), request, env,
+		callHost{metrics: a.metrics, runners: a.runners, ended: a.callEnded}, at.conn, log, now)
 	at.adopt(a, c)
 	start, refusal := a.book.admit(c)
 	if refusal != "" {
