@@ -92,7 +92,7 @@ func New(cfg config.Config, log *slog.Logger, python, stateDir string) *Agent {
 		PID:       os.Getpid(),
 		Version:   Version,
 		Engine:    logging.ShownURL(cfg.URL),
-		State:     "connecting",
+		State:     status.StateConnecting,
 		CallsDone: done,
 	}, a.redact, func(err error) { log.Debug("could not write the status file", "error", err) })
 	return a
@@ -154,7 +154,7 @@ func (a *Agent) Serve(ctx context.Context) error {
 	a.runners = runner.NewPool(a.runnerConfig())
 	defer func() {
 		a.runners.Close()
-		a.status.Update(func(s *status.Status) { s.State = "stopped" })
+		a.status.Update(func(s *status.Status) { s.State = status.StateStopped })
 		a.status.Flush()
 	}()
 	a.removeStaleSpills()
@@ -173,7 +173,7 @@ func (a *Agent) Serve(ctx context.Context) error {
 			a.metrics.Refused()
 		}
 		if errors.As(err, &refused) || errors.As(err, &usage) {
-			a.status.Update(func(s *status.Status) { s.State = "refused"; s.LastError = err.Error() })
+			a.status.Update(func(s *status.Status) { s.State = status.StateRefused; s.LastError = err.Error() })
 			a.abandonAll(err.Error())
 			a.outliving.Wait()
 			return err
@@ -197,7 +197,7 @@ func (a *Agent) Serve(ctx context.Context) error {
 		}
 		backoff = min(backoff*2, backoffMax)
 		a.log.Warn("disconnected; retrying", "error", err, "retry_in", wait.Round(time.Millisecond).String())
-		a.status.Update(func(s *status.Status) { s.State = "connecting"; s.Name = ""; s.LastError = err.Error() })
+		a.status.Update(func(s *status.Status) { s.State = status.StateConnecting; s.Name = ""; s.LastError = err.Error() })
 		if done, idle := a.waitOffline(ctx, wait); done {
 			if idle && !a.everWelcomed.Load() {
 				return &NeverAttachedError{MaxIdle: a.cfg.MaxIdle, Last: err}
@@ -318,7 +318,7 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 	a.log.Info("attached", "engine", logging.ShownURL(a.cfg.URL), "name", name, "labels", hello.Labels,
 		"runtime", rt.Source, "runtime_hash", rt.Hash[:12])
 	a.status.Update(func(s *status.Status) {
-		s.State, s.Name, s.Since, s.LastError = "attached", name, since.UTC(), ""
+		s.State, s.Name, s.Since, s.LastError = status.StateAttached, name, since.UTC(), ""
 		if m := a.life.mode(); m == modeDraining {
 			s.State = m.String()
 		}

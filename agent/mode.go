@@ -15,7 +15,11 @@ package agent
 // Each mode is final until a stronger one is asked: nothing goes back to
 // serving except by a reload re-executing the binary.
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/fluksio/fluksio-worker/agent/status"
+)
 
 // mode is what the worker does with calls. The order is the precedence:
 // a stronger mode overrules a weaker one.
@@ -35,11 +39,11 @@ func (m mode) String() string {
 	case modeServing:
 		return "serving"
 	case modeReloading:
-		return "reloading"
+		return status.StateReloading
 	case modeDraining:
-		return "draining"
+		return status.StateDraining
 	case modeStopping:
-		return "stopping"
+		return status.StateStopping
 	case modeKilling:
 		return "killing"
 	}

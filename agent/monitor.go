@@ -42,13 +42,13 @@ func (a *Agent) Pulse() string {
 func statusLine(st status.Status, running int, done int64) string {
 	var what string
 	switch {
-	case st.Name != "" && st.State == "attached":
+	case st.Name != "" && st.State == status.StateAttached:
 		what = fmt.Sprintf("attached as %q to %s", st.Name, st.Engine)
 	case st.Name != "":
 		what = fmt.Sprintf("%s, attached as %q to %s", st.State, st.Name, st.Engine)
-	case st.State == "connecting" && st.LastError != "":
+	case st.State == status.StateConnecting && st.LastError != "":
 		what = fmt.Sprintf("not attached to %s, retrying: %s", st.Engine, logging.FirstLine(st.LastError))
-	case st.State == "refused":
+	case st.State == status.StateRefused:
 		what = fmt.Sprintf("refused by %s: %s", st.Engine, logging.FirstLine(st.LastError))
 	default:
 		what = fmt.Sprintf("%s to %s", st.State, st.Engine)
@@ -70,7 +70,7 @@ func (a *Agent) health(now time.Time) (bool, string) {
 		return false, why
 	}
 	st := a.status.Get()
-	if st.Name != "" && st.State != "connecting" {
+	if st.Name != "" && st.State != status.StateConnecting {
 		return true, fmt.Sprintf("ok: %s as %q to %s", st.State, st.Name, st.Engine)
 	}
 	why := logging.FirstLine(st.LastError)

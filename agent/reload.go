@@ -187,7 +187,7 @@ func (a *Agent) reexec(exe string, exeErr error, reloading func()) int {
 	err := syscall.Exec(exe, os.Args, os.Environ())
 	a.log.Error("cannot reload: executing the binary failed; exiting so the service manager restarts it",
 		"path", exe, "error", err)
-	a.status.Update(func(s *status.Status) { s.State = "stopped"; s.LastError = "reload: " + err.Error() })
+	a.status.Update(func(s *status.Status) { s.State = status.StateStopped; s.LastError = "reload: " + err.Error() })
 	a.status.Flush()
 	return config.ExitReloadFailed
 }
