@@ -26,7 +26,7 @@ const Namespace = "fluksio_worker"
 var (
 	Ops            = []string{"run", "compile"}
 	Outcomes       = []string{OutcomeOK, OutcomeError, OutcomeCancelled}
-	DeclineReasons = []string{DeclinedStopping, DeclinedDraining, DeclinedReloading, DeclinedQueueFull, DeclinedCancelled, DeclinedInvalid}
+	DeclineReasons = []DeclineReason{DeclinedStopping, DeclinedDraining, DeclinedReloading, DeclinedQueueFull, DeclinedCancelled, DeclinedInvalid}
 )
 
 const (
@@ -34,12 +34,20 @@ const (
 	OutcomeError     = "error"     // any other answer, or none (the runner died, a line was too long)
 	OutcomeCancelled = "cancelled" // the engine cancelled it, the worker stopped, or the connection was lost
 
-	DeclinedStopping  = "stopping"   // the worker is stopping
-	DeclinedDraining  = "draining"   // SIGQUIT, or --max-calls reached
-	DeclinedReloading = "reloading"  // SIGHUP: a reload waits for the running calls
-	DeclinedQueueFull = "queue_full" // every --parallel slot busy and the waiting queue full
-	DeclinedCancelled = "cancelled"  // cancelled, stopped or dropped while waiting for a slot
-	DeclinedInvalid   = "invalid"    // a duplicate call_id or a request that cannot be run
+)
+
+// DeclineReason is why a call was declined without running: the reason
+// label of calls_declined_total. It is chosen where the call is declined,
+// never read back from the answer's text.
+type DeclineReason string
+
+const (
+	DeclinedStopping  DeclineReason = "stopping"   // the worker is stopping
+	DeclinedDraining  DeclineReason = "draining"   // SIGQUIT, or --max-calls reached
+	DeclinedReloading DeclineReason = "reloading"  // SIGHUP: a reload waits for the running calls
+	DeclinedQueueFull DeclineReason = "queue_full" // every --parallel slot busy and the waiting queue full
+	DeclinedCancelled DeclineReason = "cancelled"  // cancelled, stopped or dropped while waiting for a slot
+	DeclinedInvalid   DeclineReason = "invalid"    // a duplicate call_id or a request that cannot be run
 )
 
 // Histogram buckets, in seconds. Calls run from a compile of a few
@@ -144,7 +152,7 @@ func New(version string, protocol int) *Metrics {
 		}
 	}
 	for _, reason := range DeclineReasons {
-		m.callsDeclined.WithLabelValues(reason)
+		m.callsDeclined.WithLabelValues(string(reason))
 	}
 	return m
 }
@@ -199,9 +207,9 @@ func (m *Metrics) CallFinished(op, outcome string, took time.Duration) {
 }
 
 // CallDeclined counts a call answered without running.
-func (m *Metrics) CallDeclined(reason string) {
+func (m *Metrics) CallDeclined(reason DeclineReason) {
 	if m != nil {
-		m.callsDeclined.WithLabelValues(reason).Inc()
+		m.callsDeclined.WithLabelValues(string(reason)).Inc()
 	}
 }
 
