@@ -207,6 +207,13 @@ func (g *CallCgroup) Started(pid int) error {
 	return os.WriteFile(filepath.Join(g.dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
 }
 
+// Move puts a process that was started elsewhere (forked by a zygote)
+// into the cgroup.
+func (g *CallCgroup) Move(pid int) error {
+	g.closeFD()
+	return os.WriteFile(filepath.Join(g.dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
+}
+
 func (g *CallCgroup) closeFD() {
 	if g.fd >= 0 {
 		unix.Close(g.fd)

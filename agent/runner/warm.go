@@ -96,6 +96,7 @@ type warmEnv struct {
 	rt       Runtime
 	env      []string // the request's env, as a call of it has it
 	spares   []*spare // starting and ready
+	zyg      *spare   // its zygote, starting or ready, where calls are forked
 	running  int      // calls of this environment running now
 	want     int      // the most that ran at once: spares to keep
 	failures int      // spares that died without serving, in a row
@@ -117,6 +118,7 @@ type spare struct {
 	started chan struct{} // closed once started
 	exited  chan struct{} // closed once reaped; box holds its state
 	exitErr error         // how it exited; set before exited closes
+	zyg     *zygoteOf     // set for a zygote, which forks calls and serves none
 
 	// Guarded by pool.mu.
 	ready   bool
@@ -179,6 +181,29 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 	we := p.learnLocked(key, rt, env)
 	we.running++
 	we.want = max(we.want, we.running)
+	if z := we.zyg; z != nil && z.ready && !z.retired {
+		p.mu.Unlock()
+		why := z.staleness()
+		if why == "" && closed(z.exited) {
+			why = "it died"
+		}
+		if why == "" {
+			var err error
+			if s, err = z.fork(); err != nil {
+				why = err.Error()
+			}
+		}
+		p.mu.Lock()
+		if why != "" {
+			z.box.log.Info("zygote not used; replacing it, and the call starts cold", "reason", why)
+			if !z.retired {
+				p.retireLocked(z)
+				p.discardLater(z)
+			}
+		} else {
+			we.failures = 0
+		}
+	}
 	for s == nil {
 		s = p.readyLocked(we)
 		if s == nil {
@@ -213,6 +238,10 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 		return nil, func() { p.ended(we) }
 	}
 	p.cfg.Metrics.WarmHit()
+	if s.zyg == nil && s.cmd == nil {
+		// Forked: the zygote stays, nothing to replace.
+		return s, func() { p.ended(we) }
+	}
 	// The replacement starts once the call ended or replaceDelay after
 	// it started, whichever comes first: an interpreter starting beside a
 	// short call would take the CPU it answers with.
@@ -273,13 +302,28 @@ func (p *warmPool) fillLocked() {
 			allowed = 0
 		}
 		left -= allowed
+		if we.rt.Embedded && forksHere() {
+			// One zygote forks all the calls of its environment.
+			z := min(allowed, 1)
+			left += allowed - z
+			allowed = z
+			if allowed == 0 && we.zyg != nil {
+				z := we.zyg
+				p.retireLocked(z)
+				p.discardLater(z)
+			}
+			if allowed == 1 && we.zyg == nil {
+				p.startLocked(we, true)
+			}
+			allowed = 0 // and no spares
+		}
 		for len(we.spares) > allowed {
 			s := we.spares[len(we.spares)-1]
 			p.retireLocked(s)
 			p.discardLater(s)
 		}
 		for len(we.spares) < allowed {
-			p.startLocked(we)
+			p.startLocked(we, false)
 		}
 	}
 	// Environments past the few kept are forgotten once idle.
@@ -296,13 +340,16 @@ func (p *warmPool) fillLocked() {
 // retireLocked takes s out of the pool; its caller discards it.
 func (p *warmPool) retireLocked(s *spare) {
 	s.retired = true
+	if s.we.zyg == s {
+		s.we.zyg = nil
+	}
 	s.we.spares = slices.DeleteFunc(s.we.spares, func(x *spare) bool { return x == s })
 }
 
 func (p *warmPool) publishLocked() {
 	n := 0
 	for _, we := range p.envs {
-		for _, s := range we.spares {
+		for _, s := range we.ownLocked() {
 			if s.ready {
 				n++
 			}
@@ -311,11 +358,25 @@ func (p *warmPool) publishLocked() {
 	p.cfg.Metrics.SetWarmRunners(n)
 }
 
-// startLocked adds a starting spare to we; its goroutine starts it.
-func (p *warmPool) startLocked(we *warmEnv) {
+// ownLocked is every warm process of we: its spares and its zygote.
+func (we *warmEnv) ownLocked() []*spare {
+	if we.zyg == nil {
+		return we.spares
+	}
+	return append(slices.Clip(we.spares), we.zyg)
+}
+
+// startLocked adds a starting spare (or zygote) to we; its goroutine
+// starts it.
+func (p *warmPool) startLocked(we *warmEnv, zygote bool) {
 	s := &spare{pool: p, we: we, started: make(chan struct{}), exited: make(chan struct{})}
 	s.box = &box{log: p.cfg.Log.With("spare_of", "warm")}
-	we.spares = append(we.spares, s)
+	if zygote {
+		s.zyg = &zygoteOf{}
+		we.zyg = s
+	} else {
+		we.spares = append(we.spares, s)
+	}
 	p.spares.Add(1)
 	go func() {
 		defer p.spares.Done()
@@ -402,7 +463,7 @@ func (s *spare) run() {
 
 // forgetLocked drops an environment and its spares' places.
 func (p *warmPool) forgetLocked(we *warmEnv) {
-	for _, s := range slices.Clone(we.spares) {
+	for _, s := range slices.Clone(we.ownLocked()) {
 		p.retireLocked(s)
 		p.discardLater(s)
 	}
@@ -449,7 +510,24 @@ func (s *spare) start() (*os.File, error) {
 	args := []string{s.we.rt.Path, spareFlag, "3"}
 	extra := []*os.File{reportW}
 	var pipes *nodePipes
-	if s.we.rt.Embedded {
+	var ctlChild *os.File
+	if s.zyg != nil {
+		// A zygote's own output goes nowhere: no call reads it.
+		stdoutW.Close()
+		stderrW.Close()
+		stdoutW, stderrW = nil, nil
+		if s.zyg.ctl, ctlChild, err = controlPair(); err != nil {
+			closeAll()
+			dir.remove()
+			return nil, err
+		}
+		files = append(files, ctlChild)
+		args = []string{s.we.rt.Path, zygoteFlag, "3", "4"}
+		if p.preload != "" {
+			args = append(args, p.preload)
+		}
+		extra = append(extra, ctlChild)
+	} else if s.we.rt.Embedded {
 		if p.preload != "" {
 			args = append(args, p.preload)
 		}
@@ -463,18 +541,27 @@ func (s *spare) start() (*os.File, error) {
 	cmd := exec.Command(p.cfg.Python, args...)
 	s.box.prepare(cmd, dir.env(effectiveEnv(p.cfg.env(s.we.env)), p.cfg.CancelGrace))
 	cmd.Dir = dir.cwd
-	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
+	if s.zyg == nil {
+		cmd.Stdout, cmd.Stderr = stdoutW, stderrW
+	}
 	cmd.ExtraFiles = extra
 	stdin, err := cmd.StdinPipe()
 	s.began = time.Now()
 	if err == nil {
 		err = s.box.start(cmd)
 	}
-	stdoutW.Close()
-	stderrW.Close()
+	if s.zyg != nil {
+		ctlChild.Close()
+	} else {
+		stdoutW.Close()
+		stderrW.Close()
+	}
 	reportW.Close()
 	pipes.started()
 	if err != nil {
+		if s.zyg != nil {
+			s.closeControl()
+		}
 		stdoutR.Close()
 		stderrR.Close()
 		reportR.Close()
@@ -548,6 +635,9 @@ func (p *warmPool) discard(s *spare) {
 			return
 		}
 	}
+	if s.zyg != nil {
+		s.closeControl() // no fork is in flight after this
+	}
 	// Nothing of a call ran in it: no grace is owed.
 	s.box.killed = true
 	s.box.signalAll(syscall.SIGKILL)
@@ -577,7 +667,7 @@ func (p *warmPool) watch() {
 		p.mu.Lock()
 		var ready []*spare
 		for _, we := range p.envs {
-			for _, s := range we.spares {
+			for _, s := range we.ownLocked() {
 				if s.ready {
 					ready = append(ready, s)
 				}
@@ -623,7 +713,7 @@ func (p *warmPool) close() {
 	close(p.janitor)
 	var all []*spare
 	for _, we := range p.envs {
-		for _, s := range slices.Clone(we.spares) {
+		for _, s := range slices.Clone(we.ownLocked()) {
 			p.retireLocked(s)
 			all = append(all, s)
 		}
