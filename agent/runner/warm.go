@@ -439,6 +439,8 @@ func (s *spare) run() {
 	p.mu.Unlock()
 	if !alive {
 		s.box.log.Debug("spare runner did not get ready", "error", decodeErr)
+	} else {
+		s.box.log.Debug("warm runner ready", "zygote", s.zyg != nil, "pid", s.box.pid, "ms", time.Since(s.began).Milliseconds())
 	}
 	<-s.exited
 	p.mu.Lock()
