@@ -181,29 +181,7 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 	we := p.learnLocked(key, rt, env)
 	we.running++
 	we.want = max(we.want, we.running)
-	if z := we.zyg; z != nil && z.ready && !z.retired {
-		p.mu.Unlock()
-		why := z.staleness()
-		if why == "" && closed(z.exited) {
-			why = "it died"
-		}
-		if why == "" {
-			var err error
-			if s, err = z.fork(); err != nil {
-				why = err.Error()
-			}
-		}
-		p.mu.Lock()
-		if why != "" {
-			z.box.log.Info("zygote not used; replacing it, and the call starts cold", "reason", why)
-			if !z.retired {
-				p.retireLocked(z)
-				p.discardLater(z)
-			}
-		} else {
-			we.failures = 0
-		}
-	}
+	forked := false
 	for s == nil {
 		s = p.readyLocked(we)
 		if s == nil {
@@ -228,7 +206,34 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 		}
 		we.failures = 0
 	}
-	if s == nil {
+	// No spare ready: one forked now still beats a cold start.
+	if z := we.zyg; s == nil && z != nil && z.ready && !z.retired {
+		p.mu.Unlock()
+		why := z.staleness()
+		if why == "" && closed(z.exited) {
+			why = "it died"
+		}
+		if why == "" {
+			s = &spare{pool: p, we: we, started: make(chan struct{}), exited: make(chan struct{})}
+			s.box = &box{log: z.box.log}
+			if err := z.fork(s); err != nil {
+				why, s = err.Error(), nil
+			} else {
+				forked = true
+			}
+		}
+		p.mu.Lock()
+		if why != "" {
+			z.box.log.Info("zygote not used; replacing it, and the call starts cold", "reason", why)
+			if !z.retired {
+				p.retireLocked(z)
+				p.discardLater(z)
+			}
+		} else {
+			we.failures = 0
+		}
+	}
+	if s == nil || forked {
 		p.fillLocked()
 	}
 	p.publishLocked()
@@ -238,10 +243,6 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 		return nil, func() { p.ended(we) }
 	}
 	p.cfg.Metrics.WarmHit()
-	if s.zyg == nil && s.cmd == nil {
-		// Forked: the zygote stays, nothing to replace.
-		return s, func() { p.ended(we) }
-	}
 	// The replacement starts once the call ended or replaceDelay after
 	// it started, whichever comes first: an interpreter starting beside a
 	// short call would take the CPU it answers with.
@@ -302,27 +303,25 @@ func (p *warmPool) fillLocked() {
 			allowed = 0
 		}
 		left -= allowed
+		waiting := false // for the zygote to be ready, to fork spares
 		if we.rt.Embedded && forksHere() {
-			// One zygote forks all the calls of its environment.
-			z := min(allowed, 1)
-			left += allowed - z
-			allowed = z
+			// A zygote forks the environment's spares.
+			waiting = we.zyg == nil || !we.zyg.ready
 			if allowed == 0 && we.zyg != nil {
 				z := we.zyg
 				p.retireLocked(z)
 				p.discardLater(z)
 			}
-			if allowed == 1 && we.zyg == nil {
+			if allowed > 0 && we.zyg == nil {
 				p.startLocked(we, true)
 			}
-			allowed = 0 // and no spares
 		}
 		for len(we.spares) > allowed {
 			s := we.spares[len(we.spares)-1]
 			p.retireLocked(s)
 			p.discardLater(s)
 		}
-		for len(we.spares) < allowed {
+		for len(we.spares) < allowed && !waiting {
 			p.startLocked(we, false)
 		}
 	}
@@ -349,7 +348,7 @@ func (p *warmPool) retireLocked(s *spare) {
 func (p *warmPool) publishLocked() {
 	n := 0
 	for _, we := range p.envs {
-		for _, s := range we.ownLocked() {
+		for _, s := range we.spares { // a zygote is not a runner
 			if s.ready {
 				n++
 			}
@@ -371,15 +370,23 @@ func (we *warmEnv) ownLocked() []*spare {
 func (p *warmPool) startLocked(we *warmEnv, zygote bool) {
 	s := &spare{pool: p, we: we, started: make(chan struct{}), exited: make(chan struct{})}
 	s.box = &box{log: p.cfg.Log.With("spare_of", "warm")}
+	var from *spare // the zygote it is forked from, when one is ready
 	if zygote {
 		s.zyg = &zygoteOf{}
 		we.zyg = s
 	} else {
 		we.spares = append(we.spares, s)
+		if z := we.zyg; z != nil && z.ready && !z.retired {
+			from = z
+		}
 	}
 	p.spares.Add(1)
 	go func() {
 		defer p.spares.Done()
+		if from != nil {
+			s.runForked(from)
+			return
+		}
 		s.run()
 	}()
 }
@@ -434,14 +441,49 @@ func (s *spare) run() {
 	alive := decodeErr == nil && !closed(s.exited)
 	if alive && !s.retired {
 		s.ready, s.watch = true, watch
+		if s.zyg != nil {
+			p.fillLocked() // its spares are forked now
+		}
 		p.publishLocked()
 	}
 	p.mu.Unlock()
 	if !alive {
 		s.box.log.Debug("spare runner did not get ready", "error", decodeErr)
-	} else {
-		s.box.log.Debug("warm runner ready", "zygote", s.zyg != nil, "pid", s.box.pid, "ms", time.Since(s.began).Milliseconds())
 	}
+	s.waitServed()
+}
+
+// runForked forks the spare from its environment's zygote z; a zygote
+// that cannot fork is replaced, and the spare with it.
+func (s *spare) runForked(z *spare) {
+	p := s.pool
+	if err := z.fork(s); err != nil {
+		s.box.log.Info("a zygote could not fork a spare; replacing it", "error", err)
+		p.mu.Lock()
+		p.retireLocked(s)
+		if !z.retired {
+			p.retireLocked(z)
+			p.discardLater(z)
+		}
+		p.fillLocked()
+		p.mu.Unlock()
+		close(s.exited)
+		return
+	}
+	p.mu.Lock()
+	if !s.retired {
+		// Its code is its zygote's: as fresh as the zygote, as old.
+		s.ready, s.watch, s.began = true, z.watch, z.began
+		p.publishLocked()
+	}
+	p.mu.Unlock()
+	s.waitServed()
+}
+
+// waitServed waits for a started spare's end: handed a call, the call
+// owns what follows; otherwise it is cleaned up and replaced.
+func (s *spare) waitServed() {
+	p := s.pool
 	<-s.exited
 	p.mu.Lock()
 	taken, retired := s.taken, s.retired

@@ -82,14 +82,14 @@ type forkRequest struct {
 	Token string   `json:"token"`
 }
 
-// fork makes a call's runner from the zygote z: a spare, started and
-// ready, for take to hand to the call.
-func (z *spare) fork() (*spare, error) {
+// fork makes s, a spare of z's environment, by forking it from the
+// zygote z: started, in its own box, waiting for its request.
+func (z *spare) fork(s *spare) error {
 	p := z.pool
 	z.zyg.mu.Lock()
 	defer z.zyg.mu.Unlock()
 	if z.zyg.ctl == nil {
-		return nil, errors.New("the zygote was stopped")
+		return errors.New("the zygote was stopped")
 	}
 	var files []*os.File
 	closeAll := func() {
@@ -102,7 +102,7 @@ func (z *spare) fork() (*spare, error) {
 		r, w, err := os.Pipe()
 		if err != nil {
 			closeAll()
-			return nil, fmt.Errorf("creating the runner's pipes: %w", err)
+			return fmt.Errorf("creating the runner's pipes: %w", err)
 		}
 		files = append(files, r, w)
 		ends[i] = [2]*os.File{r, w}
@@ -110,25 +110,23 @@ func (z *spare) fork() (*spare, error) {
 	dir, err := newCallDir(p.cfg.StateDir)
 	if err != nil {
 		closeAll()
-		return nil, err
+		return err
 	}
 	pipes, err := newNodePipes()
 	if err != nil {
 		closeAll()
 		dir.remove()
-		return nil, err
+		return err
 	}
-	s := &spare{pool: p, we: z.we, dir: dir, pipes: pipes, started: make(chan struct{}), exited: make(chan struct{})}
-	s.box = &box{log: z.box.log}
 	env := s.box.make(dir.env(effectiveEnv(p.cfg.env(z.we.env)), p.cfg.CancelGrace))
-	fail := func(err error) (*spare, error) {
+	fail := func(err error) error {
 		closeAll()
 		pipes.close()
 		if s.box.cg != nil {
 			s.box.cg.Remove(0)
 		}
 		dir.remove()
-		return nil, err
+		return err
 	}
 	msg, err := json.Marshal(forkRequest{Env: env, Cwd: dir.cwd, Token: pipes.token})
 	if err != nil {
@@ -189,8 +187,9 @@ func (z *spare) fork() (*spare, error) {
 			s.box.cg.Remove(reapWait)
 		}
 		dir.remove()
-		return nil, fmt.Errorf("taking the forked runner in: %w", errors.Join(findErr, moveErr))
+		return fmt.Errorf("taking the forked runner in: %w", errors.Join(findErr, moveErr))
 	}
+	s.dir, s.pipes = dir, pipes
 	go func() {
 		state, err := proc.Wait()
 		s.box.mu.Lock()
@@ -204,7 +203,7 @@ func (z *spare) fork() (*spare, error) {
 		close(s.exited)
 	}()
 	close(s.started)
-	return s, nil
+	return nil
 }
 
 // closeControl ends the zygote's service: it exits once it reads the end.

@@ -2095,6 +2095,7 @@ def zygote_serve() -> None:
     """In zygote mode, serves forks and returns only in a forked runner."""
     if len(sys.argv) < 4 or sys.argv[1] != ZYGOTE_FLAG:
         return
+    import gc
     import socket
     import warnings
 
@@ -2102,6 +2103,11 @@ def zygote_serve() -> None:
     preloads = [m for m in (sys.argv[4] if len(sys.argv) > 4 else "").split(",") if m]
     del sys.argv[1:]
     preload_and_report(report_fd, preloads)
+    # What is loaded now stays out of the collector's way in the forks: a
+    # collection there would touch every object, and copy every page.
+    if hasattr(gc, "freeze"):
+        gc.collect()
+        gc.freeze()
     control = socket.socket(fileno=control_fd)
     while True:
         try:
