@@ -275,3 +275,41 @@ func TestZygoteKilledIsReplaced(t *testing.T) {
 	}
 	leftBehind(t, pids, state)
 }
+
+// TestZygoteWedgedIsReplaced: a zygote that stops answering (SIGSTOP) is
+// given up after its fork timeout; calls meanwhile start cold and answer,
+// and a new zygote forks the calls after.
+func TestZygoteWedgedIsReplaced(t *testing.T) {
+	needZygotes(t)
+	_, wk, w, state := warmWorker(t, nil, "--warm", "1")
+	addr := monitorAddr(t, w)
+	fingerprint(t, wk, w, "teach")
+	waitSpares(t, addr, 1)
+	wedged := zygotePids(w)
+	if len(wedged) != 1 {
+		t.Fatalf("the worker has zygotes %v; want one", wedged)
+	}
+	syscall.Kill(wedged[0], syscall.SIGSTOP)
+	// Its spare gone, the next is asked of the wedged zygote.
+	for _, pid := range sparePids(w) {
+		if pid != wedged[0] {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	if _, forked, _ := fingerprint(t, wk, w, "while-wedged"); forked {
+		t.Errorf("a call ran forked while the only zygote was stopped")
+	}
+	eventually(t, 60*time.Second, "a new zygote in place of the wedged one", func() bool {
+		now := zygotePids(w)
+		return len(now) == 1 && now[0] != wedged[0]
+	})
+	waitSpares(t, addr, 1)
+	if _, forked, _ := fingerprint(t, wk, w, "after"); !forked {
+		t.Errorf("the call after the new zygote was ready did not run forked")
+	}
+	w.signal(syscall.SIGTERM)
+	if code := w.wait(60 * time.Second); code != 0 {
+		t.Fatalf("the worker exited %d", code)
+	}
+	leftBehind(t, wedged, state)
+}

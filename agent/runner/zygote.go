@@ -61,7 +61,15 @@ type zygoteOf struct {
 // controlPair makes the zygote's control socket: the worker's end and the
 // zygote's, which the zygote inherits.
 func controlPair() (*net.UnixConn, *os.File, error) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	// Close-on-exec before any other runner can start with it (the way
+	// os.Pipe does where pipe2 is missing): only the zygote gets its end.
+	syscall.ForkLock.RLock()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET, 0)
+	if err == nil {
+		syscall.CloseOnExec(fds[0])
+		syscall.CloseOnExec(fds[1])
+	}
+	syscall.ForkLock.RUnlock()
 	if err != nil {
 		return nil, nil, fmt.Errorf("creating the zygote's control socket: %w", err)
 	}
