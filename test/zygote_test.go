@@ -243,73 +243,53 @@ def gpu():
 	}
 }
 
-// TestZygoteKilledIsReplaced: a zygote killed between calls is replaced;
-// the call that finds it dead starts cold and answers; the next is forked
-// from the new zygote; and nothing of a forked call outlives the worker.
-func TestZygoteKilledIsReplaced(t *testing.T) {
+// TestZygoteReplaced: a zygote killed between calls, or one that stops
+// answering (SIGSTOP: given up after its fork timeout), is replaced; calls
+// meanwhile answer (forked from a spare made before, or cold); the calls
+// after are forked from the new zygote; and nothing of a forked call
+// outlives the worker.
+func TestZygoteReplaced(t *testing.T) {
 	needZygotes(t)
-	_, wk, w, state := warmWorker(t, nil, "--warm", "1")
-	addr := monitorAddr(t, w)
-	fingerprint(t, wk, w, "teach")
-	waitSpares(t, addr, 1)
-	before := zygotePids(w)
-	if len(before) != 1 {
-		t.Fatalf("the worker has zygotes %v; want one", before)
+	for _, how := range []string{"killed", "wedged"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			_, wk, w, state := warmWorker(t, nil, "--warm", "1")
+			addr := monitorAddr(t, w)
+			fingerprint(t, wk, w, "teach")
+			waitSpares(t, addr, 1)
+			before := zygotePids(w)
+			if len(before) != 1 {
+				t.Fatalf("the worker has zygotes %v; want one", before)
+			}
+			if how == "killed" {
+				syscall.Kill(before[0], syscall.SIGKILL)
+				fingerprint(t, wk, w, "right-after")
+			} else {
+				syscall.Kill(before[0], syscall.SIGSTOP)
+				// Its spare gone, the next is asked of the wedged zygote.
+				for _, pid := range sparePids(w) {
+					if pid != before[0] {
+						syscall.Kill(pid, syscall.SIGKILL)
+					}
+				}
+				if _, forked, _ := fingerprint(t, wk, w, "while-wedged"); forked {
+					t.Errorf("a call ran forked while the only zygote was stopped")
+				}
+			}
+			eventually(t, 60*time.Second, "a new zygote in place of the old one", func() bool {
+				now := zygotePids(w)
+				return len(now) == 1 && now[0] != before[0]
+			})
+			waitSpares(t, addr, 1)
+			if _, forked, _ := fingerprint(t, wk, w, "after"); !forked {
+				t.Errorf("the call after the new zygote was ready did not run forked")
+			}
+			pids := append(before, sparePids(w)...)
+			w.signal(syscall.SIGTERM)
+			if code := w.wait(60 * time.Second); code != 0 {
+				t.Fatalf("the worker exited %d", code)
+			}
+			leftBehind(t, pids, state)
+		})
 	}
-	syscall.Kill(before[0], syscall.SIGKILL)
-	// Whether the call finds it dead (cold) or its replacement ready
-	// (forked), it answers.
-	fingerprint(t, wk, w, "right-after")
-	eventually(t, 60*time.Second, "a new zygote in place of the killed one", func() bool {
-		now := zygotePids(w)
-		return len(now) == 1 && now[0] != before[0]
-	})
-	waitSpares(t, addr, 1)
-	if _, forked, _ := fingerprint(t, wk, w, "after"); !forked {
-		t.Errorf("the call after the new zygote was ready did not run forked")
-	}
-	pids := append(before, sparePids(w)...)
-	w.signal(syscall.SIGTERM)
-	if code := w.wait(60 * time.Second); code != 0 {
-		t.Fatalf("the worker exited %d", code)
-	}
-	leftBehind(t, pids, state)
-}
-
-// TestZygoteWedgedIsReplaced: a zygote that stops answering (SIGSTOP) is
-// given up after its fork timeout; calls meanwhile start cold and answer,
-// and a new zygote forks the calls after.
-func TestZygoteWedgedIsReplaced(t *testing.T) {
-	needZygotes(t)
-	_, wk, w, state := warmWorker(t, nil, "--warm", "1")
-	addr := monitorAddr(t, w)
-	fingerprint(t, wk, w, "teach")
-	waitSpares(t, addr, 1)
-	wedged := zygotePids(w)
-	if len(wedged) != 1 {
-		t.Fatalf("the worker has zygotes %v; want one", wedged)
-	}
-	syscall.Kill(wedged[0], syscall.SIGSTOP)
-	// Its spare gone, the next is asked of the wedged zygote.
-	for _, pid := range sparePids(w) {
-		if pid != wedged[0] {
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
-	if _, forked, _ := fingerprint(t, wk, w, "while-wedged"); forked {
-		t.Errorf("a call ran forked while the only zygote was stopped")
-	}
-	eventually(t, 60*time.Second, "a new zygote in place of the wedged one", func() bool {
-		now := zygotePids(w)
-		return len(now) == 1 && now[0] != wedged[0]
-	})
-	waitSpares(t, addr, 1)
-	if _, forked, _ := fingerprint(t, wk, w, "after"); !forked {
-		t.Errorf("the call after the new zygote was ready did not run forked")
-	}
-	w.signal(syscall.SIGTERM)
-	if code := w.wait(60 * time.Second); code != 0 {
-		t.Fatalf("the worker exited %d", code)
-	}
-	leftBehind(t, wedged, state)
 }
