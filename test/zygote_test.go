@@ -272,6 +272,10 @@ func TestZygoteReplaced(t *testing.T) {
 						syscall.Kill(pid, syscall.SIGKILL)
 					}
 				}
+				eventually(t, 60*time.Second, "the killed spare out of the pool", func() bool {
+					spares, _, _ := warmState(t, addr)
+					return spares == 0
+				})
 				if _, forked, _ := fingerprint(t, wk, w, "while-wedged"); forked {
 					t.Errorf("a call ran forked while the only zygote was stopped")
 				}
