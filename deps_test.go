@@ -7,18 +7,23 @@ import (
 )
 
 // TestBinaryHasNoTestPackages keeps the test harness out of what ships:
-// nothing under test/ (fake runners, the systemd rig, the integration
-// tests' helpers) may be compiled into fluksio-worker. The fake engine that
-// selftest uses is agent/enginetest, a deliberate package.
+// nothing under test/ (the systemd rig, the integration tests' helpers)
+// and not the fake runner (agent/runner/runnertest) may be compiled into
+// fluksio-worker. The fake engine that selftest uses is agent/enginetest, a
+// deliberate package.
 func TestBinaryHasNoTestPackages(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").Output()
 	if err != nil {
 		t.Fatalf("go list -deps .: %v", err)
 	}
 	const testTree = "github.com/fluksio/fluksio-worker/test"
+	const fakeRunner = "github.com/fluksio/fluksio-worker/agent/runner/runnertest"
 	for _, pkg := range strings.Fields(string(out)) {
 		if pkg == testTree || strings.HasPrefix(pkg, testTree+"/") {
 			t.Errorf("the binary imports %s; code under test/ must not ship", pkg)
+		}
+		if pkg == fakeRunner {
+			t.Errorf("the binary imports the fake runner %s", pkg)
 		}
 	}
 }

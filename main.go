@@ -39,6 +39,7 @@ func commands() []command {
 		{"reload", "reload the installed service once its running calls finish", installer.ReloadCommand},
 		{"status", "show the service's state and what the worker is doing", installer.StatusCommand},
 		{"check", "check Python, the runtime, the inventory and the engine, for a human", installer.CheckCommand},
+		{"check-config", "check that run would start with these options and config, as a reload does first", agent.CheckConfigCommand},
 		{"completion", "print the completion script for bash, zsh or fish", completionCommand},
 		{"copy", "copy this binary into a directory (for a Kubernetes init container)", copyCommand},
 		{"version", "print the version, revision, build date, Go version and protocol (--json)", versionCommand},
@@ -48,7 +49,7 @@ func commands() []command {
 // takesRunOptions are the commands that take every option of run's table
 // besides the flags their help lists (check's help says so in one line);
 // completions offer them all.
-var takesRunOptions = map[string]bool{"check": true}
+var takesRunOptions = map[string]bool{"check": true, "check-config": true}
 
 func main() {
 	agent.Version = version

@@ -23,6 +23,7 @@ import (
 // starts and stops it; the call's goroutine is the one that ends it.
 type call struct {
 	id       string
+	idJSON   []byte   // id as a JSON string, which every line the call sends carries
 	op       string   // run or compile
 	function string   // the request's function, for the log
 	request  []byte   // the request line, without its env; dropped once written
@@ -74,7 +75,7 @@ type call struct {
 
 // newCall makes a call of an engine's request; it runs once it has a slot.
 func newCall(id, op, function string, request []byte, env []string, a *Agent, conn *engine.Conn, log *slog.Logger, now time.Time) *call {
-	c := &call{id: id, op: op, function: function, request: request, size: len(request) + envSize(env), env: env,
+	c := &call{id: id, idJSON: protocol.EncodeCallID(id), op: op, function: function, request: request, size: len(request) + envSize(env), env: env,
 		agent: a, conn: conn, log: log, arrived: now, lastBeat: now}
 	// Not a child of the connection's context: a waiting call must not
 	// hold on to it; run stops the call when the connection is lost.
@@ -111,7 +112,7 @@ func (c *call) run(ctx context.Context, rt runner.Runtime) {
 		Env:     c.env,
 		Request: request,
 		Log:     c.log,
-		Send:    c.sendEvent,
+		Send:    func(frame []byte) { c.sendEvent(c.own(frame)) },
 	})
 	request = nil
 	var stop *runner.StopError
@@ -186,7 +187,7 @@ func (c *call) answer(ctx context.Context, p *runner.Process, end runner.Output)
 			c.errType, c.errMsg = protocol.ReadError(end.Answer)
 		}
 		c.agent.metrics.AnswerRelayed(len(end.Answer))
-		c.sendAnswer(end.Answer)
+		c.sendAnswer(c.own(end.Answer))
 	case end.Err != nil:
 		c.outcome = metrics.OutcomeError
 		c.errType, c.errMsg = protocol.TypeRemoteError, end.Err.Error()
@@ -203,6 +204,16 @@ func (c *call) answer(ctx context.Context, p *runner.Process, end runner.Output)
 		c.errType, c.errMsg = typ, msg
 		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, typ, msg))
 	}
+}
+
+// own makes a runner's line its call's, whatever call_id the runner wrote
+// (protocol.StampCallID); a frame it replaces goes back to the pool.
+func (c *call) own(frame []byte) []byte {
+	stamped := protocol.StampCallID(frame, c.idJSON)
+	if len(stamped) != len(frame) || &stamped[0] != &frame[0] {
+		runner.PutFrame(frame)
+	}
+	return stamped
 }
 
 // nextBeat is when the call's next heartbeat is due.

@@ -4,7 +4,6 @@ package agent_test
 // end with its outcome, parsed as a log pipeline parses --log-format json.
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -155,17 +154,7 @@ func TestCallEndRecords(t *testing.T) {
 // waitStream waits for a call's first stream event: its node runs.
 func waitStream(t *testing.T, c *enginetest.Call) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-	defer cancel()
-	for {
-		m, err := c.Next(ctx)
-		if err != nil || m.IsAnswer() {
-			t.Fatalf("%s: no stream event: %v %s", c.ID, err, m.Raw)
-		}
-		if m.Event == "stream" {
-			return
-		}
-	}
+	nextEvent(t, c, "stream")
 }
 
 // --node-log-level quiets what nodes print on stderr without hiding the

@@ -42,6 +42,10 @@ type attachment struct {
 // or refused messages may cause; the rest are counted.
 const engineNoisePerSecond = 10
 
+// msgUnreadable answers a call whose request this worker cannot decode
+// although its op and call_id can be read.
+const msgUnreadable = "the worker cannot read this request: it is not valid JSON, or nested deeper than 10000 levels"
+
 // maxLoggedID bounds an identifier (a call_id, an op) in the log: the
 // engine chooses them, and a 1 MB call_id must not be logged whole on
 // every line of its call.
@@ -52,6 +56,15 @@ const maxLoggedID = 128
 func (a *Agent) handle(at *attachment, data []byte) {
 	m, err := protocol.ParseMessage(data)
 	if err != nil {
+		if op, id, ok := protocol.SalvageCall(data); ok && (op == protocol.OpRun || op == protocol.OpCompile) {
+			// Still a call the engine waits on: it gets its answer.
+			if at.noise.Allow() {
+				a.log.Warn("call refused: the request cannot be read", "call_id", logging.Cut(id, maxLoggedID), "error", err)
+			}
+			a.metrics.CallDeclined(declineReason(msgUnreadable))
+			at.conn.SendJSON(protocol.NewErrorAnswer(id, protocol.TypeRemoteError, msgUnreadable))
+			return
+		}
 		if at.noise.Allow() {
 			a.log.Warn("ignoring a message from the engine that is not a JSON object", "message", logging.Cut(data, 200))
 		}
@@ -213,21 +226,6 @@ func (a *Agent) callEnded(c *call) {
 	a.publishCounts(running, waiting)
 	a.status.Update(func(s *status.Status) { s.CallsDone = done })
 	a.notify()
-}
-
-// callEnv is the runner's environment: the agent's own (with the artifact
-// endpoint and token) and then the request's env.
-func (a *Agent) callEnv(raw json.RawMessage) ([]string, error) {
-	extra, err := requestEnv(raw)
-	if err != nil {
-		return nil, err
-	}
-	return a.runnerEnv(extra), nil
-}
-
-// runnerEnv adds a request's env to the agent's own; later entries win.
-func (a *Agent) runnerEnv(extra []string) []string {
-	return append(a.baseEnv[:len(a.baseEnv):len(a.baseEnv)], extra...)
 }
 
 // requestEnv is the request's env as KEY=VALUE entries, with CUDA devices

@@ -133,16 +133,17 @@ func (a *Agent) detached() {
 // ListenMonitoring serves /metrics, /healthz and /livez on --listen. The caller
 // closes the server.
 func (a *Agent) ListenMonitoring() (*metrics.Server, error) {
-	srv, err := metrics.Listen(a.cfg.Listen, a.metrics, a.Health, a.Live)
+	srv, err := metrics.Listen(a.cfg.Listen, a.metrics, a.Health, a.Live, a.log)
 	if err != nil {
 		return nil, &config.UsageError{Err: err}
+	}
+	if to := metrics.Exposure(a.cfg.Listen); to != "" {
+		a.log.Warn("the monitoring port is open beyond this machine; bind 127.0.0.1 or firewall it unless that is meant",
+			"listen", srv.Addr(), "open_to", to)
 	}
 	a.status.Update(func(s *status.Status) { s.Listen = srv.Addr() })
 	return srv, nil
 }
-
-// Metrics is the worker's metrics, nil without --listen.
-func (a *Agent) Metrics() *metrics.Metrics { return a.metrics }
 
 // maxCallsTaken reports whether --max-calls leaves no room for another
 // call: the calls answered and those running (which may yet be answered)

@@ -201,6 +201,16 @@ func (a *Agent) reexec(exe string, exeErr error, reloading func()) int {
 	return config.ExitReloadFailed
 }
 
+// refuseReload keeps the worker serving when the binary on disk would not
+// start with the configuration: it logs why, and status shows it until the
+// next reload is asked.
+func (a *Agent) refuseReload(err error) {
+	a.log.Error("reload refused: the binary on disk would not start with this configuration; this worker keeps serving as it is (fix the cause, then reload again)",
+		"error", err)
+	at := time.Now().UTC()
+	a.status.Update(func(s *status.Status) { s.ReloadRefused = &status.ReloadRefused{At: at, Reason: err.Error()} })
+}
+
 // logReloadRequest says what a SIGHUP does in the worker's current state.
 func logReloadRequest(log *slog.Logger, a *Agent) {
 	if closed(a.reloadCh) {

@@ -70,6 +70,17 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		log.Error("cannot use the state directory", "error", err)
 		return exiting(log, config.ExitUsage, "the state directory cannot be used")
 	}
+	lock, err := config.LockStateDir(stateDir)
+	if err != nil {
+		log.Error("cannot use the state directory", "error", err)
+		return exiting(log, config.ExitUsage, "another worker holds the state directory")
+	}
+	defer lock.Release()
+	if n, err := runner.ClearLeftovers(stateDir); err != nil {
+		log.Warn("could not remove what an earlier worker left in the state directory", "error", err)
+	} else if n > 0 {
+		log.Info("removed what an earlier worker, killed outright, left in the state directory", "removed", n)
+	}
 	// Resolved now: after an upgrade replaced the file, the path is what
 	// a reload executes.
 	exe, exeErr := Executable()
@@ -85,7 +96,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return exiting(log, config.ExitUsage, "--listen cannot be served")
 		}
 		defer srv.Close()
-		log.Info("serving /metrics and /healthz", "listen", srv.Addr())
+		log.Info("serving /metrics, /healthz and /livez", "listen", srv.Addr())
 	}
 
 	signals := make(chan os.Signal, 4)
@@ -101,6 +112,9 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	attaching := a.Attaching()
 	service.Status(a.Pulse())
 	stopping := false
+	// A reload is checked before it begins (reloadcheck.go); checked
+	// carries the verdict, nil while no check runs.
+	var checked chan error
 	for {
 		select {
 		case <-attaching:
@@ -122,11 +136,26 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 				why = a.EndReason()
 			}
 			return exiting(log, code, why)
+		case err := <-checked:
+			checked = nil
+			if err != nil {
+				a.refuseReload(err)
+				break
+			}
+			a.status.Update(func(s *status.Status) { s.ReloadRefused = nil })
+			a.Reload()
 		case sig := <-signals:
 			switch {
+			case sig == syscall.SIGHUP && checked != nil:
+				log.Info("SIGHUP: the reload asked before is still being checked")
 			case sig == syscall.SIGHUP:
 				logReloadRequest(log, a)
-				a.Reload()
+				if exeErr != nil {
+					a.refuseReload(exeErr)
+					break
+				}
+				checked = make(chan error, 1)
+				go func() { checked <- checkReload(ctx, exe) }()
 			case sig == syscall.SIGQUIT:
 				log.Info("SIGQUIT: draining")
 				a.endBecause("SIGQUIT: drained")

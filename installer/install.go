@@ -343,7 +343,7 @@ func readToken(h host, flagName, v string) (string, error) {
 	case flagName == "token-file":
 		return config.ReadTokenFile(v)
 	case v == "-":
-		return readTokenFrom(h.Stdin)
+		return config.ReadTokenFrom(h.Stdin)
 	case v == "":
 		return "", &config.UsageError{Err: errors.New("--token is empty")}
 	}

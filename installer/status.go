@@ -237,6 +237,9 @@ func writeWorker(row func(label, format string, args ...any), state State, st st
 	default:
 		row("worker", "%s%s", prefix, st.State)
 	}
+	if r := st.ReloadRefused; r != nil {
+		row("reload", "refused %s: %s", ago(now, r.At), r.Reason)
+	}
 	if st.CallsQueued > 0 {
 		row("calls", "%d running, %d waiting for a slot, %d done", st.CallsRunning, st.CallsQueued, st.CallsDone)
 	} else {
@@ -248,7 +251,7 @@ func writeWorker(row func(label, format string, args ...any), state State, st st
 			logging.FormatBytes(h.Memory), logging.FormatBytes(h.Disk), h.Deadline.Local().Format("15:04:05"))
 	}
 	if st.Listen != "" {
-		row("monitor", "http://%s/metrics and /healthz", st.Listen)
+		row("monitor", "http://%s/metrics, /healthz and /livez", st.Listen)
 	}
 	if st.Containment != "" {
 		row("contain", "%s", st.Containment)

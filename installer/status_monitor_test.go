@@ -20,7 +20,7 @@ func TestStatusShowsTheListenAddress(t *testing.T) {
 	st.Listen = "127.0.0.1:9465"
 	out.Reset()
 	writeStatus(&out, l, Running, st, nil)
-	if !strings.Contains(out.String(), "monitor:  http://127.0.0.1:9465/metrics and /healthz") {
+	if !strings.Contains(out.String(), "monitor:  http://127.0.0.1:9465/metrics, /healthz and /livez") {
 		t.Errorf("status does not show where /metrics is served:\n%s", out.String())
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/fluksio/fluksio-worker/agent/config"
 )
 
 // openPTY opens a pseudo-terminal pair with nothing but the kernel's
@@ -77,7 +79,7 @@ func TestTokenAtATerminalIsNotEchoed(t *testing.T) {
 	}
 	got := make(chan result, 1)
 	go func() {
-		tok, err := readTokenFrom(tty)
+		tok, err := config.ReadTokenFrom(tty)
 		got <- result{tok, err}
 	}()
 	// Paste only once echo is off, as a person would after the prompt;

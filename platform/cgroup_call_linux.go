@@ -33,9 +33,22 @@ type CallCgroups struct {
 	cloneInto bool
 }
 
-// workerLeaf is the cgroup the worker moves itself into: cgroup v2 lets a
-// cgroup with controllers enabled for its children hold no processes.
-const workerLeaf = "worker"
+// In a cgroup of its own (a systemd service with Delegate=yes, a user's
+// scope), the worker makes a subtree named for its pid and moves itself
+// into a leaf of it, as cgroup v2 lets a cgroup with controllers enabled
+// for its children hold no processes; its calls' cgroups are made next to
+// that leaf:
+//
+//	<own cgroup>/worker-<pid>/worker     the worker
+//	<own cgroup>/worker-<pid>/call-…     its calls
+//
+// Several workers started from one cgroup (one per GPU, from one terminal
+// or tmux session) each own their subtree, and one clears at start only the
+// subtrees of workers that are gone.
+const (
+	workerLeaf    = "worker"
+	subtreePrefix = "worker-"
+)
 
 // unifiedMount finds the cgroup v2 hierarchy: /sys/fs/cgroup, or
 // /sys/fs/cgroup/unified on hybrid hosts.
@@ -47,6 +60,15 @@ func unifiedMount() (string, error) {
 		}
 	}
 	return "", errors.New("no cgroup v2 hierarchy is mounted")
+}
+
+// sharedCgroup is the cgroup the worker was started in: its own, less the
+// subtree and leaf it made for itself before a reload re-executed it.
+func sharedCgroup(own string) string {
+	if filepath.Base(own) == workerLeaf && filepath.Base(filepath.Dir(own)) == subtreePrefix+strconv.Itoa(os.Getpid()) {
+		return filepath.Dir(filepath.Dir(own))
+	}
+	return own
 }
 
 // SetupCgroups prepares cgroups for calls under this process's own cgroup,
@@ -75,30 +97,63 @@ func SetupCgroups() (*CallCgroups, error) {
 		cc.cloneInto = cc.probeCloneInto()
 		return cc, nil
 	}
-	// A worker re-executed by a reload is already in its leaf.
-	if filepath.Base(own) == workerLeaf {
-		own = filepath.Dir(own)
-	}
-	cc.base = filepath.Join(mount, own)
+	shared := filepath.Join(mount, sharedCgroup(own))
+	cc.base = filepath.Join(shared, subtreePrefix+strconv.Itoa(os.Getpid()))
 	leaf := filepath.Join(cc.base, workerLeaf)
-	if err := os.Mkdir(leaf, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return nil, fmt.Errorf("making the worker's own cgroup: %w", err)
+	for _, dir := range []string{cc.base, leaf} {
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("making the worker's own cgroup: %w", err)
+		}
 	}
 	if err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
+		os.Remove(leaf)
+		os.Remove(cc.base)
 		return nil, fmt.Errorf("moving the worker into %s: %w", leaf, err)
 	}
 	// Controllers for the calls where they are available: memory gives
-	// memory.events (OOM kills) and memory.peak. Best effort.
-	if ctrl, err := os.ReadFile(filepath.Join(cc.base, "cgroup.controllers")); err == nil {
-		for _, c := range []string{"memory", "pids", "cpu"} {
-			if strings.Contains(" "+strings.TrimSpace(string(ctrl))+" ", " "+c+" ") {
-				os.WriteFile(filepath.Join(cc.base, "cgroup.subtree_control"), []byte("+"+c), 0)
-			}
-		}
+	// memory.events (OOM kills) and memory.peak. Best effort: the shared
+	// cgroup cannot enable any while another process still runs in it.
+	for _, dir := range []string{shared, cc.base} {
+		enableControllers(dir)
 	}
+	clearGoneWorkers(shared)
 	cc.clearLeftovers()
 	cc.cloneInto = cc.probeCloneInto()
 	return cc, nil
+}
+
+func enableControllers(dir string) {
+	ctrl, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+	if err != nil {
+		return
+	}
+	for _, c := range []string{"memory", "pids", "cpu"} {
+		if strings.Contains(" "+strings.TrimSpace(string(ctrl))+" ", " "+c+" ") {
+			os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+"+c), 0)
+		}
+	}
+}
+
+// clearGoneWorkers kills and removes the subtrees in shared whose worker
+// (its pid is in the name) is gone: what a worker killed outright left.
+// Those of workers still running are theirs.
+func clearGoneWorkers(shared string) {
+	dirs, _ := filepath.Glob(filepath.Join(shared, subtreePrefix+"*"))
+	for _, dir := range dirs {
+		pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(dir), subtreePrefix))
+		if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) != syscall.ESRCH {
+			continue
+		}
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if e.IsDir() {
+				g := &CallCgroup{dir: filepath.Join(dir, e.Name()), fd: -1}
+				g.Kill()
+				g.Remove(time.Second)
+			}
+		}
+		os.Remove(dir)
+	}
 }
 
 // CloneInto reports whether runners are started straight into their cgroup.
@@ -135,8 +190,8 @@ func (cc *CallCgroups) clearRootLeftovers() {
 	}
 }
 
-// clearLeftovers kills and removes calls' cgroups a worker killed outright
-// left behind.
+// clearLeftovers kills and removes the calls' cgroups of this worker's
+// own subtree, left from before a reload re-executed it.
 func (cc *CallCgroups) clearLeftovers() {
 	dirs, _ := filepath.Glob(filepath.Join(cc.base, cc.prefix+"*"))
 	for _, dir := range dirs {
@@ -279,11 +334,6 @@ func (g *CallCgroup) Remove(wait time.Duration) error {
 	}
 }
 
-// OOMKills is memory.events' oom_kill count (0 without the memory controller).
-func (g *CallCgroup) OOMKills() int64 {
-	return keyedValue(filepath.Join(g.dir, "memory.events"), "oom_kill")
-}
-
 // PeakMemory is memory.peak in bytes (0 where the kernel or controller lacks it).
 func (g *CallCgroup) PeakMemory() int64 {
 	b, _ := os.ReadFile(filepath.Join(g.dir, "memory.peak"))
@@ -322,8 +372,5 @@ func ProbeCgroups() error {
 	if err != nil {
 		return err
 	}
-	if own != "/" && filepath.Base(own) == workerLeaf {
-		own = filepath.Dir(own)
-	}
-	return unix.Access(filepath.Join(mount, own), unix.W_OK)
+	return unix.Access(filepath.Join(mount, sharedCgroup(own)), unix.W_OK)
 }

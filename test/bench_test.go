@@ -26,26 +26,6 @@ import (
 // and the agent's resident memory idle and after the relay (all of it, and
 // its own anonymous part without the shared pages of its executable).
 
-var (
-	benchBinOnce sync.Once
-	benchBin     string
-)
-
-// benchWorkerBin is a worker built as releases are (static, stripped,
-// without the race detector), whatever the tests were built with.
-func benchWorkerBin(b *testing.B) string {
-	benchBinOnce.Do(func() {
-		benchBin = filepath.Join(binDir, "fluksio-worker-bench")
-		build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", benchBin, "github.com/fluksio/fluksio-worker")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as .goreleaser.yaml builds it
-		out, err := build.CombinedOutput()
-		if err != nil {
-			panic(fmt.Sprintf("building: %v\n%s", err, out))
-		}
-	})
-	return benchBin
-}
-
 type agentKind struct {
 	name  string
 	start func(b *testing.B, eng *enginetest.Engine, parallel int) *worker
@@ -54,8 +34,8 @@ type agentKind struct {
 func agentKinds() []agentKind {
 	kinds := []agentKind{{name: "go"}}
 	kinds[0].start = func(b *testing.B, eng *enginetest.Engine, parallel int) *worker {
-		bin := benchWorkerBin(b)
-		args := []string{"run", "--url", eng.AttachURL(), "--python", fakeRunner, "--runtime", "embedded",
+		bin := releaseWorkerBin(b)
+		args := []string{"run", "--url", eng.AttachURL(), "--python", fakeRunnerPath(b), "--runtime", "embedded",
 			"--state-dir", b.TempDir(), "--parallel", strconv.Itoa(parallel), "--log-level", "warn"}
 		// BENCH_WORKER_ARGS adds options, to measure what one costs:
 		// BENCH_WORKER_ARGS='--listen 127.0.0.1:0' for metrics.
@@ -72,7 +52,7 @@ func agentKinds() []agentKind {
 				os.WriteFile(filepath.Join(dir, "agent.py"), src, 0o644)
 				os.WriteFile(filepath.Join(dir, "worker_main.py"), nil, 0o644)
 				return startProgram(b, "/usr/bin/python3", []string{"FLUKSIO_WORKER_TOKEN=" + testToken},
-					filepath.Join(dir, "agent.py"), "--url", eng.AttachURL(), "--python", fakeRunner,
+					filepath.Join(dir, "agent.py"), "--url", eng.AttachURL(), "--python", fakeRunnerPath(b),
 					"--parallel", strconv.Itoa(parallel))
 			}})
 		}
@@ -230,7 +210,7 @@ func BenchmarkProcessBound(b *testing.B) {
 	request := []byte(`{"op":"run","call_id":"bound"}` + "\n")
 	start := time.Now()
 	for i := 0; i < b.N; i++ {
-		cmd := exec.Command(fakeRunner, "runtime.py")
+		cmd := exec.Command(fakeRunnerPath(b), "runtime.py")
 		stdin, _ := cmd.StdinPipe()
 		stdout, _ := cmd.StdoutPipe()
 		if err := cmd.Start(); err != nil {

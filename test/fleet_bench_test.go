@@ -34,7 +34,7 @@ func BenchmarkFleetReconnect(b *testing.B) {
 	}
 	bin := os.Getenv("BENCH_FLEET_BIN")
 	if bin == "" {
-		bin = benchWorkerBin(b)
+		bin = releaseWorkerBin(b)
 	}
 	eng := startEngine(b, enginetest.Options{})
 	attached := make(chan struct{}, n)
@@ -59,7 +59,7 @@ func BenchmarkFleetReconnect(b *testing.B) {
 	}
 	for i := 0; i < n; i++ {
 		startProgram(b, bin, []string{"FLUKSIO_WORKER_TOKEN=" + testToken},
-			"run", "--url", eng.AttachURL(), "--python", fakeRunner, "--runtime", "embedded", "--warm", "0",
+			"run", "--url", eng.AttachURL(), "--python", fakeRunnerPath(b), "--runtime", "embedded", "--warm", "0",
 			"--state-dir", b.TempDir(), "--name", "fleet-"+strconv.Itoa(i), "--log-level", "error")
 	}
 	waitAll(5 * time.Minute)

@@ -44,7 +44,7 @@ func envWithout(names ...string) []string {
 // startIn runs the worker binary in dir with exactly env.
 func startIn(t *testing.T, dir string, env []string, args ...string) *worker {
 	t.Helper()
-	cmd := exec.Command(workerBin, args...)
+	cmd := exec.Command(workerBinary(t), args...)
 	cmd.Dir, cmd.Env = dir, env
 	return startCommand(t, cmd)
 }
@@ -222,7 +222,7 @@ func mustJSON(t *testing.T, v any) []byte {
 func TestNoSharedStateDirFallback(t *testing.T) {
 	t.Parallel()
 	eng := startEngine(t, enginetest.Options{})
-	base := []string{"run", "--url", eng.AttachURL(), "--python", fakeRunner, "--runtime", "embedded"}
+	base := []string{"run", "--url", eng.AttachURL(), "--python", fakeRunnerPath(t), "--runtime", "embedded"}
 	env := append(envWithout("HOME", "XDG_CACHE_HOME"), "FLUKSIO_WORKER_TOKEN="+testToken)
 	shared := filepath.Join(os.TempDir(), "fluksio-worker-"+strconv.Itoa(os.Getuid()))
 	existed := exists(shared)

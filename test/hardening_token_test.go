@@ -65,7 +65,7 @@ func TestTokenEchoedByTheEngineIsRedacted(t *testing.T) {
 		dir := t.TempDir()
 		config := filepath.Join(dir, "config.toml")
 		b, _ := json.Marshal(oddToken)
-		os.WriteFile(config, []byte("url = \""+eng.AttachURL()+"\"\ntoken = "+string(b)+"\npython = \""+fakeRunner+"\"\nruntime = \"embedded\"\n"), 0o600)
+		os.WriteFile(config, []byte("url = \""+eng.AttachURL()+"\"\ntoken = "+string(b)+"\npython = \""+fakeRunnerPath(t)+"\"\nruntime = \"embedded\"\n"), 0o600)
 		check := startBinary(t, nil, "check", "--config", config)
 		check.wait(60 * time.Second)
 		assertNoToken(t, "check", check.logs.String())
@@ -84,7 +84,7 @@ func TestTokenInTheURLIsNotRepeated(t *testing.T) {
 		{"run", "--url", "wss://engine.example.com/api/v1/workers/attach?token=" + secret},
 		{"run", "--url", "ftp://engine.example.com/x?token=" + secret},
 		{"run", "--url", "ws://engine.example.com:99999/x?token=" + secret},
-		{"check", "--url", "wss://engine.example.com/x?token=" + secret, "--python", fakeRunner},
+		{"check", "--url", "wss://engine.example.com/x?token=" + secret, "--python", fakeRunnerPath(t)},
 	} {
 		w := startBinary(t, []string{"FLUKSIO_WORKER_TOKEN=" + testToken}, args...)
 		if code := w.wait(20 * time.Second); code == 0 {

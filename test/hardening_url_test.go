@@ -26,7 +26,7 @@ func TestBadURLsStopAtStart(t *testing.T) {
 		{"h.example.com", "no scheme; write wss://h.example.com"},
 	} {
 		w := startBinary(t, []string{"FLUKSIO_WORKER_TOKEN=" + testToken},
-			"run", "--url", tc.url, "--python", fakeRunner, "--state-dir", t.TempDir())
+			"run", "--url", tc.url, "--python", fakeRunnerPath(t), "--state-dir", t.TempDir())
 		if code := w.wait(15 * time.Second); code != 2 {
 			t.Errorf("--url %s: exit %d, want 2", tc.url, code)
 		}
@@ -57,7 +57,7 @@ func TestRunAndCheckCompleteTheURL(t *testing.T) {
 		}
 	}
 	check := startBinary(t, []string{"FLUKSIO_WORKER_TOKEN=" + testToken}, "check",
-		"--url", "http://"+eng.Addr(), "--python", fakeRunner, "--runtime", "embedded")
+		"--url", "http://"+eng.Addr(), "--python", fakeRunnerPath(t), "--runtime", "embedded")
 	if code := check.wait(60 * time.Second); code != 0 || !strings.Contains(check.logs.String(), "ws://"+eng.Addr()+"/api/v1/workers/attach answers") {
 		t.Errorf("check with the web address: exit %d\n%s", code, check.logs.String())
 	}
@@ -144,7 +144,7 @@ func TestTokenFilesAndRelativePaths(t *testing.T) {
 	elsewhere := t.TempDir()
 	env := cleanEnv()
 	w := startIn(t, elsewhere, env, "run", "--config", config, "--url", eng.AttachURL(),
-		"--python", fakeRunner, "--runtime", "embedded", "--state-dir", "state")
+		"--python", fakeRunnerPath(t), "--runtime", "embedded", "--state-dir", "state")
 	wk := attach(t, eng)
 	got := runnerEnv(t, wk, "FLUKSIO_ARTIFACT_CACHE")
 	if want := filepath.Join(elsewhere, "state", "artifacts"); got["FLUKSIO_ARTIFACT_CACHE"] != want {
@@ -181,7 +181,7 @@ func TestNumbersThatCannotBeMeant(t *testing.T) {
 		{"--cpus", "99999999999999999999999"},
 	} {
 		w := startBinary(t, []string{"FLUKSIO_WORKER_TOKEN=" + testToken}, append([]string{"run",
-			"--url", "ws://127.0.0.1:1/api/v1/workers/attach", "--python", fakeRunner, "--state-dir", t.TempDir()}, args...)...)
+			"--url", "ws://127.0.0.1:1/api/v1/workers/attach", "--python", fakeRunnerPath(t), "--state-dir", t.TempDir()}, args...)...)
 		if code := w.wait(15 * time.Second); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)
 		}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,41 +19,79 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
 )
 
-// Built once per test binary.
+// The binaries the tests run are built on first use, once per test
+// binary, so a test that needs neither (or only one) does not wait for
+// both: workerBinary, fakeRunnerPath, releaseWorkerBin.
 var (
-	binDir     string
-	workerBin  string // the fluksio-worker under test
-	fakeRunner string // a compiled stand-in for Python and the runtime
+	binDirOnce                                 = sync.OnceValues(func() (string, error) { return os.MkdirTemp("", "fluksio-worker-test-") })
+	workerBuild, fakeRunnerBuild, releaseBuild build
 )
 
 const testToken = "tok-3f9a-secret-7c1d"
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "fluksio-worker-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
-	workerBin = filepath.Join(dir, "fluksio-worker")
-	fakeRunner = filepath.Join(dir, "fakerunner")
-	build := func(out, pkg string, race bool) {
-		args := []string{"build", "-o", out}
-		if race {
-			args = append(args, "-race")
-		}
-		cmd := exec.Command("go", append(args, pkg)...)
-		cmd.Stderr = os.Stderr
-		if err := cmd.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "building", pkg, ":", err)
-			os.Exit(1)
-		}
-	}
-	build(workerBin, "github.com/fluksio/fluksio-worker", raceEnabled)
-	build(fakeRunner, "github.com/fluksio/fluksio-worker/test/fakerunner", false)
 	code := m.Run()
-	os.RemoveAll(dir)
+	if dir, err := binDirOnce(); err == nil {
+		os.RemoveAll(dir)
+	}
 	os.Exit(code)
+}
+
+// build is one binary built with `go build` the first time a test asks.
+type build struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// get builds pkg into name with extra build flags and env, once, and
+// returns its path; a failed build fails every test that asks.
+func (b *build) get(t testing.TB, name, pkg string, env []string, flags ...string) string {
+	t.Helper()
+	b.once.Do(func() {
+		dir, err := binDirOnce()
+		if err != nil {
+			b.err = err
+			return
+		}
+		b.path = filepath.Join(dir, name)
+		cmd := exec.Command("go", append(append([]string{"build", "-o", b.path}, flags...), pkg)...)
+		cmd.Env = append(os.Environ(), env...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("building %s: %v\n%s", pkg, err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
+}
+
+// workerBinary is the fluksio-worker under test, built with the race
+// detector when the tests are.
+func workerBinary(t testing.TB) string {
+	t.Helper()
+	var flags []string
+	if raceEnabled {
+		flags = append(flags, "-race")
+	}
+	return workerBuild.get(t, "fluksio-worker", "github.com/fluksio/fluksio-worker", nil, flags...)
+}
+
+// fakeRunnerPath is a compiled stand-in for Python and the runtime
+// (test/fakerunner), what --python points at in most tests.
+func fakeRunnerPath(t testing.TB) string {
+	t.Helper()
+	return fakeRunnerBuild.get(t, "fakerunner", "github.com/fluksio/fluksio-worker/test/fakerunner", nil)
+}
+
+// releaseWorkerBin is the worker built as releases are (static, stripped,
+// without the race detector, as .goreleaser.yaml builds it), for
+// measurements of its speed, memory and threads.
+func releaseWorkerBin(t testing.TB) string {
+	t.Helper()
+	return releaseBuild.get(t, "fluksio-worker-release", "github.com/fluksio/fluksio-worker",
+		[]string{"CGO_ENABLED=0"}, "-trimpath", "-ldflags=-s -w")
 }
 
 // worker is a running fluksio-worker process.
@@ -71,7 +110,7 @@ func startWorker(t testing.TB, eng *enginetest.Engine, extraEnv []string, args .
 	base := []string{
 		"run",
 		"--url", eng.AttachURL(),
-		"--python", fakeRunner,
+		"--python", fakeRunnerPath(t),
 		"--runtime", "embedded",
 		"--state-dir", t.TempDir(),
 		"--log-level", "debug",
@@ -81,7 +120,7 @@ func startWorker(t testing.TB, eng *enginetest.Engine, extraEnv []string, args .
 
 func startBinary(t testing.TB, env []string, args ...string) *worker {
 	t.Helper()
-	return startProgram(t, workerBin, env, args...)
+	return startProgram(t, workerBinary(t), env, args...)
 }
 
 // startProgram runs a program with a clean environment plus env, collects

@@ -145,7 +145,7 @@ func checkImage(t *testing.T, dist, version string) {
 	if got, _, _ := strings.Cut(string(out), "\n"); err != nil || got != "fluksio-worker "+version {
 		t.Errorf("image's fluksio-worker version = %q, %v; want %q", got, err, "fluksio-worker "+version)
 	}
-	out, err = exec.Command(here, "inventory", "--python", fakeRunner, "--labels", "gpu").Output()
+	out, err = exec.Command(here, "inventory", "--python", fakeRunnerPath(t), "--labels", "gpu").Output()
 	var hello struct {
 		Labels    []string       `json:"labels"`
 		Inventory map[string]any `json:"inventory"`
@@ -232,7 +232,7 @@ func TestImageBuildAndPush(t *testing.T) {
 			goos, arch = "darwin", "arm64" // not in the image: ignored
 		}
 		go func() {
-			out, err := exec.Command(tool, "add", "--layout", dir, "--binary", workerBin, "--os", goos, "--arch", arch,
+			out, err := exec.Command(tool, "add", "--layout", dir, "--binary", workerBinary(t), "--os", goos, "--arch", arch,
 				"--version", "9.9.9", "--created", "1700000000").CombinedOutput()
 			if err != nil {
 				err = fmt.Errorf("add %s/%s: %v\n%s", goos, arch, err, out)
@@ -306,7 +306,7 @@ func TestCopyCommand(t *testing.T) {
 			t.Fatalf("copy: exit %d: %s", code, w.logs.String())
 		}
 	}
-	want, _ := os.ReadFile(workerBin)
+	want, _ := os.ReadFile(workerBinary(t))
 	got, err := os.ReadFile(filepath.Join(dir, "fluksio-worker"))
 	if err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("the copy differs from the binary (%v)", err)
@@ -317,7 +317,7 @@ func TestCopyCommand(t *testing.T) {
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
 		t.Errorf("the directory holds %d entries, want only the binary", len(entries))
 	}
-	out, err := exec.Command(workerBin, "copy", "--help").Output()
+	out, err := exec.Command(workerBinary(t), "copy", "--help").Output()
 	if err != nil || !strings.HasPrefix(string(out), "Usage: fluksio-worker copy DIR") {
 		t.Errorf("copy --help: %v, %q", err, out)
 	}

@@ -394,8 +394,10 @@ func checkChart(t *testing.T, name string, v chartValues, text string, r rendere
 	}
 	host, portText, _ := strings.Cut(listen, ":")
 	port, _ := strconv.Atoi(portText)
-	if host != "0.0.0.0" || port != v.Metrics.Port {
-		t.Errorf("--listen %s, want 0.0.0.0:%d (reachable by the kubelet's probe and Prometheus)", listen, v.Metrics.Port)
+	// Every address of the pod, of either family: "0.0.0.0" would be
+	// IPv4 only, out of reach on an IPv6-only cluster.
+	if host != "" || port != v.Metrics.Port {
+		t.Errorf("--listen %s, want :%d (reachable by the kubelet's probe and Prometheus over IPv4 and IPv6)", listen, v.Metrics.Port)
 	}
 	// Liveness and startup ask /livez (the worker's main loop), readiness
 	// /healthz (attached): an engine outage makes pods unready, never
@@ -657,7 +659,7 @@ func installHelm(t *testing.T) string {
 // here; kind and k3s need Docker).
 func TestHelmChartPodRuns(t *testing.T) {
 	helm := installHelm(t)
-	help, _ := exec.Command(workerBin, "run", "--help").CombinedOutput()
+	help, _ := exec.Command(workerBinary(t), "run", "--help").CombinedOutput()
 	for _, f := range []string{"--listen", "--max-calls"} {
 		if !strings.Contains(string(help), f+" ") {
 			t.Skipf("this worker has no %s yet (the monitoring issue adds it); the chart's pod needs it", f)
@@ -671,7 +673,7 @@ func TestHelmChartPodRuns(t *testing.T) {
 			port := freePort(t)
 			out := runTool(t, chart, nil, helm, "template", "rel", ".", "-f", minimal,
 				"--set", "mode="+mode, "--set", "engine.url="+eng.AttachURL(),
-				"--set", "python="+fakeRunner, "--set", "metrics.port="+strconv.Itoa(port),
+				"--set", "python="+fakeRunnerPath(t), "--set", "metrics.port="+strconv.Itoa(port),
 				"--set", "drain.enabled=true", "--set", "drain.timeoutSeconds=60",
 				"--set", "oneShot.maxCalls=1", "--set-json", `extraArgs=["--runtime","embedded","--health-grace","1s"]`,
 				// Probes at the kubelet's smallest period, so an outage
@@ -702,7 +704,7 @@ func TestHelmChartPodRuns(t *testing.T) {
 			}
 			mapper := func(c corev1.Container) func(string) string {
 				return func(p string) string {
-					if p == fakeRunner {
+					if p == fakeRunnerPath(t) {
 						return p // the image's Python: here, on the host
 					}
 					for _, m := range c.VolumeMounts {
@@ -718,7 +720,7 @@ func TestHelmChartPodRuns(t *testing.T) {
 			// under test.
 			initC := spec.InitContainers[0]
 			initArgs := mapAll(initC.Command[1:], mapper(initC))
-			if out, err := exec.Command(workerBin, initArgs...).CombinedOutput(); err != nil {
+			if out, err := exec.Command(workerBinary(t), initArgs...).CombinedOutput(); err != nil {
 				t.Fatalf("init container %v: %v\n%s", initC.Command, err, out)
 			}
 
@@ -914,7 +916,7 @@ func TestTokenFileFromASecret(t *testing.T) {
 		}
 	}
 	bin := filepath.Join(dir, "fluksio-worker")
-	b, err := os.ReadFile(workerBin)
+	b, err := os.ReadFile(workerBinary(t))
 	if err == nil {
 		err = os.WriteFile(bin, b, 0o755)
 	}

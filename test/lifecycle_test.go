@@ -28,77 +28,6 @@ func pidsOf(t *testing.T, c *enginetest.Call) (runner, grandchild int) {
 	return runner, grandchild
 }
 
-func TestCancelStopsTheWholeProcessGroup(t *testing.T) {
-	t.Parallel()
-	eng := startEngine(t, enginetest.Options{})
-	startWorker(t, eng, nil, "--cancel-grace", "1s")
-	wk := attach(t, eng)
-	// A runner that ignores SIGTERM and leaves a grandchild holding its
-	// stdout: only SIGKILL of the whole group ends it.
-	c := run(t, wk, "k1", step{"ignore_term": true}, step{"announce": true}, step{"grandchild": true}, step{"sleep_ms": 60000})
-	runner, grandchild := pidsOf(t, c)
-	start := time.Now()
-	if err := wk.Cancel("k1"); err != nil {
-		t.Fatal(err)
-	}
-	answer, _ := wait(t, c)
-	if answer.OK || answer.Error == nil || answer.Error.Type != "NodeCancelled" || answer.Error.Message != "the node process stopped" {
-		t.Fatalf("cancel answered %s", answer.Raw)
-	}
-	if took := time.Since(start); took > 20*time.Second {
-		t.Errorf("cancel took %s", took)
-	}
-	eventually(t, 10*time.Second, "runner and grandchild to be gone", func() bool { return !platform.ProcessAlive(runner) && !platform.ProcessAlive(grandchild) })
-}
-
-func TestCancelledRunnerMayAnswerItself(t *testing.T) {
-	t.Parallel()
-	eng := startEngine(t, enginetest.Options{})
-	startWorker(t, eng, nil)
-	wk := attach(t, eng)
-	c := run(t, wk, "k2", step{"on_term_answer": true}, step{"events": 1}, step{"sleep_ms": 60000})
-	if _, err := c.Next(timeoutCtx(t, 10*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	wk.Cancel("k2")
-	answer, _ := wait(t, c)
-	if answer.Error == nil || answer.Error.Message != "runner saw SIGTERM" {
-		t.Fatalf("want the runner's own answer, got %s", answer.Raw)
-	}
-}
-
-func TestRunnerDeathIsReported(t *testing.T) {
-	t.Parallel()
-	eng := startEngine(t, enginetest.Options{})
-	startWorker(t, eng, nil)
-	wk := attach(t, eng)
-	for _, tc := range []struct {
-		id    string
-		steps []step
-		msg   string
-	}{
-		{"crash", []step{{"events": 2}, {"exit": 3}}, "the node process exited with code 3 without answering"},
-		{"quiet-exit", []step{{"no_answer": true}}, "the node process stopped"},
-	} {
-		answer, events := wait(t, run(t, wk, tc.id, tc.steps...))
-		e := answer.Error
-		if answer.OK || e == nil || e.Type != "RemoteError" || e.Message != tc.msg || e.Short != e.Message || e.Traceback != "" {
-			t.Errorf("%s answered %s", tc.id, answer.Raw)
-		}
-		if tc.id == "crash" && len(events) != 2 {
-			t.Errorf("crash: events before the death were lost: %d", len(events))
-		}
-	}
-	// A grandchild holding stdout after the runner died must not hang the call.
-	c := run(t, wk, "orphan", step{"announce": true}, step{"grandchild": true}, step{"exit": 1})
-	_, grandchild := pidsOf(t, c)
-	answer, _ := wait(t, c)
-	if answer.Error == nil || answer.Error.Type != "RemoteError" {
-		t.Fatalf("orphan answered %s", answer.Raw)
-	}
-	eventually(t, 10*time.Second, "the grandchild to be stopped", func() bool { return !platform.ProcessAlive(grandchild) })
-}
-
 func TestMissingPythonIsAUsageError(t *testing.T) {
 	t.Parallel()
 	eng := startEngine(t, enginetest.Options{})
@@ -279,26 +208,6 @@ func TestSIGQUITDrains(t *testing.T) {
 	saidLast(t, w, `msg=exiting reason="SIGQUIT: drained" exit_code=0`)
 }
 
-func TestEngineRestartMidCall(t *testing.T) {
-	t.Parallel()
-	eng := startEngine(t, enginetest.Options{})
-	startWorker(t, eng, nil, "--cancel-grace", "1s")
-	wk := attach(t, eng)
-	// A quiet call: it writes nothing, so only the agent noticing the lost
-	// connection can stop it.
-	c := run(t, wk, "r1", step{"announce": true}, step{"grandchild": true}, step{"sleep_ms": 60000})
-	runner, grandchild := pidsOf(t, c)
-	if err := eng.Restart(300 * time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 10*time.Second, "the abandoned call's processes to be stopped", func() bool { return !platform.ProcessAlive(runner) && !platform.ProcessAlive(grandchild) })
-	wk = attach(t, eng)
-	answer, _ := wait(t, run(t, wk, "r2", step{"events": 2}))
-	if !answer.OK {
-		t.Fatalf("after reconnecting: %s", answer.Raw)
-	}
-}
-
 func TestTenDropsLeaveTheWorkerAsBefore(t *testing.T) {
 	t.Parallel()
 	eng := startEngine(t, enginetest.Options{})
@@ -319,9 +228,8 @@ func TestTenDropsLeaveTheWorkerAsBefore(t *testing.T) {
 	if fds[9] > fds[0]+2 {
 		t.Errorf("open file descriptors grew across drops: %v", fds)
 	}
-	if kids := childrenOf(w.cmd.Process.Pid); len(kids) != 0 {
-		t.Errorf("runner processes left behind: %v", kids)
-	}
+	// The final call's runner exits after its answer.
+	eventually(t, 30*time.Second, "no runner processes left behind", func() bool { return len(childrenOf(w.cmd.Process.Pid)) == 0 })
 }
 
 // A peer that stops answering pings (a NAT that dropped the connection

@@ -20,8 +20,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/fluksio/fluksio-worker/agent/config"
 )
 
 // goreleaserModule is the GoReleaser the release config is tested with; CI
@@ -63,43 +61,6 @@ func TestPackages(t *testing.T) {
 		t.Logf("second snapshot build (the upgrade): %v", time.Since(start).Round(time.Millisecond))
 		debUnderSystemd(t, v1, v2)
 	})
-}
-
-// TestConfigExample keeps packaging/config.example.toml honest: every
-// setting but the token is shown, and uncommented it is a config `run`
-// accepts.
-func TestConfigExample(t *testing.T) {
-	path := filepath.Join(moduleRoot(t), "packaging", "config.example.toml")
-	text, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if regexp.MustCompile(`(?m)^#?\s*token\s*=`).Match(text) {
-		t.Error("the example config shows a token key; it must point at token-file instead")
-	}
-	setting := regexp.MustCompile(`^# ([a-z-]+) = (.*)$`)
-	var uncommented strings.Builder
-	shown := map[string]bool{}
-	for _, line := range strings.Split(string(text), "\n") {
-		if m := setting.FindStringSubmatch(line); m != nil {
-			shown[m[1]] = true
-			line = m[1] + " = " + m[2]
-		}
-		uncommented.WriteString(line + "\n")
-	}
-	for _, o := range config.Options {
-		if o.Name != "token" && !shown[o.Name] {
-			t.Errorf("packaging/config.example.toml does not show %q (%s)", o.Name, o.Help)
-		}
-	}
-	tmp := filepath.Join(t.TempDir(), "config.toml")
-	if err := os.WriteFile(tmp, []byte(uncommented.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg := config.DefaultConfig()
-	if err := config.ApplyFile(&cfg, tmp); err != nil {
-		t.Errorf("the example, uncommented, is not a valid config: %v", err)
-	}
 }
 
 // release is one snapshot build's output.

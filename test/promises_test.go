@@ -39,7 +39,7 @@ func workerAt(t *testing.T, url string, args ...string) *worker {
 	base := []string{
 		"run",
 		"--url", url,
-		"--python", fakeRunner,
+		"--python", fakeRunnerPath(t),
 		"--runtime", "embedded",
 		"--state-dir", t.TempDir(),
 		"--log-level", "debug",
@@ -217,24 +217,6 @@ func TestStopAndDrainWhileDisconnected(t *testing.T) {
 	}
 }
 
-// The token travels as ?token= and as a bearer header on the upgrade.
-func TestTheUpgradeCarriesTheToken(t *testing.T) {
-	t.Parallel()
-	eng := startEngine(t, enginetest.Options{})
-	startWorker(t, eng, nil)
-	attach(t, eng)
-	a := eng.Attempts()
-	if len(a) != 1 {
-		t.Fatalf("%d attach attempts, want 1", len(a))
-	}
-	if got := a[0].Header.Get("Authorization"); got != "Bearer "+testToken {
-		t.Errorf("Authorization: %q, want the bearer token", got)
-	}
-	if got := a[0].URL.Query().Get("token"); got != testToken {
-		t.Errorf("?token=%q, want the token", got)
-	}
-}
-
 // HTTP 403 on the handshake is a refusal: exit 1, no second attempt.
 func TestForbiddenExitsOneWithoutRetry(t *testing.T) {
 	t.Parallel()
@@ -385,20 +367,6 @@ func TestPingsEvery20s(t *testing.T) {
 	}
 }
 
-// Without --name the worker attaches as the host name.
-func TestDefaultNameIsTheHostName(t *testing.T) {
-	t.Parallel()
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		t.Skipf("no host name here: %v", err)
-	}
-	eng := startEngine(t, enginetest.Options{})
-	startWorker(t, eng, nil)
-	if got := attach(t, eng).Hello.Name; got != host {
-		t.Errorf("name %q, want the host name %q", got, host)
-	}
-}
-
 // Without --state-dir the runtime cache and the status file go to
 // $STATE_DIRECTORY (systemd's), else ~/.cache/fluksio-worker.
 func TestDefaultStateDirectory(t *testing.T) {
@@ -415,7 +383,7 @@ func TestDefaultStateDirectory(t *testing.T) {
 				env = append(env, "STATE_DIRECTORY="+stateDir)
 				want = stateDir
 			}
-			startBinary(t, env, "run", "--url", eng.AttachURL(), "--python", fakeRunner, "--runtime", "embedded")
+			startBinary(t, env, "run", "--url", eng.AttachURL(), "--python", fakeRunnerPath(t), "--runtime", "embedded")
 			attach(t, eng)
 			if runtimes, _ := filepath.Glob(filepath.Join(want, "runtime", "*.py")); len(runtimes) != 1 {
 				t.Errorf("the runtime is not cached in %s: %v", want, runtimes)
@@ -433,7 +401,7 @@ func TestDefaultStateDirectory(t *testing.T) {
 func TestCheckExitsOneWhenACheckFails(t *testing.T) {
 	t.Parallel()
 	eng := startEngine(t, enginetest.Options{})
-	args := []string{"check", "--url", eng.AttachURL(), "--python", fakeRunner, "--runtime", "embedded"}
+	args := []string{"check", "--url", eng.AttachURL(), "--python", fakeRunnerPath(t), "--runtime", "embedded"}
 	w := startBinary(t, []string{"FLUKSIO_WORKER_TOKEN=" + testToken}, args...)
 	if code := w.wait(60 * time.Second); code != 0 {
 		t.Fatalf("check with a good token: exit %d, want 0\n%s", code, w.logs.String())

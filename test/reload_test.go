@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -33,9 +34,9 @@ type reloadable struct {
 func startReloadable(t *testing.T, eng *enginetest.Engine, args ...string) *reloadable {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "fluksio-worker")
-	copyFile(t, workerBin, bin)
+	copyFile(t, workerBinary(t), bin)
 	stateDir := t.TempDir()
-	base := []string{"run", "--url", eng.AttachURL(), "--python", fakeRunner, "--runtime", "embedded",
+	base := []string{"run", "--url", eng.AttachURL(), "--python", fakeRunnerPath(t), "--runtime", "embedded",
 		"--state-dir", stateDir, "--log-level", "debug"}
 	w := startProgram(t, bin, []string{"FLUKSIO_WORKER_TOKEN=" + testToken}, append(base, args...)...)
 	return &reloadable{worker: w, bin: bin, stateDir: stateDir}
@@ -47,7 +48,7 @@ func (r *reloadable) pid() int { return r.cmd.Process.Pid }
 // renamed over, so the running process's file is deleted.
 func (r *reloadable) upgrade(t *testing.T) {
 	t.Helper()
-	copyFile(t, workerBin, r.bin+".dpkg-new")
+	copyFile(t, workerBinary(t), r.bin+".dpkg-new")
 	if err := os.Rename(r.bin+".dpkg-new", r.bin); err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +316,7 @@ func TestReloadWhileDisconnected(t *testing.T) {
 		return strings.Contains(r.logs.String(), "disconnected; retrying")
 	})
 	r.signal(syscall.SIGHUP)
-	eventually(t, 3*time.Second, "the re-exec", func() bool {
+	eventually(t, 10*time.Second, "the re-exec", func() bool {
 		return strings.Contains(r.logs.String(), "executing the binary on disk")
 	})
 	if err := <-restarted; err != nil {
@@ -324,5 +325,70 @@ func TestReloadWhileDisconnected(t *testing.T) {
 	attach(t, eng)
 	if r.pid() != pid || !platform.ProcessAlive(pid) {
 		t.Error("not the same process")
+	}
+}
+
+// TestReloadRefusedWhenTheNewBinaryWouldNotStart: a reload checks first
+// that the binary on disk accepts the configuration it will read. With the
+// token file rotated away, or a token that came from a pipe, the worker
+// refuses the reload, says so in its log and status, and keeps serving on
+// the same connection; once the cause is mended, a reload goes through.
+func TestReloadRefusedWhenTheNewBinaryWouldNotStart(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, enginetest.Options{})
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "fluksio-worker")
+	copyFile(t, workerBinary(t), bin)
+	stateDir := t.TempDir()
+	common := []string{"run", "--url", eng.AttachURL(), "--python", fakeRunnerPath(t), "--runtime", "embedded", "--log-level", "debug"}
+	w := startProgram(t, bin, nil, append(common, "--state-dir", stateDir, "--token-file", tokenFile)...)
+	r := &reloadable{worker: w, bin: bin, stateDir: stateDir}
+	wk := attach(t, eng)
+
+	os.Remove(tokenFile)
+	r.signal(syscall.SIGHUP)
+	eventually(t, 30*time.Second, "status to show the refused reload", func() bool {
+		st, err := status.Read(stateDir)
+		return err == nil && st.ReloadRefused != nil && strings.Contains(st.ReloadRefused.Reason, "token file")
+	})
+	if !strings.Contains(r.logs.String(), "reload refused") {
+		t.Errorf("the log does not say the reload was refused")
+	}
+	if answer, _ := wait(t, run(t, wk, "still")); !answer.OK {
+		t.Errorf("after a refused reload the worker answered %s", answer.Raw)
+	}
+	select {
+	case <-wk.Done():
+		t.Fatal("a refused reload closed the connection")
+	case <-r.exited:
+		t.Fatalf("a refused reload ended the worker")
+	default:
+	}
+
+	// Mended: the reload happens.
+	if err := os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r.signal(syscall.SIGHUP)
+	gone(t, wk, 30*time.Second, "a reload with the token file back")
+	if answer, _ := wait(t, run(t, attach(t, eng), "after")); !answer.OK {
+		t.Errorf("after the reload: %s", answer.Raw)
+	}
+
+	// A token read from standard input cannot be read again.
+	cmd := exec.Command(bin, append(common, "--state-dir", t.TempDir(), "--token", "-")...)
+	cmd.Env = cleanEnv()
+	cmd.Stdin = strings.NewReader(testToken + "\n")
+	piped := startCommand(t, cmd)
+	wk = attach(t, eng)
+	piped.signal(syscall.SIGHUP)
+	eventually(t, 30*time.Second, "the reload to be refused", func() bool {
+		return strings.Contains(piped.logs.String(), "reload refused")
+	})
+	if answer, _ := wait(t, run(t, wk, "piped")); !answer.OK {
+		t.Errorf("after a refused reload the worker answered %s", answer.Raw)
 	}
 }

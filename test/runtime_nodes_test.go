@@ -117,7 +117,7 @@ func startBinaryIn(t *testing.T, dir string, env []string, args ...string) *work
 	if dir == "" {
 		return startBinary(t, env, args...)
 	}
-	cmd := exec.Command(workerBin, args...)
+	cmd := exec.Command(workerBinary(t), args...)
 	cmd.Dir = dir
 	cmd.Env = append(cleanEnv(), env...)
 	return startCommand(t, cmd)

@@ -488,31 +488,3 @@ def train():
 	}
 	eventually(t, 10*time.Second, "the node's process to be gone", func() bool { return !platform.ProcessAlive(pid) })
 }
-
-func TestSelftest(t *testing.T) {
-	t.Parallel()
-	cmd := exec.Command(workerBin, "selftest", "--python", runtimePython(t), "--steps", "3")
-	cmd.Env = cleanEnv()
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("selftest: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
-	}
-	out := stdout.String()
-	for _, want := range []string{"train and evaluate", "loss=", "lr_now=", "loaded the model back", "selftest passed", "runtime    embedded, sha256 ", "GPUs seen"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("the selftest output lacks %q:\n%s", want, out)
-		}
-	}
-	if n := strings.Count(out, "loss="); n != 3+1 {
-		t.Errorf("%d lines with a loss (3 streamed, 1 final), want 4:\n%s", n, out)
-	}
-
-	// A Python that cannot run the nodes fails the selftest, saying why.
-	cmd = exec.Command(workerBin, "selftest", "--python", "/nonexistent/python3")
-	cmd.Env = cleanEnv()
-	out2, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out2), "FAILED") {
-		t.Errorf("selftest with a missing Python: %v\n%s", err, out2)
-	}
-}

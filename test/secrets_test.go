@@ -22,7 +22,7 @@ func TestTokenNeverInCmdlineOrLogs(t *testing.T) {
 	config := filepath.Join(dir, "config.toml")
 	os.WriteFile(config, []byte(`url = "`+eng.AttachURL()+`"
 token = "`+testToken+`"
-python = "`+fakeRunner+`"
+python = "`+fakeRunnerPath(t)+`"
 runtime = "embedded"
 state-dir = "`+filepath.Join(dir, "state")+`"
 log-level = "debug"
@@ -35,7 +35,7 @@ log-level = "debug"
 		{"env", func() *worker { return startWorker(t, eng, nil) }},
 		{"token-file", func() *worker {
 			return startBinary(t, nil, "run", "--url", eng.AttachURL(), "--token-file", tokenFile,
-				"--python", fakeRunner, "--runtime", "embedded", "--state-dir", t.TempDir(), "--log-level", "debug")
+				"--python", fakeRunnerPath(t), "--runtime", "embedded", "--state-dir", t.TempDir(), "--log-level", "debug")
 		}},
 		{"config", func() *worker { return startBinary(t, nil, "run", "--config", config) }},
 		{"json logs", func() *worker { return startWorker(t, eng, nil, "--log-format", "json") }},

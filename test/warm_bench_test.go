@@ -59,7 +59,7 @@ func pythonKinds(b *testing.B) []pythonKind {
 			if len(extra) == 0 {
 				args = append(args, "--warm", strconv.Itoa(parallel))
 			}
-			return startProgram(b, benchWorkerBin(b), []string{"FLUKSIO_WORKER_TOKEN=" + testToken}, args...)
+			return startProgram(b, releaseWorkerBin(b), []string{"FLUKSIO_WORKER_TOKEN=" + testToken}, args...)
 		}
 	}
 	kinds := []pythonKind{{"go-warm", goWorker()}, {"go-cold", goWorker("--warm", "0")}}

@@ -98,6 +98,11 @@ func probe(t *testing.T, wk *enginetest.Worker, id string, env map[string]any) m
 		req["env"] = env
 	}
 	seen, _ := runWarm(t, wk, req)["seen"].(map[string]any)
+	// The answer comes before the runner exits: a test that looks at the
+	// worker's children next must not count it as a spare.
+	if pid, _ := seen["pid"].(float64); pid > 0 {
+		eventually(t, 30*time.Second, "the runner of call "+id+" to exit", func() bool { return !platform.ProcessAlive(int(pid)) })
+	}
 	return seen
 }
 

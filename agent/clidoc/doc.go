@@ -1,7 +1,7 @@
 // Package clidoc writes the command line's other documentation: the manual
 // page fluksio-worker(1) and the bash, zsh and fish completions. Both are
 // generated from what drives --help, so neither can drift from it: the
-// command list (main.go), each command's own --help text, and the options
+// command list (package main's), each command's own --help text, and the options
 // table of run (config.Options) with each option's variable and config key.
 //
 // Nothing here lists a command or an option by hand. A new option in the

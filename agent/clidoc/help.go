@@ -7,7 +7,7 @@ import (
 
 // A command's --help text is read back into blocks, so the manual can set
 // it in roff and the completions can find its flags. The help texts share a
-// layout (installer/usage.go and agent/run.go write them):
+// layout (the installer's commands and agent.WriteRunUsage write them):
 //
 //	Usage: fluksio-worker NAME [--flag ARG]      the synopsis; more forms
 //	       fluksio-worker NAME --other            indented under it

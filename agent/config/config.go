@@ -41,7 +41,7 @@ type Config struct {
 	MaxIdle     time.Duration
 	Runtime     string // auto, embedded or a path
 	CancelGrace time.Duration
-	Containment string // auto ("" too), cgroup or subreaper (contain.go)
+	Containment string // auto ("" too), cgroup or subreaper (see runner.SetupContainment)
 	// ReloadTimeout bounds how long a reload waits for running calls; 0
 	// waits as long as they run.
 	ReloadTimeout time.Duration
@@ -55,7 +55,7 @@ type Config struct {
 	Listen        string        // host:port of /metrics, /healthz and /livez; "": off
 	HealthGrace   time.Duration // how long /healthz stays 200 after a lost connection
 	OutageGrace   time.Duration // how long calls are held through an outage (resume extension); 0: never
-	Warm          *int          // spare runners in all; nil: as many as Parallel (warm.go)
+	Warm          *int          // spare runners in all; nil: as many as Parallel (--warm)
 	Preload       []string      // modules spare runners import before they wait
 
 	// Warnings are things worth telling the user that do not stop the
@@ -142,7 +142,7 @@ func (o Option) Env() string {
 var Options = []Option{
 	{"url", "URL", "the engine's worker endpoint, e.g. wss://engine.example.com/api/v1/workers/attach; the engine's web address (https://engine.example.com) is completed to it",
 		func(c *Config, v string) error { c.URL = v; return nil }},
-	{"token", "TOKEN", "the worker token the engine issued (prefer --token-file or FLUKSIO_WORKER_TOKEN: a flag is visible to every user in the process list)",
+	{"token", "TOKEN", "the worker token the engine issued, or - to read it from standard input (prefer --token-file, - or FLUKSIO_WORKER_TOKEN: a flag's value is visible to every user in the process list)",
 		func(c *Config, v string) error { c.Token, c.TokenFile = v, ""; return nil }},
 	{"token-file", "PATH", "read the token from this file (first line)",
 		func(c *Config, v string) error { c.TokenFile, c.Token = v, ""; return nil }},
@@ -415,6 +415,13 @@ func (c *Config) Resolve() error {
 	c.URL = endpoint
 	if warning != "" {
 		c.Warnings = append(c.Warnings, warning)
+	}
+	if c.Token == "-" && c.TokenFile == "" {
+		tok, err := ReadTokenFrom(os.Stdin)
+		if err != nil {
+			return &UsageError{err}
+		}
+		c.Token = tok
 	}
 	if c.TokenFile != "" {
 		tok, err := ReadTokenFile(c.TokenFile)

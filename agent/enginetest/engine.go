@@ -8,7 +8,7 @@
 //
 // It speaks agent/protocol's messages, so the fake and the worker share
 // one declaration of each. selftest runs it, so it is compiled into the
-// binary; nothing under test/ is (deps_test.go at the top checks that).
+// binary; nothing under test/ is (TestBinaryHasNoTestPackages checks that).
 package enginetest
 
 import (

@@ -79,11 +79,6 @@ type Metrics struct {
 	warmMisses  prometheus.Counter
 
 	held heldMetrics // calls held through an outage (held.go)
-
-	// Containment adds its series here when it lands, with a hook method
-	// each below, e.g.:
-	//   fluksio_worker_call_cpu_seconds (histogram: CPU per call, by op)
-	//   fluksio_worker_call_peak_memory_bytes (histogram: peak memory per call)
 }
 
 // New makes the worker's registry: the Go runtime and process collectors,

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -18,11 +20,28 @@ type Health func() (ok bool, reason string)
 // the public: a client that dawdles over its request is cut off, and a
 // handful of scrapes at once is plenty.
 const (
-	readHeaderTimeout   = 5 * time.Second
 	writeTimeout        = 30 * time.Second
 	maxScrapesInFlight  = 4
 	shutdownGracePeriod = time.Second
 )
+
+// connLimits bound what connections may hold: each open one costs the
+// worker a file descriptor, which its calls need for their pipes, so an
+// idle or slow client is let go and the number open at once is capped.
+type connLimits struct {
+	// idle: a keep-alive connection waiting for its next request. A
+	// scraper comes back every 15 to 60 s and reconnects cheaply.
+	idle time.Duration
+	// header: a request's headers, from the connection's start or the
+	// end of the previous request; read: a whole request, headers and
+	// body (the endpoint takes none).
+	header, read time.Duration
+	// maxConns open at once; one more is closed as soon as it is
+	// accepted. Prometheus, a probe and a person with curl need a few.
+	maxConns int
+}
+
+var defaultLimits = connLimits{idle: 30 * time.Second, header: 5 * time.Second, read: 10 * time.Second, maxConns: 32}
 
 // Server is the monitoring endpoint: GET or HEAD /metrics, /healthz (ready:
 // attached, or within the grace) and /livez (alive: the worker's main loop
@@ -36,11 +55,25 @@ type Server struct {
 // Listen binds addr (host:port; port 0 picks one) and serves in the
 // background until Close. It fails at once when the address cannot be
 // bound, so a typo is a configuration error, not a silent lack of metrics.
-func Listen(addr string, m *Metrics, health, live Health) (*Server, error) {
-	ln, err := net.Listen("tcp", addr)
+// The HTTP server's own complaints go to log at WARN.
+func Listen(addr string, m *Metrics, health, live Health, log *slog.Logger) (*Server, error) {
+	return listen(addr, m, health, live, log, defaultLimits)
+}
+
+func listen(addr string, m *Metrics, health, live Health, log *slog.Logger, lim connLimits) (*Server, error) {
+	network, err := listenNetwork(addr)
 	if err != nil {
 		return nil, fmt.Errorf("--listen %s: %w", addr, err)
 	}
+	tcp, err := net.Listen(network, addr)
+	if err != nil {
+		return nil, fmt.Errorf("--listen %s: %w", addr, err)
+	}
+	return serve(tcp, m, health, live, log, lim), nil
+}
+
+func serve(tcp net.Listener, m *Metrics, health, live Health, log *slog.Logger, lim connLimits) *Server {
+	ln := &cappedListener{Listener: tcp, free: make(chan struct{}, lim.maxConns)}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", readOnly(promhttp.HandlerFor(m.Registry(), promhttp.HandlerOpts{
 		Registry:            m.Registry(), // counts its own errors there
@@ -51,8 +84,11 @@ func Listen(addr string, m *Metrics, health, live Health) (*Server, error) {
 	s := &Server{
 		srv: &http.Server{
 			Handler:           mux,
-			ReadHeaderTimeout: readHeaderTimeout,
+			ReadHeaderTimeout: lim.header,
+			ReadTimeout:       lim.read,
 			WriteTimeout:      writeTimeout,
+			IdleTimeout:       lim.idle,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		},
 		ln:   ln,
 		done: make(chan struct{}),
@@ -64,7 +100,7 @@ func Listen(addr string, m *Metrics, health, live Health) (*Server, error) {
 			ln.Close()
 		}
 	}()
-	return s, nil
+	return s
 }
 
 // Addr is the address bound, with the port chosen when addr asked for 0.
@@ -78,6 +114,80 @@ func (s *Server) Close() {
 		s.srv.Close()
 	}
 	<-s.done
+}
+
+// listenNetwork is the family addr names: an IPv4 address (0.0.0.0
+// included) listens on IPv4 only, an IPv6 one on IPv6 only, so that a
+// firewall written for one family is not bypassed through the other. A
+// name or an empty host listens as the system resolves it.
+func listenNetwork(addr string) (string, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	ip := net.ParseIP(host)
+	switch {
+	case ip == nil:
+		return "tcp", nil
+	case ip.To4() != nil:
+		return "tcp4", nil
+	default:
+		return "tcp6", nil
+	}
+}
+
+// Exposure says to whom addr opens the port beyond this machine: "" for
+// loopback only, else a phrase naming the network.
+func Exposure(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "localhost" {
+		return ""
+	}
+	ip := net.ParseIP(host)
+	switch {
+	case host == "" || (ip != nil && ip.IsUnspecified()):
+		return "every network this machine is on"
+	case ip != nil && ip.IsLoopback():
+		return ""
+	default:
+		return "the network of " + host
+	}
+}
+
+// cappedListener holds at most cap(free) connections open at once: one
+// more is closed as soon as it is accepted, so a client holding many open
+// costs the worker nothing past the cap, and the kernel's queue of
+// connections waiting to be accepted never fills.
+type cappedListener struct {
+	net.Listener
+	free chan struct{} // a token per open connection
+}
+
+func (l *cappedListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case l.free <- struct{}{}:
+			return &cappedConn{Conn: c, release: func() { <-l.free }}, nil
+		default:
+			c.Close()
+		}
+	}
+}
+
+type cappedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *cappedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }
 
 // probe answers 200 or 503, as h says, with h's reason as the body.

@@ -34,25 +34,12 @@ func Classify(line []byte) ([]byte, LineKind) {
 // "EVENT" too).
 func topLevelValue(obj []byte, key string) json.RawMessage {
 	var found json.RawMessage
-	i := 1 // past '{'
-	for {
-		i = skipSpace(obj, i)
-		if i >= len(obj) || obj[i] == '}' {
-			return found
+	forEachMember(obj, func(k, v []byte, _, _ int) {
+		if keyEquals(k, key) {
+			found = v
 		}
-		keyEnd := skipValue(obj, i)
-		rawKey := obj[i:keyEnd]
-		i = skipSpace(obj, keyEnd) + 1 // past ':'
-		i = skipSpace(obj, i)
-		valueEnd := skipValue(obj, i)
-		if keyEquals(rawKey, key) {
-			found = obj[i:valueEnd]
-		}
-		i = skipSpace(obj, valueEnd)
-		if i < len(obj) && obj[i] == ',' {
-			i++
-		}
-	}
+	})
+	return found
 }
 
 func keyEquals(rawKey []byte, key string) bool {

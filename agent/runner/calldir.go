@@ -27,12 +27,6 @@ type callDir struct {
 
 const callDirsName = "calls"
 
-// runnerAnswerMargin is how long after --cancel-grace the runner's group
-// gets SIGKILL: the runner lets the node clean up for exactly the grace
-// (FLUKSIO_CANCEL_GRACE), then answers NodeCancelled itself, which takes
-// milliseconds; a second covers a loaded machine.
-const runnerAnswerMargin = time.Second
-
 func newCallDir(stateDir string) (*callDir, error) {
 	parent := filepath.Join(stateDir, callDirsName)
 	if err := os.MkdirAll(parent, 0o700); err != nil {

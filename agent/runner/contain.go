@@ -28,10 +28,6 @@ const cookieEnv = "FLUKSIO_CALL_COOKIE"
 // that would answer for it.
 const nodeOOMScoreAdj = 500
 
-// reapWait bounds how long the end of a call waits for processes it killed
-// to become zombies, so they can be reaped.
-const reapWait = time.Second
-
 // cgroups is where calls' cgroups are made, in cgroup mode. It is the
 // process's: a subreaper and a cgroup are properties of the whole worker,
 // and the mode is said once, when the worker starts.
@@ -98,6 +94,7 @@ type box struct {
 	cookie string
 	began  time.Time
 	cg     *platform.CallCgroup // the call's cgroup, in cgroup mode
+	oom    *platform.OOMWatch   // the runner's memory cgroups; set once started
 
 	mu      sync.Mutex
 	escaped map[int]struct{} // cookie carriers outside the group, signalled
@@ -168,6 +165,7 @@ func (b *box) start(cmd *exec.Cmd) error {
 			b.cg = nil
 		}
 	}
+	b.oom = platform.WatchOOM(cmd.Process.Pid)
 	if err := platform.RaiseOOMScore(cmd.Process.Pid, nodeOOMScoreAdj); err != nil {
 		b.log.Debug("could not raise the runner's oom_score_adj", "error", err)
 	}
@@ -280,31 +278,41 @@ func (b *box) sweep() {
 }
 
 // deathMessage says why a runner ended without answering, when the worker
-// did not stop it: the signal that killed it, or its exit code.
+// did not stop it. It begins with the protocol's "the node process
+// stopped", which engines written for the reference agent may match on,
+// and goes on with the cause: the signal that killed it, or its exit code.
 func (b *box) deathMessage(exited <-chan struct{}) string {
+	if why := b.deathCause(exited); why != "" {
+		return protocol.MsgNodeStopped + ": " + why
+	}
+	return protocol.MsgNodeStopped
+}
+
+func (b *box) deathCause(exited <-chan struct{}) string {
 	select {
 	case <-exited:
 	case <-time.After(reapWait):
-		return protocol.MsgNodeStopped
+		return ""
 	}
 	state := b.exitState()
 	if state == nil {
-		return protocol.MsgNodeStopped
+		return ""
 	}
 	ws, ok := state.Sys().(syscall.WaitStatus)
 	switch {
 	case !ok:
-		return protocol.MsgNodeStopped
-	case ws.Signaled() && ws.Signal() == syscall.SIGKILL && b.cg != nil && b.cg.OOMKills() > 0:
-		return "the node process was killed by SIGKILL: the kernel's out-of-memory killer stopped it (its cgroup's memory.events counts an OOM kill), so the node needs more memory than it may use here"
+		return ""
+	case ws.Signaled() && ws.Signal() == syscall.SIGKILL && b.oom != nil && b.oom.Killed():
+		// Only the memory controller's count says it was the OOM killer.
+		return "killed by SIGKILL from the kernel's out-of-memory killer (its memory cgroup counts an OOM kill): the node needs more memory than it may use here"
 	case ws.Signaled() && ws.Signal() == syscall.SIGKILL:
-		return "the node process was killed by SIGKILL; the kernel's out-of-memory killer does this when memory runs out, so the node may need more memory than this machine had free"
+		return "killed by SIGKILL that the worker did not send: the kernel's out-of-memory killer is one possible cause (see dmesg), a process of the node or of this user another"
 	case ws.Signaled():
-		return fmt.Sprintf("the node process was killed by %s", unix.SignalName(ws.Signal()))
+		return "killed by " + unix.SignalName(ws.Signal())
 	case ws.Exited() && ws.ExitStatus() != 0:
-		return fmt.Sprintf("the node process exited with code %d without answering", ws.ExitStatus())
+		return fmt.Sprintf("exited with code %d without answering", ws.ExitStatus())
 	}
-	return protocol.MsgNodeStopped
+	return ""
 }
 
 // Usage is what a call's runner cost: wall time from its start to the end

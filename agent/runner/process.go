@@ -159,18 +159,33 @@ var (
 	errCallEnded  = errors.New("the call ended")
 )
 
-// pipeLinger is how long a runner's output may stay open after the runner
-// itself exited: a grandchild that inherited stdout (a forked data loader,
-// say) must not keep the call from ending.
-//
-// os/exec's WaitDelay does not fit here: it closes the pipes a fixed time
-// after the process exits, losing output the engine was slow to take,
-// while this reads on for as long as output keeps coming.
-const pipeLinger = 500 * time.Millisecond
+// The stop ladder's timings. --cancel-grace (Config.CancelGrace) is the
+// user's; these are the worker's own.
+const (
+	// pipeLinger is how long a runner's output may stay open after the
+	// runner itself exited: a grandchild that inherited stdout (a forked
+	// data loader, say) must not keep the call from ending.
+	//
+	// os/exec's WaitDelay does not fit here: it closes the pipes a fixed
+	// time after the process exits, losing output the engine was slow to
+	// take, while this reads on for as long as output keeps coming.
+	pipeLinger = 500 * time.Millisecond
 
-// stopPoll is how often a stopping group is checked for being gone, once
-// its leader is: no event says when the rest of a process group is gone.
-const stopPoll = 10 * time.Millisecond
+	// runnerAnswerMargin is how long after --cancel-grace the runner's
+	// group gets SIGKILL: the runner lets the node clean up for exactly the
+	// grace (FLUKSIO_CANCEL_GRACE), then answers NodeCancelled itself,
+	// which takes milliseconds; a second covers a loaded machine.
+	runnerAnswerMargin = time.Second
+
+	// stopPoll is how often a stopping group is checked for being gone,
+	// once its leader is: no event says when the rest of a process group
+	// is gone.
+	stopPoll = 10 * time.Millisecond
+
+	// reapWait bounds how long the end of a call waits for processes it
+	// killed to become zombies, so they can be reaped.
+	reapWait = time.Second
+)
 
 // Start starts a runner for spec (a spare when one fits), writes the
 // request on its stdin and relays its output. ctx is the call's: cancel it

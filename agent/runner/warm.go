@@ -38,7 +38,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// spareFlag starts the runtime in spare mode (worker_main.py's SPARE_FLAG):
+// spareFlag starts the runtime in spare mode (the embedded runtime's
+// SPARE_FLAG, agent/runtime):
 // `RUNTIME --fluksio-spare FD [MOD,MOD]`.
 const spareFlag = "--fluksio-spare"
 

@@ -1039,12 +1039,14 @@ def _save_directory(path: str, name: str, media_type: str) -> dict:
             media_type = DIRECTORY_MEDIA_TYPE
         ref = save_artifact(tmp, name=name or os.path.basename(os.path.normpath(path)), media_type=media_type)
         ref["directory"] = True
-        final = os.path.join(cache, ref["digest"].split(":", 1)[1])
-        if not _verified_file(final, ref["digest"].split(":", 1)[1]):
-            os.chmod(tmp, 0o444)
-            os.replace(tmp, final)
-            tmp = None
-            _write_stamp(final, _stat_stamp(os.lstat(final)))
+        hexdigest = ref["digest"].split(":", 1)[1]
+        final = os.path.join(cache, hexdigest)
+        with _digest_lock(final):
+            if not _verified_file(final, hexdigest):
+                os.chmod(tmp, 0o444)
+                os.replace(tmp, final)
+                tmp = None
+                _write_stamp(final, _stat_stamp(os.lstat(final)))
         return ref
     finally:
         if tmp is not None:
@@ -1211,11 +1213,41 @@ def load_artifact(ref):
     hexdigest = digest.split(":", 1)[1]
     cache = private_dir(os.path.join(private_dir(artifact_cache_dir()), "sha256"))
     final = os.path.join(cache, hexdigest)
-    if not _verified_file(final, hexdigest):
-        _fetch(base, token, digest, cache, final)
-    if is_directory_archive(final):
-        return unpacked_directory(cache, final)
-    return final
+    # Calls loading one digest at once (N evaluations of one saved model)
+    # take turns: the first fetches and unpacks, the others find it done.
+    with _digest_lock(final):
+        if not _verified_file(final, hexdigest):
+            _fetch(base, token, digest, cache, final)
+        if is_directory_archive(final):
+            return unpacked_directory(cache, final)
+        return final
+
+
+class _digest_lock:
+    """An exclusive lock on one cache entry, across processes: a lock file beside it.
+
+    Everything that checks, fetches, unpacks or replaces an entry holds it,
+    so two calls never unpack one archive at once, and none replaces a tree
+    or file another has just verified. The kernel lets go of a lock whose
+    process dies, so a killed call leaves none held. The lock files stay
+    (hidden, empty, one a digest): removing one another process is about
+    to lock would let two hold "the" lock at once.
+    """
+
+    def __init__(self, final: str):
+        self.path = os.path.join(os.path.dirname(final), "." + os.path.basename(final) + ".lock")
+        self.fd = -1
+
+    def __enter__(self):
+        import fcntl
+
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)  # lets go of the lock
+        return False
 
 
 def _fetch(base: str, token: str, digest: str, cache: str, final: str) -> None:
@@ -1329,47 +1361,75 @@ def _tree_stamp(top: str) -> str:
 
 
 def unpacked_directory(cache: str, archive: str) -> str:
-    """The archive unpacked beside it as a read-only tree, re-unpacked if it was touched."""
-    import tarfile
+    """The archive unpacked beside it as a read-only tree, re-unpacked if it was touched.
 
+    The caller holds the digest's lock (_digest_lock). A tree that no longer
+    matches its stamp is not removed in place (a call may still be reading
+    it): it is moved aside, the fresh one put in its place, and only then is
+    the old one removed.
+    """
     target = archive + ".d"
     if os.path.isdir(target) and _read_text(target + STAMP_SUFFIX) == _tree_stamp(target):
         return target
-    _discard(target)
     tmp = tempfile.mkdtemp(dir=cache, prefix=".unpack-")
+    stale = None
     try:
-        dirs = [tmp]
-        with tarfile.open(archive, "r:") as tf:
-            for member in tf:
-                parts = member.name.split("/")
-                if member.name.startswith("/") or any(p in ("", ".", "..") for p in parts):
-                    raise RuntimeError("load_artifact: the archive has the unsafe entry %r" % member.name)
-                dest = os.path.join(tmp, *parts)
-                if member.isdir():
-                    os.makedirs(dest, exist_ok=True)
-                    dirs.append(dest)
-                elif member.isreg():
-                    os.makedirs(os.path.dirname(dest), exist_ok=True)
-                    src = tf.extractfile(member)
-                    with open(dest, "xb") as out:
-                        while True:
-                            chunk = src.read(CHUNK)
-                            if not chunk:
-                                break
-                            out.write(chunk)
-                    os.chmod(dest, 0o555 if member.mode & 0o111 else 0o444)
-                else:
-                    raise RuntimeError("load_artifact: the archive has %r, which is not a file or a directory" % member.name)
-        for path in reversed(dirs[1:]):
-            os.chmod(path, 0o555)
+        _unpack(archive, tmp)
+        if os.path.lexists(target):
+            stale = tempfile.mkdtemp(dir=cache, prefix=".stale-")
+            os.rename(target, os.path.join(stale, "d"))
         os.rename(tmp, target)
         tmp = None
         os.chmod(target, 0o555)
         _write_stamp(target, _tree_stamp(target))
     finally:
-        if tmp is not None:
-            _discard(tmp)
+        for leftover in (tmp, stale):
+            if leftover is not None:
+                _discard(leftover)
     return target
+
+
+def _unpack(archive: str, dest_dir: str) -> None:
+    """Unpacks a directory archive into dest_dir, read-only.
+
+    Only what pack_directory writes is taken: directories and plain regular
+    files. A sparse member (whose holes would be written out densely, so a
+    few KiB of archive could fill the disk every user of the machine
+    shares), a link, a device or anything else is refused, and the bytes
+    unpacked may not exceed the archive's own size.
+    """
+    import shutil
+    import tarfile
+
+    budget = os.path.getsize(archive)
+    dirs = []
+    with tarfile.open(archive, "r:") as tf:
+        for member in tf:
+            parts = member.name.split("/")
+            if member.name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+                raise RuntimeError("load_artifact: the archive has the unsafe entry %r" % member.name)
+            dest = os.path.join(dest_dir, *parts)
+            if member.isdir():
+                os.makedirs(dest, exist_ok=True)
+                dirs.append(dest)
+                continue
+            if member.type not in (tarfile.REGTYPE, tarfile.AREGTYPE) or member.issparse():
+                raise RuntimeError(
+                    "load_artifact: the archive has %r, which is not a plain file or a directory "
+                    "(save_artifact never writes one: the archive was not made by it)" % member.name
+                )
+            budget -= member.size
+            if budget < 0:
+                raise RuntimeError(
+                    "load_artifact: the archive's files add up to more than the archive itself (at %r); "
+                    "it was not made by save_artifact" % member.name
+                )
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            with open(dest, "xb") as out:
+                shutil.copyfileobj(tf.extractfile(member), out, CHUNK)
+            os.chmod(dest, 0o555 if member.mode & 0o111 else 0o444)
+    for path in reversed(dirs):
+        os.chmod(path, 0o555)
 
 
 # ---------------------------------------------------------------------------
@@ -1890,6 +1950,8 @@ def read_request(channel: Channel) -> dict:
         request = json.loads(raw.decode("utf-8"))
     except ValueError as exc:
         raise BadRequest("the request line is not JSON: %s" % exc) from None
+    except RecursionError:
+        raise BadRequest("the request line is nested deeper than Python's json reads") from None
     if not isinstance(request, dict):
         raise BadRequest("the request line must be a JSON object")
     call_id = request.get("call_id")

@@ -32,10 +32,13 @@ type Status struct {
 	CallsDone    int64     `json:"calls_done"`
 	Held         *Held     `json:"held,omitempty"` // calls running through an outage (resume extension)
 	LastError    string    `json:"last_error,omitempty"`
-	Reload       *Reload   `json:"reload,omitempty"`      // a reload waiting for calls
-	Listen       string    `json:"listen,omitempty"`      // where /metrics and /healthz are served
-	Containment  string    `json:"containment,omitempty"` // how calls' processes are kept together (contain.go)
-	Updated      time.Time `json:"updated"`
+	Reload       *Reload   `json:"reload,omitempty"` // a reload waiting for calls
+	// ReloadRefused: the last reload asked was refused, the binary on disk
+	// not accepting the configuration; the worker serves on as it was.
+	ReloadRefused *ReloadRefused `json:"reload_refused,omitempty"`
+	Listen        string         `json:"listen,omitempty"`      // where /metrics, /healthz and /livez are served
+	Containment   string         `json:"containment,omitempty"` // how calls' processes are kept together (runner.SetupContainment)
+	Updated       time.Time      `json:"updated"`
 }
 
 // Held is what the worker holds through an outage of its connection to an
@@ -136,12 +139,21 @@ func (s *File) writeLocked() {
 	shown.Engine = logging.ShownURL(shown.Engine)
 	shown.LastError = s.redact.Scrub(shown.LastError)
 	shown.Name = s.redact.Scrub(shown.Name)
+	if r := shown.ReloadRefused; r != nil {
+		shown.ReloadRefused = &ReloadRefused{At: r.At, Reason: s.redact.Scrub(r.Reason)}
+	}
 	b, _ := json.MarshalIndent(shown, "", "  ")
 	// Private like everything in the state directory; `status` reads it
 	// as the service account or root.
 	if err := platform.WriteFileAtomic(s.path, append(b, '\n'), 0o600, platform.KeepOwner); err != nil && s.onError != nil {
 		s.onError(err)
 	}
+}
+
+// ReloadRefused is a reload that was not done, and why.
+type ReloadRefused struct {
+	At     time.Time `json:"at"`
+	Reason string    `json:"reason"`
 }
 
 // Reload is a waiting reload, in the status file.

@@ -52,11 +52,15 @@ func Available() error {
 	return nil
 }
 
-// Require skips the test when containers cannot be booted here, with the
-// reason. Under CI (env CI set) the tools are installed on purpose, so their
-// absence fails the test instead of silently proving nothing.
+// Require skips the test with -short, or when containers cannot be booted
+// here, with the reason. Under CI (env CI set) the tools are installed on
+// purpose, so their absence fails the test instead of silently proving
+// nothing.
 func Require(t testing.TB) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("boots a systemd machine; not with -short")
+	}
 	err := Available()
 	if err == nil {
 		return

@@ -74,7 +74,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - --token-file
 - {{ printf "%s/token" (include "fluksio-worker.tokenDir" .) | quote }}
 - --listen
-- {{ printf "0.0.0.0:%d" (int .Values.metrics.port) | quote }}
+- {{ printf ":%d" (int .Values.metrics.port) | quote }}
 - --state-dir
 - {{ include "fluksio-worker.stateDir" . | quote }}
 - --parallel

@@ -1,7 +1,12 @@
-package test
+package main
+
+// The manual page and the completions, as `fluksio-worker man` and
+// `fluksio-worker completion` print them, run through the tools that read
+// them (groff, bash, zsh, fish). The commands run in this process.
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,10 +25,7 @@ import (
 func TestManualPage(t *testing.T) {
 	t.Parallel()
 	groff := needShell(t, "groff", "groff")
-	page, err := exec.Command(workerBin, "man").Output()
-	if err != nil {
-		t.Fatalf("fluksio-worker man: %v", err)
-	}
+	page := []byte(mainOutput(t, "man"))
 	// -ww: every warning; -z: check only. Then as text, lines long enough
 	// that no entry wraps, to read it back.
 	for _, device := range []string{"utf8", "ascii"} {
@@ -152,9 +154,10 @@ func TestCompletions(t *testing.T) {
 			} else if !strings.Contains(flag, "=") {
 				args[1] += "=1" // a value every flag accepts at parse time
 			}
-			out, err := exec.Command(workerBin, args...).CombinedOutput()
-			if err != nil || !strings.HasPrefix(string(out), "Usage:") {
-				t.Errorf("completion offers %s %s, but `fluksio-worker %s` says (%v):\n%s", name, flag, strings.Join(args, " "), err, out)
+			var out strings.Builder
+			code := dispatch(context.Background(), args, &out, &out)
+			if code != 0 || !strings.HasPrefix(out.String(), "Usage:") {
+				t.Errorf("completion offers %s %s, but `fluksio-worker %s` says (exit %d):\n%s", name, flag, strings.Join(args, " "), code, out.String())
 			}
 		}
 	}
@@ -173,11 +176,7 @@ func TestCompletions(t *testing.T) {
 
 func writeCompletion(t *testing.T, shell, path string) {
 	t.Helper()
-	out, err := exec.Command(workerBin, "completion", shell).Output()
-	if err != nil {
-		t.Fatalf("fluksio-worker completion %s: %v", shell, err)
-	}
-	if err := os.WriteFile(path, out, 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(mainOutput(t, "completion", shell)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -185,11 +184,8 @@ func writeCompletion(t *testing.T, shell, path string) {
 // helpCommands are the commands `fluksio-worker --help` lists.
 func helpCommands(t *testing.T) []string {
 	t.Helper()
-	out, err := exec.Command(workerBin, "--help").Output()
-	if err != nil {
-		t.Fatalf("fluksio-worker --help: %v", err)
-	}
-	_, list, _ := strings.Cut(string(out), "\nCommands:\n")
+	out := mainOutput(t, "--help")
+	_, list, _ := strings.Cut(out, "\nCommands:\n")
 	list, _, _ = strings.Cut(list, "\n\n")
 	var names []string
 	for _, line := range strings.Split(list, "\n") {
@@ -215,4 +211,15 @@ func needShell(t *testing.T, name, debianPackage string) string {
 		t.Skipf("%s not installed", name)
 	}
 	return path
+}
+
+// mainOutput runs a command of fluksio-worker in this process and returns
+// what it printed on stdout; it must exit 0.
+func mainOutput(t *testing.T, args ...string) string {
+	t.Helper()
+	var stdout, stderr strings.Builder
+	if code := dispatch(context.Background(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("fluksio-worker %s: exit %d\n%s", strings.Join(args, " "), code, stderr.String())
+	}
+	return stdout.String()
 }

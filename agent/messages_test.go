@@ -1,7 +1,13 @@
-package test
+package agent_test
+
+// What the engine and the worker say to each other, in this process with
+// this test binary as the runner: the hello, events and answers as the
+// runner wrote them, heartbeats, bounds, and what the worker makes of
+// garbage from either side.
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -14,22 +20,22 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
+	"github.com/fluksio/fluksio-worker/agent/protocol"
 )
 
 func TestHelloDescribesTheWorker(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, enginetest.Options{})
-	startWorker(t, eng, nil, "--name", "box-7", "--labels", "gpu, cuda12,,", "--parallel", "3")
-	wk := attach(t, eng)
-	h := wk.Hello
-	if h.Op != "hello" || h.Protocol != 2 || h.Name != "box-7" || h.MaxParallel != 3 {
+	f := serveFake(t, enginetest.Options{}, "--name", "box-7", "--labels", "gpu, cuda12,,", "--parallel", "3")
+	h := f.wk.Hello
+	self, _ := os.Executable()
+	if h.Op != "hello" || h.Protocol != protocol.Version || h.Name != "box-7" || h.MaxParallel != 3 {
 		t.Errorf("hello = %s", h.Raw)
 	}
 	if strings.Join(h.Labels, "|") != "gpu|cuda12" {
 		t.Errorf("labels = %q, want gpu and cuda12 (split on commas, blanks dropped)", h.Labels)
 	}
-	if h.Python != fakeRunner {
-		t.Errorf("python = %q, want --python as given %q", h.Python, fakeRunner)
+	if h.Python != self {
+		t.Errorf("python = %q, want --python as given %q", h.Python, self)
 	}
 	// The digest of `python -m pip freeze`, which the fake runner answers
 	// with one line.
@@ -45,33 +51,42 @@ func TestHelloDescribesTheWorker(t *testing.T) {
 	}
 }
 
-func TestInventoryFromSLURMAndFlags(t *testing.T) {
+// Without --name the worker attaches as the host name.
+func TestDefaultNameIsTheHostName(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, enginetest.Options{})
-	slurm := []string{"SLURM_CPUS_ON_NODE=6", "SLURM_MEM_PER_NODE=12000", "SLURM_JOB_GPUS=2,5,7"}
-	startWorker(t, eng, slurm)
-	h := attach(t, eng).Hello
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		t.Skipf("no host name here: %v", err)
+	}
+	if got := serveFake(t, enginetest.Options{}).wk.Hello.Name; got != host {
+		t.Errorf("name %q, want the host name %q", got, host)
+	}
+}
+
+func TestInventoryFromSLURMAndFlags(t *testing.T) {
+	for _, kv := range []string{"SLURM_CPUS_ON_NODE=6", "SLURM_MEM_PER_NODE=12000", "SLURM_JOB_GPUS=2,5,7"} {
+		name, value, _ := strings.Cut(kv, "=")
+		t.Setenv(name, value)
+	}
+	h := serveFake(t, enginetest.Options{}).wk.Hello
 	if h.Inventory.CPUs != 6 || h.Inventory.GPUs != 3 || h.Inventory.RAMMB == nil || *h.Inventory.RAMMB != 12000 {
 		t.Errorf("SLURM inventory = %s", h.Raw)
 	}
 	// SLURM_GPUS_ON_NODE wins over SLURM_JOB_GPUS; flags win over all, and
 	// --gpus 0 means zero, not "detect".
-	startWorker(t, eng, append(slurm, "SLURM_GPUS_ON_NODE=1"), "--cpus", "2", "--ram-mb", "512")
-	h = attach(t, eng).Hello
+	t.Setenv("SLURM_GPUS_ON_NODE", "1")
+	h = serveFake(t, enginetest.Options{}, "--cpus", "2", "--ram-mb", "512").wk.Hello
 	if h.Inventory.CPUs != 2 || h.Inventory.GPUs != 1 || *h.Inventory.RAMMB != 512 {
 		t.Errorf("flag inventory = %s", h.Raw)
 	}
-	startWorker(t, eng, append(slurm, "FLUKSIO_WORKER_GPUS=4"), "--gpus", "0")
-	if h = attach(t, eng).Hello; h.Inventory.GPUs != 0 {
+	if h = serveFake(t, enginetest.Options{}, "--gpus", "0").wk.Hello; h.Inventory.GPUs != 0 {
 		t.Errorf("--gpus 0 gave %s", h.Raw)
 	}
 }
 
 func TestCallEventsArriveInOrderAndUnchanged(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, enginetest.Options{})
-	startWorker(t, eng, nil)
-	wk := attach(t, eng)
+	wk := serveFake(t, enginetest.Options{}).wk
 	handWritten := `{"call_id":"c1","event":"log","line":"é \u00e9 <b>&amp;</b>","nested":{"z":1,"a":[1.50,2e3]}}`
 	c := run(t, wk, "c1", step{"events": 500}, step{"raw": handWritten}, step{"raw": "  " + handWritten + "  "})
 	answer, events := wait(t, c)
@@ -104,53 +119,12 @@ func TestCallEventsArriveInOrderAndUnchanged(t *testing.T) {
 	}
 }
 
-func TestCallEnvironmentAndCUDARemap(t *testing.T) {
-	t.Parallel()
-	eng := startEngine(t, enginetest.Options{})
-	startWorker(t, eng, []string{"CUDA_VISIBLE_DEVICES=2,3"}, "--artifact-url", "")
-	wk := attach(t, eng)
-	c, err := wk.Run(map[string]any{
-		"call_id": "env1",
-		"env":     map[string]any{"CUDA_VISIBLE_DEVICES": "1,0,7", "OMP_NUM_THREADS": 4, "FLAG": true},
-		"steps":   []step{{"env": []string{"CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "FLAG", "FLUKSIO_ARTIFACT_URL", "FLUKSIO_ARTIFACT_TOKEN", "FLUKSIO_ARTIFACT_CACHE"}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	answer, _ := wait(t, c)
-	var out struct {
-		Outputs struct {
-			Env     map[string]string `json:"env"`
-			Request map[string]any    `json:"request"`
-		} `json:"outputs"`
-	}
-	answer.Decode(&out)
-	env := out.Outputs.Env
-	want := map[string]string{
-		"CUDA_VISIBLE_DEVICES":   "3,2,7", // positions in the worker's own mask; 7 is no position
-		"OMP_NUM_THREADS":        "4",
-		"FLAG":                   "True",
-		"FLUKSIO_ARTIFACT_URL":   eng.BaseURL() + "/api/v1/artifacts",
-		"FLUKSIO_ARTIFACT_TOKEN": testToken,
-	}
-	for k, v := range want {
-		if env[k] != v {
-			t.Errorf("%s = %q, want %q", k, env[k], v)
-		}
-	}
-	if cache := env["FLUKSIO_ARTIFACT_CACHE"]; filepath.Base(cache) != "artifacts" || !filepath.IsAbs(cache) {
-		t.Errorf("FLUKSIO_ARTIFACT_CACHE = %q, want <state-dir>/artifacts", cache)
-	}
-	if _, has := out.Outputs.Request["env"]; has {
-		t.Errorf("the runner's request still holds env: %v", out.Outputs.Request)
-	}
-}
-
 func TestHeartbeatsWhileACallRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the 10 s heartbeat")
+	}
 	t.Parallel()
-	eng := startEngine(t, enginetest.Options{})
-	startWorker(t, eng, nil)
-	wk := attach(t, eng)
+	wk := serveFake(t, enginetest.Options{}).wk
 	start := time.Now()
 	// 13 s: one heartbeat (at 10 s), with seconds of margin either side.
 	c := run(t, wk, "slow", step{"sleep_ms": 13000})
@@ -165,9 +139,7 @@ func TestHeartbeatsWhileACallRuns(t *testing.T) {
 
 func TestLargeAnswerAndLineBound(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, enginetest.Options{})
-	startWorker(t, eng, nil, "--max-line", "64MiB")
-	wk := attach(t, eng)
+	wk := serveFake(t, enginetest.Options{}, "--max-line", "64MiB").wk
 	answer, _ := wait(t, run(t, wk, "big", step{"answer_bytes": 48 << 20}))
 	if !answer.OK || len(answer.Raw) < 48<<20 {
 		t.Fatalf("48 MiB answer arrived as %d bytes, ok=%v", len(answer.Raw), answer.OK)
@@ -184,9 +156,7 @@ func TestLargeAnswerAndLineBound(t *testing.T) {
 
 func TestParallelCalls(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, enginetest.Options{})
-	startWorker(t, eng, nil, "--parallel", "8")
-	wk := attach(t, eng)
+	wk := serveFake(t, enginetest.Options{}, "--parallel", "8").wk
 	start := time.Now()
 	var calls []*enginetest.Call
 	for i := 0; i < 8; i++ {
@@ -206,11 +176,9 @@ func TestParallelCalls(t *testing.T) {
 func TestRuntimeFromTheEngineIsUsedAndCached(t *testing.T) {
 	t.Parallel()
 	served := []byte("# the engine's own runner\n")
-	eng := startEngine(t, enginetest.Options{Runtime: served})
-	state := t.TempDir()
-	startWorker(t, eng, nil, "--runtime", "auto", "--state-dir", state)
-	wk := attach(t, eng)
-	answer, _ := wait(t, run(t, wk, "r1"))
+	f := serveFake(t, enginetest.Options{Runtime: served}, "--runtime", "auto")
+	state := f.stateDir
+	answer, _ := wait(t, run(t, f.wk, "r1"))
 	var out struct {
 		Outputs struct{ PID int } `json:"outputs"`
 	}
@@ -227,9 +195,8 @@ func TestRuntimeFromTheEngineIsUsedAndCached(t *testing.T) {
 
 func TestGarbageFromEngineAndRunnerNeverBreaksTheSession(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, enginetest.Options{})
-	w := startWorker(t, eng, nil)
-	wk := attach(t, eng)
+	f := serveFake(t, enginetest.Options{})
+	wk := f.wk
 	for _, frame := range []string{"not json", "[1,2]", `"str"`, "null", `{"op":"dance"}`, `{"op":"run"}`, `{"op":"run","call_id":""}`, `{"op":"cancel","call_id":"nobody"}`, `{"op":5}`} {
 		if err := wk.Send(frame); err != nil {
 			t.Fatal(err)
@@ -250,7 +217,7 @@ func TestGarbageFromEngineAndRunnerNeverBreaksTheSession(t *testing.T) {
 	if !strings.Contains(string(events[0].Raw), "bad \uFFFD utf8") {
 		t.Errorf("invalid UTF-8 was not replaced: %q", events[0].Raw)
 	}
-	if !strings.Contains(w.logs.String(), "not a JSON object") {
+	if !strings.Contains(f.log.String(), "not a JSON object") {
 		t.Errorf("garbage was not logged locally")
 	}
 	select {
@@ -262,15 +229,15 @@ func TestGarbageFromEngineAndRunnerNeverBreaksTheSession(t *testing.T) {
 
 func TestDuplicateCallIDLeavesTheFirstAlone(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, enginetest.Options{})
-	startWorker(t, eng, nil)
-	wk := attach(t, eng)
+	wk := serveFake(t, enginetest.Options{}).wk
 	first := run(t, wk, "dup", step{"announce": true}, step{"sleep_ms": 800}, step{"events": 1})
-	runnerPID(t, first) // the first call is running
+	started(t, first) // the first call is running
 	if err := wk.Send(map[string]any{"op": "run", "call_id": "dup", "steps": []step{}}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := first.Next(timeoutCtx(t, 10*time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	m, err := first.Next(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,9 +252,7 @@ func TestDuplicateCallIDLeavesTheFirstAlone(t *testing.T) {
 
 func TestEngineRequestJSONPassesThrough(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, enginetest.Options{})
-	startWorker(t, eng, nil)
-	wk := attach(t, eng)
+	wk := serveFake(t, enginetest.Options{}).wk
 	src := "def f(*, x):\n    return '<&>' + x\n"
 	c, _ := wk.Run(map[string]any{"call_id": "j1", "node": map[string]any{"source": src, "filename": "p.py"}, "inputs": map[string]any{"x": "é"}})
 	answer, _ := wait(t, c)
@@ -311,10 +276,11 @@ func TestEngineRequestJSONPassesThrough(t *testing.T) {
 // everything it wrote, answer included, still arrives, however long the
 // output waited in the pipe after the runner was gone.
 func TestSlowEngineLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("pauses the engine for 3 s four times")
+	}
 	t.Parallel()
-	eng := startEngine(t, enginetest.Options{})
-	startWorker(t, eng, nil)
-	wk := attach(t, eng)
+	wk := serveFake(t, enginetest.Options{}).wk
 	for _, n := range []int{20000, 40000, 60000, 80000} {
 		id := fmt.Sprintf("slow-%d", n)
 		wk.PauseReads(3 * time.Second)
@@ -324,4 +290,26 @@ func TestSlowEngineLosesNothing(t *testing.T) {
 			t.Errorf("%s: got %d of %d events and answer %.200s", id, len(events), n, answer.Raw)
 		}
 	}
+}
+
+type step = map[string]any
+
+// run sends a fake-runner request with these steps and returns its call.
+func run(t *testing.T, wk *enginetest.Worker, id string, steps ...map[string]any) *enginetest.Call {
+	t.Helper()
+	c, err := wk.Run(map[string]any{"call_id": id, "steps": steps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// wait waits for a call's answer and returns it with the events before it.
+func wait(t *testing.T, c *enginetest.Call) (enginetest.Message, []enginetest.Message) {
+	t.Helper()
+	answer, events, err := c.WaitTimeout(callTimeout)
+	if err != nil {
+		t.Fatalf("call %s: %v", c.ID, err)
+	}
+	return answer, events
 }

@@ -1,4 +1,4 @@
-package installer
+package config
 
 import (
 	"bufio"
@@ -11,11 +11,11 @@ import (
 	"golang.org/x/term"
 )
 
-// readTokenFrom reads `--token -`: the first line of standard input, so a
-// token can be pasted or piped (`pass show fluksio | fluksio-worker install
-// --token - …`) without entering shell history or the process list. At a
+// ReadTokenFrom reads `--token -` (of run and install): the first line of
+// standard input, so a token can be pasted or piped (`pass show fluksio |
+// fluksio-worker install --token - …`) without entering shell history or the process list. At a
 // terminal it asks, without echoing the paste.
-func readTokenFrom(stdin io.Reader) (string, error) {
+func ReadTokenFrom(stdin io.Reader) (string, error) {
 	if f, ok := stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		fmt.Fprint(os.Stderr, "Paste the worker token and press Enter (it is not shown): ")
 		secret, err := term.ReadPassword(int(f.Fd()))

@@ -1,0 +1,81 @@
+package agent
+
+// Before a reload replaces a working worker, the binary on disk is asked
+// whether it would start with the configuration it will read: `fluksio-
+// worker check-config` with the worker's own arguments and environment, as
+// `sshd -t` and `nginx -t` check a configuration before a reload. A config
+// file with a typo, a token file rotated away, a token that came from a
+// pipe (`--token -`, `--token-file /dev/stdin`, which a re-executed worker
+// cannot read again) or a binary that does not run here refuses the
+// reload: the worker logs why, says so in its status, and keeps serving.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/agent/config"
+	"github.com/fluksio/fluksio-worker/agent/logging"
+	"github.com/fluksio/fluksio-worker/platform"
+)
+
+// reloadCheckTimeout bounds the check: it reads the config and the token
+// and runs Python for its version, a second or two on a loaded machine.
+const reloadCheckTimeout = 30 * time.Second
+
+// CheckConfigCommand is `fluksio-worker check-config [run options]`: would
+// `run` start with these options, config file, environment and token? It
+// dials nothing and changes nothing (it takes no state directory lock).
+// Exit 0 when it would, 2 with the reason when not.
+func CheckConfigCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := config.Load(args, os.Getenv)
+	if err == nil {
+		err = cfg.Resolve()
+	}
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprintln(stdout, "Usage: fluksio-worker check-config [run's options]\n\nChecks that `run` with these options, environment, --config file and token\nwould start (nothing is dialed or changed). A reload runs it first and keeps\nthe running worker if it fails.\n\nExit status: 0 it would start, 2 it would not (saying why).")
+		return config.ExitOK
+	case err == nil:
+		_, _, err = platform.FindPython(ctx, cfg.Python)
+	}
+	if err == nil {
+		_, err = config.ResolveStateDir(cfg, os.Getenv)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "fluksio-worker: %s\n", logging.NewRedactor(cfg.Token).Scrub(err.Error()))
+		return config.ExitUsage
+	}
+	fmt.Fprintln(stdout, "the configuration is good")
+	return config.ExitOK
+}
+
+// checkReload runs exe's check-config with this worker's arguments and
+// environment, and standard input empty: the re-executed worker could not
+// read again what was piped in. It returns why the check failed.
+func checkReload(ctx context.Context, exe string) error {
+	ctx, cancel := context.WithTimeout(ctx, reloadCheckTimeout)
+	defer cancel()
+	args := os.Args[1:]
+	if len(args) > 0 && args[0] == "run" {
+		args = args[1:]
+	}
+	cmd := exec.CommandContext(ctx, exe, append([]string{"check-config"}, args...)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if err == nil {
+		return nil
+	}
+	if msg := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(out.String()), "fluksio-worker:")); msg != "" {
+		return fmt.Errorf("%s (%w)", msg, err)
+	}
+	return fmt.Errorf("%s check-config: %w", exe, err)
+}
