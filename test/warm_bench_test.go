@@ -181,7 +181,7 @@ func BenchmarkPythonWarmMemory(b *testing.B) {
 			if node.name == "numpy" {
 				args = append(args, "--preload", "numpy")
 			}
-			w := startProgram(b, benchWorkerBin(b), []string{"FLUKSIO_WORKER_TOKEN=" + testToken}, args...)
+			w := startProgram(b, releaseWorkerBin(b), []string{"FLUKSIO_WORKER_TOKEN=" + testToken}, args...)
 			wk := attach(b, eng)
 			var perSlot float64
 			for i := 0; i < b.N; i++ {

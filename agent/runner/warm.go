@@ -782,7 +782,7 @@ func (p *warmPool) close() {
 // Process owns it as if it had started it. The call's box shares the
 // spare's cookie and cgroup; exited closes once the spare is reaped.
 func (s *spare) handTo(log *slog.Logger, exited chan struct{}) (b *box, stdin io.WriteCloser, stdout, stderr *os.File, pipes *nodePipes, dir *callDir) {
-	b = &box{log: log, pid: s.box.pid, cookie: s.box.cookie, cg: s.box.cg, began: time.Now()}
+	b = &box{log: log, pid: s.box.pid, cookie: s.box.cookie, cg: s.box.cg, oom: s.box.oom, began: time.Now()}
 	go func() {
 		<-s.exited
 		state := s.box.exitState()

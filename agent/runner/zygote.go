@@ -198,6 +198,7 @@ func (z *spare) fork(s *spare) error {
 		return fmt.Errorf("taking the forked runner in: %w", errors.Join(findErr, moveErr))
 	}
 	s.dir, s.pipes = dir, pipes
+	s.box.oom = platform.WatchOOM(pid) // in its call's cgroup now
 	go func() {
 		state, err := proc.Wait()
 		s.box.mu.Lock()
