@@ -297,3 +297,23 @@ func TestZygoteReplaced(t *testing.T) {
 		})
 	}
 }
+
+// TestNoZygoteWithoutCgroups: where calls are found by their cookie
+// (--containment subreaper), spares are interpreters started one by one: a
+// forked runner would show its zygote's environment in /proc, without the
+// call's cookie.
+func TestNoZygoteWithoutCgroups(t *testing.T) {
+	_, wk, w, _ := warmWorker(t, nil, "--warm", "1", "--containment", "subreaper")
+	addr := monitorAddr(t, w)
+	fingerprint(t, wk, w, "teach")
+	waitSpares(t, addr, 1)
+	if _, forked, _ := fingerprint(t, wk, w, "spare"); forked {
+		t.Errorf("a call ran forked from a zygote with --containment subreaper")
+	}
+	if _, hits, _ := warmState(t, addr); hits != 1 {
+		t.Errorf("%d hits; the second call should have had a spare", hits)
+	}
+	if z := zygotePids(w); len(z) != 0 {
+		t.Errorf("zygotes %v run with --containment subreaper", z)
+	}
+}
