@@ -52,29 +52,14 @@ type Agent struct {
 	endMu  sync.Mutex
 	endWhy string // why the worker is to finish, said in its last record
 
-	mu       sync.Mutex
-	calls    map[string]*call   // calls the engine awaits an answer for, waiting ones included
-	live     map[*call]struct{} // calls whose processes may still exist
-	slots    int                // runner slots in use, at most cfg.Parallel
-	queue    callQueue          // calls waiting for a slot
-	lastDone time.Time
-	done     int64
-	answered int64         // calls whose answer was sent, for --max-calls
-	changed  chan struct{} // a call started or ended
+	book    *callBook     // the calls, their slots and counts (book.go)
+	changed chan struct{} // a call started or ended
 
 	// outliving counts the goroutines of calls that may outlive their
 	// connection (the resume extension, resume.go); Serve waits for them.
 	outliving sync.WaitGroup
 
-	stopCh    chan struct{}
-	stopOnce  sync.Once
-	drainCh   chan struct{}
-	drainOnce sync.Once
-	killCh    chan struct{}
-	killOnce  sync.Once
-	// reloadCh closes on the first reload request (see reload.go).
-	reloadCh   chan struct{}
-	reloadOnce sync.Once
+	life *lifecycle // serving, or reloading, draining, stopping, killing (mode.go)
 }
 
 // New prepares an agent. python is the resolved interpreter.
@@ -84,14 +69,8 @@ func New(cfg config.Config, log *slog.Logger, python, stateDir string) *Agent {
 		log:      log,
 		python:   python,
 		stateDir: stateDir,
-		calls:    map[string]*call{},
-		live:     map[*call]struct{}{},
-		lastDone: time.Now(),
 		changed:  make(chan struct{}, 1),
-		stopCh:   make(chan struct{}),
-		drainCh:  make(chan struct{}),
-		killCh:   make(chan struct{}),
-		reloadCh: make(chan struct{}),
+		life:     newLifecycle(),
 
 		attaching: make(chan struct{}),
 		digests:   platform.NewVenvDigests(python),
@@ -104,15 +83,17 @@ func New(cfg config.Config, log *slog.Logger, python, stateDir string) *Agent {
 	// A reload re-executes the worker in place, so the status file this
 	// process wrote before it is its own: the calls done so far count on,
 	// as `status` showed them.
+	var done int64
 	if prev, err := status.Read(stateDir); err == nil && prev.PID == os.Getpid() {
-		a.done = prev.CallsDone
+		done = prev.CallsDone
 	}
+	a.book = newCallBook(cfg.Parallel, cfg.MaxCalls, done)
 	a.status = status.NewFile(stateDir, status.Status{
 		PID:       os.Getpid(),
 		Version:   Version,
 		Engine:    logging.ShownURL(cfg.URL),
-		State:     "connecting",
-		CallsDone: a.done,
+		State:     status.StateConnecting,
+		CallsDone: done,
 	}, a.redact, func(err error) { log.Debug("could not write the status file", "error", err) })
 	return a
 }
@@ -151,29 +132,16 @@ func (e *NeverAttachedError) Unwrap() error { return e.Last }
 
 // Stop stops every running call (each answered NodeCancelled, "the worker
 // is stopping"), closes the connection cleanly, and makes Serve return.
-func (a *Agent) Stop() { a.stopOnce.Do(func() { close(a.stopCh) }) }
+func (a *Agent) Stop() { a.life.ask(modeStopping) }
 
 // Drain answers new calls NodeCancelled ("the worker is draining"), lets
 // running ones finish, then makes Serve return.
-func (a *Agent) Drain() { a.drainOnce.Do(func() { close(a.drainCh) }) }
+func (a *Agent) Drain() { a.life.ask(modeDraining) }
 
 // Kill stops every call's process group at once, for a second signal.
 func (a *Agent) Kill() {
-	a.killOnce.Do(func() { close(a.killCh) })
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for c := range a.live {
-		c.kill()
-	}
-}
-
-func closed(ch chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
+	a.life.ask(modeKilling)
+	a.book.eachLive((*call).kill)
 }
 
 // Serve attaches and reattaches until the worker should stop. It returns
@@ -186,7 +154,7 @@ func (a *Agent) Serve(ctx context.Context) error {
 	a.runners = runner.NewPool(a.runnerConfig())
 	defer func() {
 		a.runners.Close()
-		a.status.Update(func(s *status.Status) { s.State = "stopped" })
+		a.status.Update(func(s *status.Status) { s.State = status.StateStopped })
 		a.status.Flush()
 	}()
 	a.removeStaleSpills()
@@ -205,7 +173,7 @@ func (a *Agent) Serve(ctx context.Context) error {
 			a.metrics.Refused()
 		}
 		if errors.As(err, &refused) || errors.As(err, &usage) {
-			a.status.Update(func(s *status.Status) { s.State = "refused"; s.LastError = err.Error() })
+			a.status.Update(func(s *status.Status) { s.State = status.StateRefused; s.LastError = err.Error() })
 			a.abandonAll(err.Error())
 			a.outliving.Wait()
 			return err
@@ -229,7 +197,7 @@ func (a *Agent) Serve(ctx context.Context) error {
 		}
 		backoff = min(backoff*2, backoffMax)
 		a.log.Warn("disconnected; retrying", "error", err, "retry_in", wait.Round(time.Millisecond).String())
-		a.status.Update(func(s *status.Status) { s.State = "connecting"; s.Name = ""; s.LastError = err.Error() })
+		a.status.Update(func(s *status.Status) { s.State = status.StateConnecting; s.Name = ""; s.LastError = err.Error() })
 		if done, idle := a.waitOffline(ctx, wait); done {
 			if idle && !a.everWelcomed.Load() {
 				return &NeverAttachedError{MaxIdle: a.cfg.MaxIdle, Last: err}
@@ -248,10 +216,11 @@ const firstRetrySpread = 2 * time.Second
 // once no call is held through an outage (those wait for held calls as
 // they wait for running ones).
 func (a *Agent) over(err error) bool {
-	if errors.Is(err, errFinished) || closed(a.stopCh) || closed(a.killCh) {
+	m := a.life.mode()
+	if errors.Is(err, errFinished) || m.ending() {
 		return true
 	}
-	return (closed(a.drainCh) || closed(a.reloadCh)) && len(a.heldCalls()) == 0
+	return m.declining() && len(a.heldCalls()) == 0
 }
 
 // finish stops what is still held (nobody can hear it now) and waits for
@@ -276,8 +245,11 @@ func (a *Agent) waitOffline(ctx context.Context, wait time.Duration) (done, idle
 	}
 	// A drain or reload with calls held keeps reconnecting, so that they
 	// can finish; the session then waits for them as for any running call.
-	drain, reload := a.drainCh, a.reloadCh
 	for {
+		_, modeC := a.life.watch()
+		if a.over(nil) {
+			return true, false
+		}
 		select {
 		case <-retry.C:
 			return false, false
@@ -286,18 +258,8 @@ func (a *Agent) waitOffline(ctx context.Context, wait time.Duration) (done, idle
 			a.log.Info("nothing ran for --max-idle; stopping", "max_idle", a.cfg.MaxIdle.String())
 			return true, true
 		case <-a.changed: // a held call ended
-		case <-drain:
-			drain = nil
-		case <-reload:
-			reload = nil
-		case <-a.stopCh:
-			return true, false
-		case <-a.killCh:
-			return true, false
+		case <-modeC:
 		case <-ctx.Done():
-			return true, false
-		}
-		if a.over(nil) {
 			return true, false
 		}
 	}
@@ -318,19 +280,20 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 	a.attemptStarted()
 	// Calls held through an outage are running calls: a drain or reload
 	// waits for them, so the worker attaches again to let them finish.
-	drained, reloaded := a.drainCh, a.reloadCh
-	if len(a.heldCalls()) > 0 {
-		drained, reloaded = nil, nil
-	}
+	held := len(a.heldCalls()) > 0
 	go func() {
-		select {
-		case <-a.stopCh:
-		case <-drained:
-		case <-a.killCh:
-		case <-reloaded:
-		case <-prepare.Done():
+		defer cancelPrepare()
+		for {
+			m, modeC := a.life.watch()
+			if m.ending() || m.declining() && !held {
+				return
+			}
+			select {
+			case <-modeC:
+			case <-prepare.Done():
+				return
+			}
 		}
-		cancelPrepare()
 	}()
 	began := time.Now()
 	rt, err := runtime.Ensure(prepare, a.cfg, a.stateDir, a.log)
@@ -355,14 +318,12 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 	a.log.Info("attached", "engine", logging.ShownURL(a.cfg.URL), "name", name, "labels", hello.Labels,
 		"runtime", rt.Source, "runtime_hash", rt.Hash[:12])
 	a.status.Update(func(s *status.Status) {
-		s.State, s.Name, s.Since, s.LastError = "attached", name, since.UTC(), ""
-		if closed(a.drainCh) {
-			s.State = "draining"
+		s.State, s.Name, s.Since, s.LastError = status.StateAttached, name, since.UTC(), ""
+		if m := a.life.mode(); m == modeDraining {
+			s.State = m.String()
 		}
 	})
-	a.mu.Lock()
-	a.lastDone = time.Now() // a fresh connection starts the idle clock
-	a.mu.Unlock()
+	a.book.restartIdle() // a fresh connection starts the idle clock
 
 	callsCtx, cancelCalls := context.WithCancel(ctx)
 	var calls sync.WaitGroup
@@ -403,7 +364,13 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 		}
 	}()
 
-	stopC, drainC, ctxDone := a.stopCh, a.drainCh, ctx.Done()
+	ctxDone := ctx.Done()
+	// seen is the mode this loop has acted on; the first pass acts on
+	// the mode the worker is in already.
+	seen, stopped := modeServing, false
+	first := make(chan struct{})
+	close(first)
+	var modeC <-chan struct{} = first
 	reload := a.newReloadWait()
 	defer reload.stop()
 	idle := time.NewTimer(time.Hour)
@@ -417,22 +384,33 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 		select {
 		case err := <-lost:
 			return true, fmt.Errorf("connection lost: %w", err)
-		case <-a.killCh:
-			return true, errFinished
 		case <-ctxDone:
-			ctxDone, stopC = nil, nil
+			ctxDone, stopped = nil, true
 			a.stopAll(msgStopping)
-		case <-stopC:
-			stopC = nil
-			a.log.Info("stopping: running calls are being stopped")
-			a.status.Update(func(s *status.Status) { s.State = "stopping" })
-			a.stopAll(msgStopping)
-		case <-drainC:
-			drainC = nil
-			a.log.Info("draining: running calls finish, new calls are refused")
-			a.status.Update(func(s *status.Status) { s.State = "draining" })
-		case <-reload.asked:
-			reload.begin()
+		case <-modeC:
+			var now mode
+			now, modeC = a.life.watch()
+			if now == seen {
+				break
+			}
+			seen = now
+			switch now {
+			case modeKilling:
+				return true, errFinished
+			case modeStopping:
+				if stopped {
+					break
+				}
+				stopped = true
+				a.log.Info("stopping: running calls are being stopped")
+				a.status.Update(func(s *status.Status) { s.State = now.String() })
+				a.stopAll(msgStopping)
+			case modeDraining:
+				a.log.Info("draining: running calls finish, new calls are refused")
+				a.status.Update(func(s *status.Status) { s.State = now.String() })
+			case modeReloading:
+				reload.begin()
+			}
 		case <-reload.expired:
 			reload.expire()
 		case <-a.changed:
@@ -447,7 +425,7 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 			}
 			a.armIdle(idle)
 		}
-		if (stopC == nil || drainC == nil || reload.begun) && a.running() == 0 {
+		if (stopped || seen.declining()) && a.running() == 0 {
 			conn.Close()
 			return true, errFinished
 		}
@@ -501,26 +479,16 @@ func (a *Agent) armIdle(t *time.Timer) {
 }
 
 func (a *Agent) idleDeadline() time.Time {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.lastDone.Add(a.cfg.MaxIdle)
+	return a.book.idleSince().Add(a.cfg.MaxIdle)
 }
 
-func (a *Agent) running() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.calls)
-}
+func (a *Agent) running() int { return a.book.running() }
 
 // stopAll stops every running call and answers every waiting one, each
 // with reason; no waiting call is started.
 func (a *Agent) stopAll(reason string) {
 	a.answerWaiting(reason)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, c := range a.calls {
-		c.stop(reason)
-	}
+	a.book.each(func(c *call) { c.stop(reason) })
 }
 
 // notify wakes the session loop after a call started or ended.

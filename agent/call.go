@@ -29,7 +29,7 @@ type call struct {
 	request  []byte   // the request line, without its env; dropped once written
 	size     int      // the request's size, for the queue's bound
 	env      []string // the request's env, added to the agent's own
-	agent    *Agent
+	host     callHost
 	conn     *engine.Conn
 	log      *slog.Logger
 	arrived  time.Time
@@ -39,7 +39,7 @@ type call struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	queued bool // waiting for a slot; guarded by Agent.mu
+	queued bool // waiting for a slot; guarded by callBook.mu
 
 	// sendMu orders what the call sends: heartbeats come from the queue
 	// while it waits and from supervise once it runs, and none may follow
@@ -57,7 +57,7 @@ type call struct {
 	journal *hold.Journal      // numbers and keeps its frames; nil without the resume extension
 	grace   time.Duration      // how long it may be held through an outage
 	release context.CancelFunc // ends session, for a held call
-	// Guarded by Agent.mu: while held, the timer that stops it at the end
+	// Guarded by callBook.mu: while held, the timer that stops it at the end
 	// of its grace, and when the hold began.
 	holdTimer *time.Timer
 	heldAt    time.Time
@@ -73,10 +73,17 @@ type call struct {
 	lost bool
 }
 
+// callHost is what a call uses of the worker, and all it uses.
+type callHost struct {
+	metrics *metrics.Metrics // nil without --listen
+	runners *runner.Pool     // starts its runner
+	ended   func(*call)      // counts its end, once (Agent.callEnded)
+}
+
 // newCall makes a call of an engine's request; it runs once it has a slot.
-func newCall(id, op, function string, request []byte, env []string, a *Agent, conn *engine.Conn, log *slog.Logger, now time.Time) *call {
+func newCall(id, op, function string, request []byte, env []string, host callHost, conn *engine.Conn, log *slog.Logger, now time.Time) *call {
 	c := &call{id: id, idJSON: protocol.EncodeCallID(id), op: op, function: function, request: request, size: len(request) + envSize(env), env: env,
-		agent: a, conn: conn, log: log, arrived: now, lastBeat: now}
+		host: host, conn: conn, log: log, arrived: now, lastBeat: now}
 	// Not a child of the connection's context: a waiting call must not
 	// hold on to it; run stops the call when the connection is lost.
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
@@ -99,14 +106,14 @@ const (
 // runner is left: every process of it gone, every pipe closed.
 func (c *call) run(ctx context.Context, rt runner.Runtime) {
 	c.begun = time.Now()
-	c.agent.metrics.CallStarted(c.op)
+	c.host.metrics.CallStarted(c.op)
 	// The connection is gone: nobody can hear the answer, and the engine
 	// reschedules the call. Stop it now.
 	lost := context.AfterFunc(ctx, func() { c.stop(msgConnectionLost) })
 	defer lost()
 	request := c.request
 	c.request = nil // a request of many MiB is not kept for the call's life
-	p, err := c.agent.runners.Start(c.ctx, runner.Spec{
+	p, err := c.host.runners.Start(c.ctx, runner.Spec{
 		CallID:  c.id,
 		Runtime: rt,
 		Env:     c.env,
@@ -134,7 +141,7 @@ func (c *call) run(ctx context.Context, rt runner.Runtime) {
 		usage, ended = p.End(end.Answer != nil), true
 		<-c.journal.Delivered()
 	}
-	c.agent.callEnded(c)
+	c.host.ended(c)
 	// The call is over for the engine; now nothing of it may remain.
 	if !ended {
 		usage = p.End(end.Answer != nil)
@@ -186,7 +193,7 @@ func (c *call) answer(ctx context.Context, p *runner.Process, end runner.Output)
 		if c.outcome != metrics.OutcomeOK {
 			c.errType, c.errMsg = protocol.ReadError(end.Answer)
 		}
-		c.agent.metrics.AnswerRelayed(len(end.Answer))
+		c.host.metrics.AnswerRelayed(len(end.Answer))
 		c.sendAnswer(c.own(end.Answer))
 	case end.Err != nil:
 		c.outcome = metrics.OutcomeError
@@ -241,7 +248,7 @@ func (c *call) beatIfDue(now time.Time) {
 	} else {
 		return
 	}
-	c.agent.metrics.HeartbeatSent()
+	c.host.metrics.HeartbeatSent()
 }
 
 // sendEvent sends one of the runner's event lines.
@@ -299,7 +306,7 @@ func (c *call) fail(err error) {
 	c.outcome = metrics.OutcomeError
 	c.errType, c.errMsg = protocol.TypeRemoteError, "the call could not start: "+err.Error()
 	c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeRemoteError, err.Error()))
-	c.agent.callEnded(c)
+	c.host.ended(c)
 }
 
 // stoppedBeforeStart answers a call stopped before its runner started
@@ -312,7 +319,7 @@ func (c *call) stoppedBeforeStart(ctx context.Context, stop *runner.StopError) {
 	} else {
 		c.lost, c.errMsg = true, msgConnectionLost
 	}
-	c.agent.callEnded(c)
+	c.host.ended(c)
 }
 
 // stop stops the call's runner: SIGTERM to everything of it, then SIGKILL

@@ -99,14 +99,14 @@ func (a *Agent) startCall(at *attachment, m protocol.Message) {
 		a.metrics.CallDeclined(declineReason(msg))
 		at.conn.SendJSON(protocol.NewErrorAnswer(m.CallID, typ, msg))
 	}
-	switch {
-	case closed(a.stopCh) || closed(a.killCh):
+	switch mode := a.life.mode(); {
+	case mode.ending():
 		refuse(protocol.TypeNodeCancelled, msgStopping)
 		return
-	case closed(a.drainCh), a.maxCallsTaken():
+	case mode == modeDraining, a.book.full():
 		refuse(protocol.TypeNodeCancelled, msgDraining)
 		return
-	case a.reloading():
+	case mode == modeReloading:
 		refuse(protocol.TypeNodeCancelled, msgReloading)
 		return
 	}
@@ -121,36 +121,16 @@ func (a *Agent) startCall(at *attachment, m protocol.Message) {
 		return
 	}
 	now := time.Now()
-	c := newCall(m.CallID, m.Op, protocol.CallIDText(m.Fields["function"]), request, env, a, at.conn, log, now)
+	c := newCall(m.CallID, m.Op, protocol.CallIDText(m.Fields["function"]), request, env,
+		callHost{metrics: a.metrics, runners: a.runners, ended: a.callEnded}, at.conn, log, now)
 	at.adopt(a, c)
-	a.mu.Lock()
-	if other, dup := a.calls[m.CallID]; dup {
-		state := "running"
-		if other.queued {
-			state = "waiting for a free slot"
-		}
-		a.mu.Unlock()
+	start, refusal := a.book.admit(c)
+	if refusal != "" {
 		c.abandon()
-		refuse(protocol.TypeRemoteError, fmt.Sprintf("a call with call_id %q is already %s on this worker; this duplicate was not started", logging.Cut(m.CallID, maxLoggedID), state))
+		refuse(protocol.TypeRemoteError, refusal)
 		return
 	}
-	start := a.slots < a.cfg.Parallel
-	switch {
-	case start:
-		a.slots++
-		a.live[c] = struct{}{}
-	case !a.queue.fits(c.size):
-		msg := a.queue.fullError(a.cfg.Parallel)
-		a.mu.Unlock()
-		c.abandon()
-		refuse(protocol.TypeRemoteError, msg)
-		return
-	default:
-		a.queue.push(c)
-	}
-	a.calls[m.CallID] = c
-	running, waiting := a.countsLocked()
-	a.mu.Unlock()
+	running, waiting := a.book.counts()
 	a.publishCounts(running, waiting)
 	a.notify()
 	if !start {
@@ -164,13 +144,7 @@ func (a *Agent) startCall(at *attachment, m protocol.Message) {
 
 // cancel stops a running call, or answers a waiting one without starting it.
 func (a *Agent) cancel(at *attachment, id string) {
-	a.mu.Lock()
-	c := a.calls[id]
-	waiting := c != nil && c.queued
-	if waiting {
-		a.queue.remove(c)
-	}
-	a.mu.Unlock()
+	c, waiting := a.book.leaveQueue(id)
 	switch {
 	case c == nil:
 		if at.noise.Allow() {
@@ -194,27 +168,18 @@ func (a *Agent) publishCounts(running, waiting int) {
 	a.status.Update(func(s *status.Status) { s.CallsRunning, s.CallsQueued = running, waiting })
 }
 
-// countsLocked is how many calls run (the engine awaits their answers)
-// and how many wait for a slot.
-func (a *Agent) countsLocked() (running, waiting int) {
-	return len(a.calls) - a.queue.n, a.queue.n
-}
-
 // callEnded is called once per call when the engine has its answer (or
 // can no longer get one): the call no longer counts as running.
 func (a *Agent) callEnded(c *call) {
-	a.mu.Lock()
-	if a.calls[c.id] == c {
-		delete(a.calls, c.id)
+	ok, running, waiting, done, lastAllowed := a.book.end(c, c.wasAnswered())
+	if !ok {
+		return // ended already: each call ends once
 	}
-	a.lastDone = time.Now()
-	a.done++
-	if c.wasAnswered() {
-		a.countAnswerLocked()
+	if lastAllowed {
+		a.endBecause("--max-calls answered")
+		a.log.Info("--max-calls answered; draining", "max_calls", a.cfg.MaxCalls)
+		a.Drain()
 	}
-	running, waiting := a.countsLocked()
-	done := a.done
-	a.mu.Unlock()
 	if c.begun.IsZero() {
 		a.metrics.CallDeclined(metrics.DeclinedCancelled) // answered (or dropped) while waiting
 	} else {

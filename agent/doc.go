@@ -3,10 +3,14 @@
 //
 //   - the Agent and its session loop (agent.go): attach, reconnect with
 //     backoff, stop, drain, go idle, and the hello it sends;
+//   - the worker's mode, serving, reloading, draining, stopping or killing,
+//     and which request wins when they meet (mode.go);
 //   - what each message from the engine does (dispatch.go);
-//   - a call as the engine sees it (call.go): its place in the queue of
-//     calls waiting for one of the --parallel slots (queue.go), its
-//     heartbeats and its one answer; its runner process is agent/runner's;
+//   - the book of calls (book.go): admission, the --parallel slots, the
+//     queue of calls waiting for one (queue.go), --max-calls and each
+//     call's end, under one lock;
+//   - a call as the engine sees it (call.go): its heartbeats and its one
+//     answer; its runner process is agent/runner's;
 //   - the graceful reload that re-executes the worker in place (reload.go);
 //   - calls held through an outage of an engine that accepted the resume
 //     extension, and their replay (resume.go; their kept output is

@@ -32,9 +32,7 @@ const loopStale = 10 * PulseInterval
 // loop alive for /healthz; and it returns the line for `systemctl status`.
 // Nothing the engine does can hold it up.
 func (a *Agent) Pulse() string {
-	a.mu.Lock()
-	running, done := len(a.calls), a.done
-	a.mu.Unlock()
+	running, done := a.book.doneSoFar()
 	a.loopBeat.Store(time.Now().UnixNano())
 	return statusLine(a.status.Get(), running, done)
 }
@@ -44,13 +42,13 @@ func (a *Agent) Pulse() string {
 func statusLine(st status.Status, running int, done int64) string {
 	var what string
 	switch {
-	case st.Name != "" && st.State == "attached":
+	case st.Name != "" && st.State == status.StateAttached:
 		what = fmt.Sprintf("attached as %q to %s", st.Name, st.Engine)
 	case st.Name != "":
 		what = fmt.Sprintf("%s, attached as %q to %s", st.State, st.Name, st.Engine)
-	case st.State == "connecting" && st.LastError != "":
+	case st.State == status.StateConnecting && st.LastError != "":
 		what = fmt.Sprintf("not attached to %s, retrying: %s", st.Engine, logging.FirstLine(st.LastError))
-	case st.State == "refused":
+	case st.State == status.StateRefused:
 		what = fmt.Sprintf("refused by %s: %s", st.Engine, logging.FirstLine(st.LastError))
 	default:
 		what = fmt.Sprintf("%s to %s", st.State, st.Engine)
@@ -72,7 +70,7 @@ func (a *Agent) health(now time.Time) (bool, string) {
 		return false, why
 	}
 	st := a.status.Get()
-	if st.Name != "" && st.State != "connecting" {
+	if st.Name != "" && st.State != status.StateConnecting {
 		return true, fmt.Sprintf("ok: %s as %q to %s", st.State, st.Name, st.Engine)
 	}
 	why := logging.FirstLine(st.LastError)
@@ -143,30 +141,6 @@ func (a *Agent) ListenMonitoring() (*metrics.Server, error) {
 	}
 	a.status.Update(func(s *status.Status) { s.Listen = srv.Addr() })
 	return srv, nil
-}
-
-// maxCallsTaken reports whether --max-calls leaves no room for another
-// call: the calls answered and those running (which may yet be answered)
-// fill it. Only the reader starts calls, and an ending call moves from
-// running to answered at most, so the sum cannot grow behind this check.
-func (a *Agent) maxCallsTaken() bool {
-	if a.cfg.MaxCalls <= 0 {
-		return false
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.answered+int64(len(a.calls)) >= int64(a.cfg.MaxCalls)
-}
-
-// countAnswerLocked counts a call the engine got an answer for, and starts a
-// drain once --max-calls are answered. Called with a.mu held.
-func (a *Agent) countAnswerLocked() {
-	a.answered++
-	if a.cfg.MaxCalls > 0 && a.answered == int64(a.cfg.MaxCalls) {
-		a.endBecause("--max-calls answered")
-		a.log.Info("--max-calls answered; draining", "max_calls", a.cfg.MaxCalls)
-		a.Drain()
-	}
 }
 
 // answerOutcome is the metrics label of how a runner's answer ended.

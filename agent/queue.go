@@ -36,7 +36,7 @@ const beatCheckInterval = time.Second
 
 // callQueue is a FIFO of waiting calls. A call cancelled while waiting is
 // marked and skipped when its turn comes, so a cancel costs O(1) however
-// long the queue is. Guarded by Agent.mu.
+// long the queue is. Guarded by callBook.mu.
 type callQueue struct {
 	waiting []*call // waiting[head:] in arrival order; some may have left
 	head    int
@@ -138,26 +138,17 @@ func (q *callQueue) compact() {
 func (a *Agent) runSlot(c *call) {
 	for c != nil {
 		c.run(c.session, c.rt)
-		a.mu.Lock()
-		delete(a.live, c)
 		done := c
-		c = nil
 		// A stopping worker answers the waiting calls itself (stopAll); a
 		// lost connection drops them (dropWaiting). Neither starts them.
 		// A slot whose call could outlive its connection (resume.go)
 		// serves the calls of the connection there is now.
 		connected := done.journal != nil || done.session.Err() == nil
-		if connected && !closed(a.stopCh) && !closed(a.killCh) {
-			c = a.queue.pop()
-		}
-		if c == nil {
-			a.slots--
-		} else {
-			a.live[c] = struct{}{}
+		var running, waiting int
+		c, running, waiting = a.book.next(done, connected && !a.life.mode().ending())
+		if c != nil {
 			c.wg.Add(1)
 		}
-		running, waiting := a.countsLocked()
-		a.mu.Unlock()
 		done.wg.Done()
 		if c != nil {
 			a.publishCounts(running, waiting)
@@ -179,9 +170,7 @@ func (a *Agent) beatWaiting(at *attachment) {
 		case <-at.ctx.Done():
 			return
 		case now := <-tick.C:
-			a.mu.Lock()
-			waiting = a.queue.appendWaiting(waiting[:0])
-			a.mu.Unlock()
+			waiting = a.book.appendWaiting(waiting[:0])
 			for _, c := range waiting {
 				c.beatIfDue(now)
 			}
@@ -193,9 +182,7 @@ func (a *Agent) beatWaiting(at *attachment) {
 // answerWaiting answers every waiting call with reason, without starting
 // any: the worker is stopping.
 func (a *Agent) answerWaiting(reason string) {
-	a.mu.Lock()
-	waiting := a.queue.takeAll()
-	a.mu.Unlock()
+	waiting := a.book.takeWaiting()
 	if len(waiting) > 0 {
 		a.log.Info("answering the calls waiting for a slot; none of them started", "calls", len(waiting), "reason", reason)
 	}
@@ -209,15 +196,7 @@ func (a *Agent) answerWaiting(reason string) {
 // dropWaiting forgets the waiting calls of a connection that is gone:
 // nobody can hear their answers, and the engine reschedules them.
 func (a *Agent) dropWaiting() {
-	a.mu.Lock()
-	waiting := a.queue.takeAll()
-	for _, c := range waiting {
-		if a.calls[c.id] == c {
-			delete(a.calls, c.id)
-		}
-	}
-	running, _ := a.countsLocked()
-	a.mu.Unlock()
+	waiting, running := a.book.dropWaiting()
 	if len(waiting) > 0 {
 		a.log.Warn("calls waiting for a slot were dropped with the connection; the engine reschedules them", "calls", len(waiting))
 		a.publishCounts(running, 0)

@@ -11,15 +11,11 @@ package agent
 // once. --reload-timeout bounds the wait: then the calls left are stopped as
 // a stop stops them, and the reload goes on.
 //
-// What wins when a reload meets something else:
-//   - a second reload while one waits: nothing more; the one reload re-reads
-//     whatever is on disk when it happens.
-//   - a stop (SIGTERM) during a reload: the stop; calls are stopped and the
-//     worker exits 0 without re-executing. A drain (SIGQUIT) likewise exits
-//     once its calls finish. A reload asked during a drain or a stop is
-//     ignored (logged): the operator already said the worker is to go.
-//   - a reload while disconnected: nothing can be running (calls stop with
-//     their connection), so it re-executes at once.
+// What wins when a reload meets a drain, a stop or a second reload is the
+// worker's mode (mode.go): the one reload re-reads whatever is on disk when
+// it happens. A reload while disconnected re-executes at once unless calls
+// are held through the outage (resume.go): those are waited for as running
+// calls are.
 
 import (
 	"errors"
@@ -49,13 +45,15 @@ var ErrReload = errors.New("reload")
 
 // Reload asks for a graceful reload; asking again while one waits does
 // nothing more.
-func (a *Agent) Reload() { a.reloadOnce.Do(func() { close(a.reloadCh) }) }
+func (a *Agent) Reload() {
+	if before, _ := a.life.ask(modeReloading); before > modeReloading {
+		a.log.Info("reload ignored: the worker is already stopping or draining")
+	}
+}
 
 // reloading says whether a reload has been asked and is not overruled by a
 // stop or a drain: new calls are declined with msgReloading.
-func (a *Agent) reloading() bool {
-	return closed(a.reloadCh) && !closed(a.stopCh) && !closed(a.drainCh) && !closed(a.killCh)
-}
+func (a *Agent) reloading() bool { return a.life.mode() == modeReloading }
 
 // finished is what Serve returns when the worker is done on purpose: nil,
 // or ErrReload when a reload (not overruled by a stop or drain) ended it.
@@ -71,21 +69,18 @@ func (a *Agent) finished() error {
 // Only the session loop uses it.
 type reloadWait struct {
 	a       *Agent
-	asked   <-chan struct{}  // the reload request; nil once seen
 	expired <-chan time.Time // --reload-timeout; nil without one
 	timer   *time.Timer
 	begun   bool
 }
 
-func (a *Agent) newReloadWait() *reloadWait { return &reloadWait{a: a, asked: a.reloadCh} }
+func (a *Agent) newReloadWait() *reloadWait { return &reloadWait{a: a} }
 
-// begin starts waiting for the running calls, or ignores the reload where a
-// stop or drain already decides the worker's end.
+// begin starts waiting for the running calls, unless a stop or drain
+// overruled the reload since.
 func (r *reloadWait) begin() {
-	r.asked = nil
 	a := r.a
 	if !a.reloading() {
-		a.log.Info("reload ignored: the worker is already stopping or draining")
 		return
 	}
 	r.begun = true
@@ -106,7 +101,7 @@ func (r *reloadWait) begin() {
 		"calls", running, "reload_timeout", limit)
 	since := time.Now().UTC()
 	a.status.Update(func(s *status.Status) {
-		s.State = "reloading"
+		s.State = modeReloading.String()
 		s.Reload = &status.Reload{Since: since, Waiting: running}
 		if r.timer != nil {
 			s.Reload.Deadline = since.Add(a.cfg.ReloadTimeout)
@@ -145,12 +140,8 @@ func (r *reloadWait) stop() {
 }
 
 func (a *Agent) runningIDs() []string {
-	a.mu.Lock()
-	ids := make([]string, 0, len(a.calls))
-	for id := range a.calls {
-		ids = append(ids, id)
-	}
-	a.mu.Unlock()
+	var ids []string
+	a.book.each(func(c *call) { ids = append(ids, c.id) })
 	slices.Sort(ids)
 	return ids
 }
@@ -185,7 +176,7 @@ func (a *Agent) reexec(exe string, exeErr error, reloading func()) int {
 		return config.ExitReloadFailed
 	}
 	a.log.Info("reloading: executing the binary on disk", "path", exe)
-	a.status.Update(func(s *status.Status) { s.State = "reloading"; s.Reload = nil })
+	a.status.Update(func(s *status.Status) { s.State = modeReloading.String(); s.Reload = nil })
 	a.status.Flush()
 	// A SIGHUP between the exec and the new process's signal handler would
 	// kill it (the default action), and systemd counts death by SIGHUP as
@@ -196,7 +187,7 @@ func (a *Agent) reexec(exe string, exeErr error, reloading func()) int {
 	err := syscall.Exec(exe, os.Args, os.Environ())
 	a.log.Error("cannot reload: executing the binary failed; exiting so the service manager restarts it",
 		"path", exe, "error", err)
-	a.status.Update(func(s *status.Status) { s.State = "stopped"; s.LastError = "reload: " + err.Error() })
+	a.status.Update(func(s *status.Status) { s.State = status.StateStopped; s.LastError = "reload: " + err.Error() })
 	a.status.Flush()
 	return config.ExitReloadFailed
 }
@@ -213,7 +204,7 @@ func (a *Agent) refuseReload(err error) {
 
 // logReloadRequest says what a SIGHUP does in the worker's current state.
 func logReloadRequest(log *slog.Logger, a *Agent) {
-	if closed(a.reloadCh) {
+	if a.life.mode() == modeReloading {
 		log.Info("SIGHUP: a reload is already waiting")
 		return
 	}

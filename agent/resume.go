@@ -91,18 +91,16 @@ func (c *call) abandon() {
 // is gone. Each is stopped when its grace runs out unless an engine claims
 // it first.
 func (a *Agent) holdCalls() {
-	a.mu.Lock()
 	var held []*call
-	for _, c := range a.calls {
+	a.book.each(func(c *call) {
 		if c.journal == nil || c.queued || c.holdTimer != nil {
-			continue
+			return
 		}
 		c.journal.Detach()
 		c.heldAt = time.Now()
 		c.holdTimer = time.AfterFunc(c.grace, func() { a.stopHeld(c, msgOutageGrace) })
 		held = append(held, c)
-	}
-	a.mu.Unlock()
+	})
 	if len(held) == 0 {
 		return
 	}
@@ -115,27 +113,25 @@ func (a *Agent) holdCalls() {
 
 // heldCalls are the calls held now.
 func (a *Agent) heldCalls() []*call {
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	var held []*call
-	for _, c := range a.calls {
+	a.book.each(func(c *call) {
 		if c.holdTimer != nil {
 			held = append(held, c)
 		}
-	}
+	})
 	return held
 }
 
 // release ends c's hold: it reports false when it was not held (any more).
 func (a *Agent) unhold(c *call) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if c.holdTimer == nil {
-		return false
-	}
-	c.holdTimer.Stop()
-	c.holdTimer = nil
-	return true
+	held := false
+	a.book.locked(func() {
+		if held = c.holdTimer != nil; held {
+			c.holdTimer.Stop()
+			c.holdTimer = nil
+		}
+	})
+	return held
 }
 
 // stopHeld stops a held call as a lost connection stops a call: nothing is
@@ -164,14 +160,12 @@ func (a *Agent) stopAllHeld(reason string) {
 // second signal), and nothing it kept waits for an engine any more.
 func (a *Agent) abandonAll(reason string) {
 	a.stopAllHeld(reason)
-	a.mu.Lock()
 	var left []*call
-	for _, c := range a.calls {
+	a.book.each(func(c *call) {
 		if c.journal != nil {
 			left = append(left, c)
 		}
-	}
-	a.mu.Unlock()
+	})
 	for _, c := range left {
 		c.journal.Close()
 		c.release()

@@ -16,6 +16,7 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
+	"github.com/fluksio/fluksio-worker/agent/status"
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
@@ -264,12 +265,12 @@ func install(ctx context.Context, h host, args []string, stdout, stderr io.Write
 	fmt.Fprintln(stdout)
 	writeStatus(stdout, l, state, st, stErr)
 	switch {
-	case reload && stErr == nil && st.State == "reloading":
+	case reload && stErr == nil && st.State == status.StateReloading:
 		fmt.Fprintf(stdout, "\nThe worker reloads once its running calls finish; watch 'fluksio-worker status%s'.\n", userServiceArg(l))
 	case state != Running:
 		fmt.Fprintf(stderr, "fluksio-worker install: the service is installed but not running; see %s\n", l.LogHint())
 		return config.ExitFailed
-	case stErr != nil || st.State != "attached":
+	case stErr != nil || st.State != status.StateAttached:
 		fmt.Fprintf(stderr, "fluksio-worker install: the service runs but has not attached yet; watch 'fluksio-worker status%s' and %s\n", userServiceArg(l), l.LogHint())
 	}
 	return config.ExitOK

@@ -130,13 +130,13 @@ func showWorkerStatus(h host, stateDir, configPath string, asJSON bool, stdout, 
 	}
 	st, err := status.Read(stateDir)
 	st.LastError = redact.Scrub(st.LastError)
-	running := err == nil && st.State != "stopped" && platform.ProcessAlive(st.PID)
+	running := err == nil && st.State != status.StateStopped && platform.ProcessAlive(st.PID)
 	state, code := "running", config.ExitOK
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		state, code = "no status", config.ExitNotInstalled
 	case !running:
-		state, code = "stopped", config.ExitStopped
+		state, code = status.StateStopped, config.ExitStopped
 	}
 	if asJSON {
 		r := statusReport{State: state, StateDir: stateDir}
@@ -215,15 +215,15 @@ func writeWorker(row func(label, format string, args ...any), state State, st st
 	}
 	row("engine", "%s", logging.ShownURL(st.Engine))
 	switch st.State {
-	case "attached":
+	case status.StateAttached:
 		since := ""
 		if !st.Since.IsZero() {
 			since = fmt.Sprintf(" since %s (%s)", st.Since.Local().Format("2006-01-02 15:04:05 MST"), ago(now, st.Since))
 		}
 		row("worker", "%sattached as %q%s", prefix, st.Name, since)
-	case "connecting":
+	case status.StateConnecting:
 		row("worker", "%sconnecting to the engine (not attached)", prefix)
-	case "reloading":
+	case status.StateReloading:
 		row("worker", "%sreloading as %q", prefix, st.Name)
 		if r := st.Reload; r != nil {
 			limit := "no time limit (--reload-timeout)"
@@ -291,9 +291,9 @@ func waitAttached(ctx context.Context, m *manager, stateDir string, started time
 		}
 		// Attached since this start: a reload keeps the PID, and an old
 		// status may have been written less than a second before.
-		attached := err == nil && st.State == "attached" && !st.Since.Before(fresh)
+		attached := err == nil && st.State == status.StateAttached && !st.Since.Before(fresh)
 		// A reload waiting for calls may wait for hours.
-		waiting := err == nil && st.State == "reloading" && st.Reload != nil
+		waiting := err == nil && st.State == status.StateReloading && st.Reload != nil
 		// systemd reports a unit that just failed as activating for a
 		// moment, so a stop counts only after the first second.
 		stopped := state != Running && time.Since(started) > time.Second

@@ -14,8 +14,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/fluksio/fluksio-worker/agent/logging"
 )
 
 // pythonCheckTimeout bounds the start-up check; a cold interpreter on a
@@ -115,9 +113,10 @@ func checkPython(ctx context.Context, path string, timeout time.Duration) (versi
 	case runErr == nil || errors.As(runErr, &exitErr) && exitErr.ExitCode() == 0:
 		return "", fmt.Errorf("%s does not behave as Python: asked for its version, it printed %.80q; pass --python with a Python 3.8 or newer interpreter", path, out)
 	default:
+		// The last line of a traceback says what went wrong.
 		detail := strings.TrimSpace(stderr.String())
 		if detail != "" {
-			detail = ": " + logging.LastLines(detail, 1)
+			detail = ": " + detail[strings.LastIndexByte(detail, '\n')+1:]
 		}
 		return "", fmt.Errorf("%s does not run as Python (%v%s); pass --python with a working interpreter", path, runErr, detail)
 	}

@@ -90,6 +90,17 @@ func TestFindPythonDoesNotRun(t *testing.T) {
 	wantErrorSaying(t, err, py, "libpython3.11.so", "pass --python")
 }
 
+// A Python that fails with a traceback is named by the traceback's last
+// line, the one that says what went wrong, not its whole text.
+func TestFindPythonDoesNotRunSaysTheLastLine(t *testing.T) {
+	py := writeScript(t, t.TempDir(), "python", "printf 'Traceback (most recent call last):\\n  File \"site.py\"\\nModuleNotFoundError: No module named encodings\\n\\n' >&2\nexit 1\n")
+	_, _, err := FindPython(context.Background(), py)
+	wantErrorSaying(t, err, py, "(exit status 1: ModuleNotFoundError: No module named encodings)", "pass --python")
+	if strings.Contains(err.Error(), "Traceback") {
+		t.Errorf("the error carries the whole traceback: %v", err)
+	}
+}
+
 func TestFindPythonMissing(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "venv", "bin", "python")
 	_, _, err := FindPython(context.Background(), missing)

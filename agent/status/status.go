@@ -17,6 +17,19 @@ import (
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
+// The worker's states as the status file and `status` show them. The
+// worker's mode (agent/mode.go) shows as reloading, draining or stopping;
+// otherwise its connection's state shows.
+const (
+	StateConnecting = "connecting" // dialing, or retrying after a lost connection
+	StateAttached   = "attached"   // the engine welcomed it; it takes calls
+	StateReloading  = "reloading"  // a reload waits for the running calls
+	StateDraining   = "draining"   // running calls finish, new ones are declined
+	StateStopping   = "stopping"   // running calls are being stopped
+	StateRefused    = "refused"    // the engine will not have it (or the config is wrong)
+	StateStopped    = "stopped"    // it exited
+)
+
 // Status is what the running worker says about itself in
 // <state-dir>/status.json, for `fluksio-worker status` to show. It never
 // holds the token.
@@ -24,7 +37,7 @@ type Status struct {
 	PID          int       `json:"pid"`
 	Version      string    `json:"version"`
 	Engine       string    `json:"engine"`
-	State        string    `json:"state"` // connecting, attached, draining, reloading, stopping, stopped
+	State        string    `json:"state"` // one of the State* constants
 	Name         string    `json:"name,omitempty"`
 	Since        time.Time `json:"since,omitzero"`
 	CallsRunning int       `json:"calls_running"`

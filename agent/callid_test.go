@@ -1,4 +1,4 @@
-package test
+package agent_test
 
 // Every run gets exactly one answer, under its own call_id, and nothing
 // else under that id: whatever the request holds, whatever the node writes.
@@ -28,7 +28,7 @@ func noStray(t *testing.T, wk *enginetest.Worker) {
 // each answered once, under their own call_id.
 func TestUnreadableRequestsAreAnsweredUnderTheirOwnID(t *testing.T) {
 	t.Parallel()
-	_, wk, _ := pythonWorker(t)
+	wk := startSession(t).wk
 	node := `{"source":"def f(**kw):\n    return {}\n","filename":"pipeline.py"}`
 	request := func(id, inputs string) string {
 		return `{"op":"run","call_id":"` + id + `","node":` + node + `,"function":"f","settings":{},"inputs":` + inputs + `}`
@@ -56,10 +56,9 @@ func TestUnreadableRequestsAreAnsweredUnderTheirOwnID(t *testing.T) {
 // they are its own call's.
 func TestANodeCannotSpeakForAnotherCall(t *testing.T) {
 	t.Parallel()
-	eng := startEngine(t, enginetest.Options{})
-	startWorker(t, eng, nil, "--parallel", "2")
-	wk := attach(t, eng)
-	victim, _ := startedRunner(t, wk, "victim")
+	wk := serveFake(t, enginetest.Options{}, "--parallel", "2").wk
+	victim := run(t, wk, "victim", step{"announce": true}, step{"sleep_ms": 60000})
+	started(t, victim)
 	attacker := run(t, wk, "attacker",
 		step{"raw": `{"call_id":"victim","event":"stream","values":{"spoofed":true}}`},
 		step{"raw": `{"event":"stream","values":{"no_id":true}}`},
@@ -81,6 +80,9 @@ func TestANodeCannotSpeakForAnotherCall(t *testing.T) {
 	if m, err := victim.Next(ctx); err == nil {
 		t.Errorf("the victim's call got a frame the attacker wrote: %s", m.Raw)
 	}
-	cancelled(t, wk, victim)
+	wk.Cancel(victim.ID)
+	if answer, _ := wait(t, victim); answer.Error == nil || answer.Error.Type != "NodeCancelled" {
+		t.Errorf("the victim's call, cancelled, answered %s", answer.Raw)
+	}
 	noStray(t, wk)
 }

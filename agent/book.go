@@ -1,0 +1,231 @@
+package agent
+
+// The book of calls: which calls the engine awaits, which hold one of the
+// --parallel runner slots, which wait for one (queue.go), and the counts
+// --max-calls and --max-idle decide on. Every change to them is a method
+// here, under one lock, so these hold:
+//
+//   - at most --parallel calls hold a slot (slots ≤ parallel), and a slot
+//     passes to a waiting call only when its call's runner is gone;
+//   - a call ends once: end counts it done only while the book holds it;
+//   - with --max-calls, answered + running never exceeds it, since a call
+//     is admitted only while there is room (full) and an ending call moves
+//     from running to answered at most.
+//
+// The book decides; the caller sends answers, logs and publishes counts
+// outside the lock.
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/agent/logging"
+)
+
+type callBook struct {
+	parallel int   // --parallel
+	maxCalls int64 // --max-calls; 0: no bound
+
+	mu       sync.Mutex
+	calls    map[string]*call   // calls the engine awaits an answer for, waiting ones included
+	live     map[*call]struct{} // calls holding a slot: their processes may exist
+	slots    int                // slots in use, at most parallel
+	queue    callQueue          // calls waiting for a slot
+	lastDone time.Time          // when a call last ended, or the last connection began
+	done     int64              // calls ended, across reloads
+	answered int64              // calls whose answer was sent, for --max-calls
+}
+
+func newCallBook(parallel, maxCalls int, done int64) *callBook {
+	return &callBook{parallel: parallel, maxCalls: int64(maxCalls), done: done,
+		calls: map[string]*call{}, live: map[*call]struct{}{}, lastDone: time.Now()}
+}
+
+// admit takes c: it starts on a free slot (start), or waits for one. It
+// is refused, with the answer to send, when a call with its id is already
+// here or the queue is full.
+func (b *callBook) admit(c *call) (start bool, refusal string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if other, dup := b.calls[c.id]; dup {
+		state := "running"
+		if other.queued {
+			state = "waiting for a free slot"
+		}
+		return false, fmt.Sprintf("a call with call_id %q is already %s on this worker; this duplicate was not started", logging.Cut(c.id, maxLoggedID), state)
+	}
+	start = b.slots < b.parallel
+	switch {
+	case start:
+		b.slots++
+		b.live[c] = struct{}{}
+	case !b.queue.fits(c.size):
+		return false, b.queue.fullError(b.parallel)
+	default:
+		b.queue.push(c)
+	}
+	b.calls[c.id] = c
+	return start, ""
+}
+
+// full reports whether --max-calls leaves no room for another call: the
+// calls answered and those running (which may yet be answered) fill it.
+func (b *callBook) full() bool {
+	if b.maxCalls <= 0 {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.answered+int64(len(b.calls)) >= b.maxCalls
+}
+
+// leaveQueue takes the call id out of the queue if it waits there: the
+// engine cancelled it. It returns the call, nil if none is here.
+func (b *callBook) leaveQueue(id string) (c *call, waiting bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c = b.calls[id]
+	waiting = c != nil && c.queued
+	if waiting {
+		b.queue.remove(c)
+	}
+	return c, waiting
+}
+
+// end counts c's end: answered when the engine got its answer. It
+// reports false for a call the book does not hold (ended already, or
+// dropped with its connection): nothing is counted twice. lastAllowed says
+// this answer is the one that fills --max-calls.
+func (b *callBook) end(c *call, answered bool) (ok bool, running, waiting int, done int64, lastAllowed bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.calls[c.id] != c {
+		return false, 0, 0, b.done, false
+	}
+	delete(b.calls, c.id)
+	b.lastDone = time.Now()
+	b.done++
+	if answered {
+		b.answered++
+		lastAllowed = b.maxCalls > 0 && b.answered == b.maxCalls
+	}
+	running, waiting = b.countsLocked()
+	return true, running, waiting, b.done, lastAllowed
+}
+
+// next passes the slot of prev, whose runner is gone, to the next waiting
+// call (take false: to none; the slot is given back). The call returned
+// holds the slot now.
+func (b *callBook) next(prev *call, take bool) (c *call, running, waiting int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.live, prev)
+	if take {
+		c = b.queue.pop()
+	}
+	if c == nil {
+		b.slots--
+	} else {
+		b.live[c] = struct{}{}
+	}
+	running, waiting = b.countsLocked()
+	return c, running, waiting
+}
+
+// takeWaiting empties the queue; the calls stay the engine's to answer.
+func (b *callBook) takeWaiting() []*call {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.queue.takeAll()
+}
+
+// dropWaiting empties the queue and forgets its calls: their connection is
+// gone and nobody awaits them.
+func (b *callBook) dropWaiting() (dropped []*call, running int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	dropped = b.queue.takeAll()
+	for _, c := range dropped {
+		if b.calls[c.id] == c {
+			delete(b.calls, c.id)
+		}
+	}
+	running, _ = b.countsLocked()
+	return dropped, running
+}
+
+// appendWaiting appends the calls waiting now to buf.
+func (b *callBook) appendWaiting(buf []*call) []*call {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.queue.appendWaiting(buf)
+}
+
+// countsLocked is how many calls run (the engine awaits their answers)
+// and how many wait for a slot.
+func (b *callBook) countsLocked() (running, waiting int) {
+	return len(b.calls) - b.queue.n, b.queue.n
+}
+
+// counts is how many calls run and how many wait for a slot.
+func (b *callBook) counts() (running, waiting int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.countsLocked()
+}
+
+// running is how many calls the engine awaits, waiting ones included.
+func (b *callBook) running() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.calls)
+}
+
+// doneSoFar is how many calls the engine awaits and how many ended.
+func (b *callBook) doneSoFar() (running int, done int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.calls), b.done
+}
+
+// idleSince is when a call last ended, or the last connection began.
+func (b *callBook) idleSince() time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.lastDone
+}
+
+// restartIdle starts the idle clock again: a fresh connection.
+func (b *callBook) restartIdle() {
+	b.mu.Lock()
+	b.lastDone = time.Now()
+	b.mu.Unlock()
+}
+
+// each calls fn for every call the engine awaits (calls ordered by
+// nothing), under the book's lock: fn may read and set the call's
+// fields the lock guards, and must not call the book.
+func (b *callBook) each(fn func(*call)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, c := range b.calls {
+		fn(c)
+	}
+}
+
+// eachLive is each for the calls that hold a slot.
+func (b *callBook) eachLive(fn func(*call)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for c := range b.live {
+		fn(c)
+	}
+}
+
+// locked runs fn under the book's lock, for a call's fields it guards.
+func (b *callBook) locked(fn func()) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	fn()
+}
