@@ -255,10 +255,17 @@ func (g *CallCgroup) Prepare(cmd *exec.Cmd) {
 // Started puts the runner into the cgroup where it could not be started
 // there. It reports whether the runner is in.
 func (g *CallCgroup) Started(pid int) error {
-	g.closeFD()
 	if g.cloneInto {
+		g.closeFD()
 		return nil
 	}
+	return g.Move(pid)
+}
+
+// Move puts a process that was started elsewhere (forked by a zygote)
+// into the cgroup.
+func (g *CallCgroup) Move(pid int) error {
+	g.closeFD()
 	return os.WriteFile(filepath.Join(g.dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -52,6 +53,31 @@ func StartContained(cmd *exec.Cmd) error {
 	runners[cmd.Process.Pid] = struct{}{}
 	runnersMu.Unlock()
 	return nil
+}
+
+// Adopt runs start, which makes a runner this process did not fork itself
+// (a zygote's fork, re-parented to this subreaper) and returns its pid,
+// and registers that pid as StartContained does: ReapOrphans leaves it to
+// whoever waits for it. Call Forget once it is waited for.
+func Adopt(start func() (int, error)) (int, error) {
+	starting.RLock()
+	defer starting.RUnlock()
+	pid, err := start()
+	if err != nil {
+		return 0, err
+	}
+	runnersMu.Lock()
+	runners[pid] = struct{}{}
+	runnersMu.Unlock()
+	return pid, nil
+}
+
+// IsSubreaper reports whether this process adopts its descendants'
+// orphans (SetupContainment made it a child subreaper).
+func IsSubreaper() bool {
+	var on int32
+	err := unix.Prctl(unix.PR_GET_CHILD_SUBREAPER, uintptr(unsafe.Pointer(&on)), 0, 0, 0)
+	return err == nil && on != 0
 }
 
 // Forget drops a runner that os/exec has waited for.

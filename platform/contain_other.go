@@ -28,6 +28,14 @@ func FindCookie(name, value string, skipGroup int) []int { return nil }
 // ProcessAlive reports whether pid exists (a zombie counts as alive here).
 func ProcessAlive(pid int) bool { return pid > 0 && syscall.Kill(pid, 0) == nil }
 
+// Adopt fails here: nothing is re-parented to this process.
+func Adopt(start func() (int, error)) (int, error) {
+	return 0, errors.New("adopting processes needs Linux's child subreaper")
+}
+
+// IsSubreaper is false here.
+func IsSubreaper() bool { return false }
+
 // ReapOrphans does nothing here: nothing is adopted.
 func ReapOrphans() int { return 0 }
 
@@ -59,6 +67,7 @@ func (cc *CallCgroups) New(name string) (*CallCgroup, error) {
 func (g *CallCgroup) Dir() string                              { return "" }
 func (g *CallCgroup) Prepare(cmd *exec.Cmd)                    {}
 func (g *CallCgroup) Started(pid int) error                    { return nil }
+func (g *CallCgroup) Move(pid int) error                       { return nil }
 func (g *CallCgroup) Signal(sig syscall.Signal, skip int) bool { return false }
 func (g *CallCgroup) Populated() bool                          { return false }
 func (g *CallCgroup) Kill()                                    {}

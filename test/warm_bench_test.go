@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -159,4 +160,66 @@ func BenchmarkPythonDispatch(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkPythonWarmMemory: the memory the worker's warm runners keep
+// while idle, per call slot (--parallel 8, --warm at its default): their
+// unique set size (private pages, from /proc/PID/smaps_rollup) summed over
+// the warm processes, divided by the 8 slots. Where calls fork from a
+// zygote, one interpreter per environment serves every slot; with spares,
+// each slot has its own.
+func BenchmarkPythonWarmMemory(b *testing.B) {
+	for _, node := range pythonNodes {
+		b.Run(node.name, func(b *testing.B) {
+			if node.name == "numpy" && exec.Command(benchPython, "-c", "import numpy").Run() != nil {
+				b.Skip("python3-numpy is not installed")
+			}
+			const slots = 8
+			eng := startEngine(b, enginetest.Options{})
+			args := []string{"run", "--url", eng.AttachURL(), "--python", benchPython, "--runtime", "embedded",
+				"--state-dir", b.TempDir(), "--parallel", strconv.Itoa(slots), "--warm", strconv.Itoa(slots), "--log-level", "warn"}
+			if node.name == "numpy" {
+				args = append(args, "--preload", "numpy")
+			}
+			w := startProgram(b, releaseWorkerBin(b), []string{"FLUKSIO_WORKER_TOKEN=" + testToken}, args...)
+			wk := attach(b, eng)
+			var perSlot float64
+			for i := 0; i < b.N; i++ {
+				// Eight at once teach the environment the demand of eight.
+				done := make(chan bool, slots)
+				for j := 0; j < slots; j++ {
+					go func() { done <- benchCall(b, wk, fmt.Sprintf("m%d-%d", i, j), node.source) }()
+				}
+				for j := 0; j < slots; j++ {
+					<-done
+				}
+				// Not a timing: time for the warm runners to be made and
+				// the calls' runners to exit.
+				time.Sleep(6 * benchPause)
+				var uss int64
+				for _, pid := range sparePids(w) {
+					uss += privateBytes(pid)
+				}
+				perSlot = float64(uss) / slots / (1 << 20)
+			}
+			b.ReportMetric(perSlot, "MiB/slot")
+		})
+	}
+}
+
+// privateBytes is pid's unique set size: its private pages.
+func privateBytes(pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0
+	}
+	var total int64
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && (f[0] == "Private_Clean:" || f[0] == "Private_Dirty:") {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			total += kb << 10
+		}
+	}
+	return total
 }

@@ -121,21 +121,29 @@ func (b *box) leftover(msg string, args ...any) {
 
 // prepare gives the box its cookie and the runner its environment.
 func (b *box) prepare(cmd *exec.Cmd, env []string) {
+	cmd.Env = b.make(env)
+	if b.cg != nil {
+		b.cg.Prepare(cmd)
+	}
+}
+
+// make gives the box its cookie and, in cgroup mode, its cgroup; it
+// returns the runner's environment: env and the cookie.
+func (b *box) make(env []string) []string {
 	var r [16]byte
 	rand.Read(r[:])
 	b.cookie = hex.EncodeToString(r[:])
 	b.began = time.Now()
-	// env may share its array with the worker's base environment.
-	cmd.Env = append(slices.Clip(env), cookieEnv+"="+b.cookie)
 	if cgroups != nil {
 		g, err := cgroups.New(b.cookie[:16])
 		if err != nil {
 			b.log.Warn("could not make the call's cgroup; it is contained by its process group and cookie", "error", err)
-			return
+		} else {
+			b.cg = g
 		}
-		b.cg = g
-		g.Prepare(cmd)
 	}
+	// env may share its array with the worker's base environment.
+	return append(slices.Clip(env), cookieEnv+"="+b.cookie)
 }
 
 // start starts the runner in its own process group, registered so that

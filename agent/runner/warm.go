@@ -97,6 +97,7 @@ type warmEnv struct {
 	rt       Runtime
 	env      []string // the request's env, as a call of it has it
 	spares   []*spare // starting and ready
+	zyg      *spare   // its zygote, starting or ready, where calls are forked
 	running  int      // calls of this environment running now
 	want     int      // the most that ran at once: spares to keep
 	failures int      // spares that died without serving, in a row
@@ -118,6 +119,7 @@ type spare struct {
 	started chan struct{} // closed once started
 	exited  chan struct{} // closed once reaped; box holds its state
 	exitErr error         // how it exited; set before exited closes
+	zyg     *zygoteOf     // set for a zygote, which forks calls and serves none
 
 	// Guarded by pool.mu.
 	ready   bool
@@ -180,6 +182,7 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 	we := p.learnLocked(key, rt, env)
 	we.running++
 	we.want = max(we.want, we.running)
+	forked := false
 	for s == nil {
 		s = p.readyLocked(we)
 		if s == nil {
@@ -204,7 +207,34 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 		}
 		we.failures = 0
 	}
-	if s == nil {
+	// No spare ready: one forked now still beats a cold start.
+	if z := we.zyg; s == nil && z != nil && z.ready && !z.retired {
+		p.mu.Unlock()
+		why := z.staleness()
+		if why == "" && closed(z.exited) {
+			why = "it died"
+		}
+		if why == "" {
+			s = &spare{pool: p, we: we, started: make(chan struct{}), exited: make(chan struct{})}
+			s.box = &box{log: z.box.log}
+			if err := z.fork(s); err != nil {
+				why, s = err.Error(), nil
+			} else {
+				forked = true
+			}
+		}
+		p.mu.Lock()
+		if why != "" {
+			z.box.log.Info("zygote not used; replacing it, and the call starts cold", "reason", why)
+			if !z.retired {
+				p.retireLocked(z)
+				p.discardLater(z)
+			}
+		} else {
+			we.failures = 0
+		}
+	}
+	if s == nil || forked {
 		p.fillLocked()
 	}
 	p.publishLocked()
@@ -274,13 +304,26 @@ func (p *warmPool) fillLocked() {
 			allowed = 0
 		}
 		left -= allowed
+		waiting := false // for the zygote to be ready, to fork spares
+		if we.rt.Embedded && forksHere() {
+			// A zygote forks the environment's spares.
+			waiting = we.zyg == nil || !we.zyg.ready
+			if allowed == 0 && we.zyg != nil {
+				z := we.zyg
+				p.retireLocked(z)
+				p.discardLater(z)
+			}
+			if allowed > 0 && we.zyg == nil {
+				p.startLocked(we, true)
+			}
+		}
 		for len(we.spares) > allowed {
 			s := we.spares[len(we.spares)-1]
 			p.retireLocked(s)
 			p.discardLater(s)
 		}
-		for len(we.spares) < allowed {
-			p.startLocked(we)
+		for len(we.spares) < allowed && !waiting {
+			p.startLocked(we, false)
 		}
 	}
 	// Environments past the few kept are forgotten once idle.
@@ -297,13 +340,16 @@ func (p *warmPool) fillLocked() {
 // retireLocked takes s out of the pool; its caller discards it.
 func (p *warmPool) retireLocked(s *spare) {
 	s.retired = true
+	if s.we.zyg == s {
+		s.we.zyg = nil
+	}
 	s.we.spares = slices.DeleteFunc(s.we.spares, func(x *spare) bool { return x == s })
 }
 
 func (p *warmPool) publishLocked() {
 	n := 0
 	for _, we := range p.envs {
-		for _, s := range we.spares {
+		for _, s := range we.spares { // a zygote is not a runner
 			if s.ready {
 				n++
 			}
@@ -312,14 +358,36 @@ func (p *warmPool) publishLocked() {
 	p.cfg.Metrics.SetWarmRunners(n)
 }
 
-// startLocked adds a starting spare to we; its goroutine starts it.
-func (p *warmPool) startLocked(we *warmEnv) {
+// ownLocked is every warm process of we: its spares and its zygote.
+func (we *warmEnv) ownLocked() []*spare {
+	if we.zyg == nil {
+		return we.spares
+	}
+	return append(slices.Clip(we.spares), we.zyg)
+}
+
+// startLocked adds a starting spare (or zygote) to we; its goroutine
+// starts it.
+func (p *warmPool) startLocked(we *warmEnv, zygote bool) {
 	s := &spare{pool: p, we: we, started: make(chan struct{}), exited: make(chan struct{})}
 	s.box = &box{log: p.cfg.Log.With("spare_of", "warm")}
-	we.spares = append(we.spares, s)
+	var from *spare // the zygote it is forked from, when one is ready
+	if zygote {
+		s.zyg = &zygoteOf{}
+		we.zyg = s
+	} else {
+		we.spares = append(we.spares, s)
+		if z := we.zyg; z != nil && z.ready && !z.retired {
+			from = z
+		}
+	}
 	p.spares.Add(1)
 	go func() {
 		defer p.spares.Done()
+		if from != nil {
+			s.runForked(from)
+			return
+		}
 		s.run()
 	}()
 }
@@ -374,12 +442,49 @@ func (s *spare) run() {
 	alive := decodeErr == nil && !closed(s.exited)
 	if alive && !s.retired {
 		s.ready, s.watch = true, watch
+		if s.zyg != nil {
+			p.fillLocked() // its spares are forked now
+		}
 		p.publishLocked()
 	}
 	p.mu.Unlock()
 	if !alive {
 		s.box.log.Debug("spare runner did not get ready", "error", decodeErr)
 	}
+	s.waitServed()
+}
+
+// runForked forks the spare from its environment's zygote z; a zygote
+// that cannot fork is replaced, and the spare with it.
+func (s *spare) runForked(z *spare) {
+	p := s.pool
+	if err := z.fork(s); err != nil {
+		s.box.log.Info("a zygote could not fork a spare; replacing it", "error", err)
+		p.mu.Lock()
+		p.retireLocked(s)
+		if !z.retired {
+			p.retireLocked(z)
+			p.discardLater(z)
+		}
+		p.fillLocked()
+		p.mu.Unlock()
+		close(s.exited)
+		return
+	}
+	p.mu.Lock()
+	if !s.retired {
+		// Its code is its zygote's: as fresh as the zygote, as old.
+		s.ready, s.watch, s.began = true, z.watch, z.began
+		p.publishLocked()
+	}
+	p.mu.Unlock()
+	s.waitServed()
+}
+
+// waitServed waits for a started spare's end: handed a call, the call
+// owns what follows; otherwise it is cleaned up and replaced.
+func (s *spare) waitServed() {
+	p := s.pool
 	<-s.exited
 	p.mu.Lock()
 	taken, retired := s.taken, s.retired
@@ -403,7 +508,7 @@ func (s *spare) run() {
 
 // forgetLocked drops an environment and its spares' places.
 func (p *warmPool) forgetLocked(we *warmEnv) {
-	for _, s := range slices.Clone(we.spares) {
+	for _, s := range slices.Clone(we.ownLocked()) {
 		p.retireLocked(s)
 		p.discardLater(s)
 	}
@@ -450,7 +555,24 @@ func (s *spare) start() (*os.File, error) {
 	args := []string{s.we.rt.Path, spareFlag, "3"}
 	extra := []*os.File{reportW}
 	var pipes *nodePipes
-	if s.we.rt.Embedded {
+	var ctlChild *os.File
+	if s.zyg != nil {
+		// A zygote's own output goes nowhere: no call reads it.
+		stdoutW.Close()
+		stderrW.Close()
+		stdoutW, stderrW = nil, nil
+		if s.zyg.ctl, ctlChild, err = controlPair(); err != nil {
+			closeAll()
+			dir.remove()
+			return nil, err
+		}
+		files = append(files, ctlChild)
+		args = []string{s.we.rt.Path, zygoteFlag, "3", "4"}
+		if p.preload != "" {
+			args = append(args, p.preload)
+		}
+		extra = append(extra, ctlChild)
+	} else if s.we.rt.Embedded {
 		if p.preload != "" {
 			args = append(args, p.preload)
 		}
@@ -464,18 +586,27 @@ func (s *spare) start() (*os.File, error) {
 	cmd := exec.Command(p.cfg.Python, args...)
 	s.box.prepare(cmd, dir.env(effectiveEnv(p.cfg.env(s.we.env)), p.cfg.CancelGrace))
 	cmd.Dir = dir.cwd
-	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
+	if s.zyg == nil {
+		cmd.Stdout, cmd.Stderr = stdoutW, stderrW
+	}
 	cmd.ExtraFiles = extra
 	stdin, err := cmd.StdinPipe()
 	s.began = time.Now()
 	if err == nil {
 		err = s.box.start(cmd)
 	}
-	stdoutW.Close()
-	stderrW.Close()
+	if s.zyg != nil {
+		ctlChild.Close()
+	} else {
+		stdoutW.Close()
+		stderrW.Close()
+	}
 	reportW.Close()
 	pipes.started()
 	if err != nil {
+		if s.zyg != nil {
+			s.closeControl()
+		}
 		stdoutR.Close()
 		stderrR.Close()
 		reportR.Close()
@@ -549,6 +680,9 @@ func (p *warmPool) discard(s *spare) {
 			return
 		}
 	}
+	if s.zyg != nil {
+		s.closeControl() // no fork is in flight after this
+	}
 	// Nothing of a call ran in it: no grace is owed.
 	s.box.killed = true
 	s.box.signalAll(syscall.SIGKILL)
@@ -578,7 +712,7 @@ func (p *warmPool) watch() {
 		p.mu.Lock()
 		var ready []*spare
 		for _, we := range p.envs {
-			for _, s := range we.spares {
+			for _, s := range we.ownLocked() {
 				if s.ready {
 					ready = append(ready, s)
 				}
@@ -624,7 +758,7 @@ func (p *warmPool) close() {
 	close(p.janitor)
 	var all []*spare
 	for _, we := range p.envs {
-		for _, s := range slices.Clone(we.spares) {
+		for _, s := range slices.Clone(we.ownLocked()) {
 			p.retireLocked(s)
 			all = append(all, s)
 		}
@@ -648,7 +782,7 @@ func (p *warmPool) close() {
 // Process owns it as if it had started it. The call's box shares the
 // spare's cookie and cgroup; exited closes once the spare is reaped.
 func (s *spare) handTo(log *slog.Logger, exited chan struct{}) (b *box, stdin io.WriteCloser, stdout, stderr *os.File, pipes *nodePipes, dir *callDir) {
-	b = &box{log: log, pid: s.box.pid, cookie: s.box.cookie, cg: s.box.cg, began: time.Now()}
+	b = &box{log: log, pid: s.box.pid, cookie: s.box.cookie, cg: s.box.cg, oom: s.box.oom, began: time.Now()}
 	go func() {
 		<-s.exited
 		state := s.box.exitState()

@@ -863,21 +863,29 @@ def install_sdk(for_children: bool = True):
         sdk.__fluksio_runtime__ = RUNTIME_VERSION
         sys.modules["fluksio"] = sdk
         if for_children:
-            sdk_dir = call_dir("fluksio-sdk-")
-            os.mkdir(os.path.join(sdk_dir, "fluksio"))
-            with open(os.path.join(sdk_dir, "fluksio", "__init__.py"), "w", encoding="utf-8") as f:
-                f.write(SDK_PACKAGE % RUNTIME_FILE)
-            # On sys.path too: spawn, forkserver and loky children take the
-            # runner's sys.path rather than reading PYTHONPATH.
-            sys.path.append(sdk_dir)
-            inherited = os.environ.get("PYTHONPATH")
-            os.environ["PYTHONPATH"] = (inherited + os.pathsep if inherited else "") + sdk_dir
+            sys.path.append(write_sdk_package())
     # Only these two are bound to this runtime, even with the real SDK: the
     # store and its token are this call's.
     sdk.save_artifact = save_artifact
     sdk.load_artifact = load_artifact
     SDK.append(sdk)
     return sdk
+
+
+def write_sdk_package() -> str:
+    """Writes the `fluksio` package for the call's other interpreters; returns its directory.
+
+    It goes last on PYTHONPATH here, and the caller puts it on sys.path:
+    spawn, forkserver and loky children take the runner's sys.path rather
+    than reading PYTHONPATH.
+    """
+    sdk_dir = call_dir("fluksio-sdk-")
+    os.mkdir(os.path.join(sdk_dir, "fluksio"))
+    with open(os.path.join(sdk_dir, "fluksio", "__init__.py"), "w", encoding="utf-8") as f:
+        f.write(SDK_PACKAGE % RUNTIME_FILE)
+    inherited = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = (inherited + os.pathsep if inherited else "") + sdk_dir
+    return sdk_dir
 
 
 # ---------------------------------------------------------------------------
@@ -2073,6 +2081,11 @@ def spare_prepare() -> None:
     fd = int(sys.argv[2])
     preloads = [m for m in (sys.argv[3] if len(sys.argv) > 3 else "").split(",") if m]
     del sys.argv[1:]  # node code sees the argv of a runner started cold
+    preload_and_report(fd, preloads)
+
+
+def preload_and_report(fd: int, preloads: list) -> None:
+    """Imports the SDK and the preloads, and reports as spare_prepare says."""
     # What every call needs at its end (ctypes, for C stdio) is loaded now,
     # not while the engine waits for the answer.
     flush_node_output()
@@ -2125,6 +2138,152 @@ def spare_prepare() -> None:
         json.dump({"watch": watch, "failed": failed}, report)
 
 
+# `worker_main.py --fluksio-zygote REPORT CONTROL [MOD,MOD]` is a warm
+# interpreter that forks each call's runner (agent/runner/zygote.go). It
+# preloads and reports on REPORT as a spare does, then serves requests on
+# CONTROL, a unix socket: one JSON message {"env": [...], "cwd": DIR or "",
+# "token": TOKEN} with five descriptors (the call's stdin, stdout, stderr and
+# the node's two output pipes). For each it forks twice: the first child
+# forks the runner, puts it in a process group of its own and exits, so the
+# runner is re-parented to the worker (a child subreaper), which waits for
+# it; the zygote answers with the runner's pid. The runner then continues
+# in main() as a runner started cold with that environment would: the
+# worker moves it into its call's cgroup before it writes the request, so
+# no node code runs outside it. The zygote runs no thread and no node code.
+ZYGOTE_FLAG = "--fluksio-zygote"
+
+
+def zygote_serve() -> None:
+    """In zygote mode, serves forks and returns only in a forked runner."""
+    if len(sys.argv) < 4 or sys.argv[1] != ZYGOTE_FLAG:
+        return
+    import gc
+    import socket
+    import warnings
+
+    report_fd, control_fd = int(sys.argv[2]), int(sys.argv[3])
+    preloads = [m for m in (sys.argv[4] if len(sys.argv) > 4 else "").split(",") if m]
+    del sys.argv[1:]
+    preload_and_report(report_fd, preloads)
+    # What is loaded now stays out of the collector's way in the forks: a
+    # collection there would touch every object, and copy every page.
+    if hasattr(gc, "freeze"):
+        gc.collect()
+        gc.freeze()
+    control = socket.socket(fileno=control_fd)
+    while True:
+        try:
+            msg, ancdata, _, _ = control.recvmsg(1 << 20, socket.CMSG_SPACE(8 * 4))
+        except InterruptedError:
+            continue
+        except OSError:
+            os._exit(0)
+        fds = []
+        for level, kind, data in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.extend(memoryview(data).cast("i")[: len(data) // 4])
+        if not msg:
+            os._exit(0)  # the worker closed its end: nothing more to serve
+        try:
+            request = json.loads(msg.decode("utf-8"))
+        except ValueError:
+            request = None
+        if not isinstance(request, dict) or len(fds) != 5:
+            for fd in fds:
+                os.close(fd)
+            control.send(b"0")
+            continue
+        pid_r, pid_w = os.pipe()
+        with warnings.catch_warnings():
+            # Python 3.12+ warns about forking with threads (a preloaded
+            # library's pool): in the zygote, never in the call.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            first = os.fork()
+        if first == 0:
+            try:
+                os.close(pid_r)
+                runner = os.fork()
+            except BaseException:
+                os._exit(1)
+            if runner == 0:
+                os.close(pid_w)
+                control.detach()
+                try:
+                    zygote_child(request, fds, control_fd)
+                except BaseException:
+                    os._exit(70)  # the worker answers for a runner that died unanswered
+                return
+            try:
+                os.setpgid(runner, runner)  # before the worker can signal its group
+                os.write(pid_w, b"%d" % runner)
+            except OSError:
+                pass
+            os._exit(0)
+        os.close(pid_w)
+        for fd in fds:
+            os.close(fd)
+        data = b""
+        while True:
+            chunk = os.read(pid_r, 32)
+            if not chunk:
+                break
+            data += chunk
+        os.close(pid_r)
+        os.waitpid(first, 0)
+        control.send(data or b"0")
+
+
+def zygote_child(request: dict, fds: list, control_fd: int) -> None:
+    """Makes a forked runner what a runner started cold with its call's environment is."""
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass
+    # The call's descriptors take the places a cold start gives them:
+    # stdin, stdout, stderr, then the node's output pipes at 3 and 4.
+    high = [fcntl_dup_high(fd) for fd in fds]
+    for fd in fds:
+        os.close(fd)
+    for target, fd in enumerate(high):
+        os.dup2(fd, target)
+        os.close(fd)
+    if control_fd > 4:
+        try:
+            os.close(control_fd)
+        except OSError:
+            pass
+    env = request.get("env") or []
+    os.environ.clear()
+    for entry in env:
+        name, _, value = entry.partition("=")
+        os.environ[name] = value
+    if request.get("cwd"):
+        os.chdir(request["cwd"])
+    # The zygote's own directories (the SDK package for other interpreters)
+    # are not this call's: the call writes its own, in its place on sys.path.
+    zygote_dirs = list(CALL_DIRS)
+    del CALL_DIRS[:]
+    if zygote_dirs:
+        fresh = write_sdk_package()
+        sys.path[:] = [fresh if p in zygote_dirs else p for p in sys.path]
+    # A fork copies the zygote's random state: reseed what a cold start
+    # seeds from the system's entropy.
+    random.seed()
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        try:
+            numpy_random.seed()
+        except Exception:
+            pass
+    sys.argv[1:] = [OUTPUT_FLAG, "3", str(request.get("token", ""))]
+
+
+def fcntl_dup_high(fd: int) -> int:
+    import fcntl
+
+    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+
+
 # `worker_main.py --fluksio-output FD TOKEN ...`: the worker made the pipes
 # the node's stdout and stderr become (their write ends at FD and FD+1) and
 # reads them itself, log events and their budget included: a reader in
@@ -2164,6 +2323,7 @@ def mark_node_output() -> None:
 
 def main() -> None:
     global PUMP
+    zygote_serve()
     worker_pipes = take_output_pipes()
     spare_prepare()
     # The real stdout is the protocol channel and nothing else may reach it:

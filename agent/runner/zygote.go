@@ -1,0 +1,226 @@
+package runner
+
+// Zygotes: where each call has a cgroup of its own and the worker adopts
+// orphans (a child subreaper), an environment's warm runner is not a spare
+// that serves one call but a zygote, an interpreter that loaded the runtime
+// and the preloads once and forks each call's runner (worker_main.py's
+// zygote mode). A fork costs a millisecond or two where a spare costs an
+// interpreter start, so calls that come back to back are warm too, and the
+// forks share the zygote's pages copy-on-write.
+//
+// The forked runner is re-parented to the worker (the zygote forks twice),
+// which waits for it as for a runner it started: its exit status and what
+// it cost are the call's, not the zygote's start-up. It gets the call's
+// descriptors over the control socket, its environment and working
+// directory, a process group of its own, and is moved into its call's
+// cgroup before the worker writes its request, so no node code runs
+// outside it. Where there is no cgroup, spares are used: a forked runner
+// shows its zygote's environment in /proc, so the cookie would not find
+// what node code forks without an exec.
+//
+// A zygote is watched like a spare: a stale one (code it loaded changed),
+// one too old, one that died or does not answer a fork is replaced, and
+// the calls meanwhile start cold.
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fluksio/fluksio-worker/platform"
+)
+
+// zygoteFlag starts the runtime as a zygote (worker_main.py's ZYGOTE_FLAG):
+// `RUNTIME --fluksio-zygote REPORT CONTROL [MOD,MOD]`.
+const zygoteFlag = "--fluksio-zygote"
+
+// forkTimeout bounds one fork: a zygote that does not answer in this time
+// is wedged; it is replaced and the call starts cold.
+const forkTimeout = 5 * time.Second
+
+// forksHere reports whether calls of this worker can be forked from
+// zygotes: a cgroup per call, and orphans adopted by this process.
+var forksHere = sync.OnceValue(func() bool {
+	return cgroups != nil && platform.IsSubreaper()
+})
+
+// zygoteOf is what a zygote spare has beyond a spare: its control socket.
+type zygoteOf struct {
+	mu  sync.Mutex // one fork at a time; held while it is discarded
+	ctl *net.UnixConn
+}
+
+// controlPair makes the zygote's control socket: the worker's end and the
+// zygote's, which the zygote inherits.
+func controlPair() (*net.UnixConn, *os.File, error) {
+	// Close-on-exec before any other runner can start with it (the way
+	// os.Pipe does where pipe2 is missing): only the zygote gets its end.
+	syscall.ForkLock.RLock()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET, 0)
+	if err == nil {
+		syscall.CloseOnExec(fds[0])
+		syscall.CloseOnExec(fds[1])
+	}
+	syscall.ForkLock.RUnlock()
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating the zygote's control socket: %w", err)
+	}
+	mine := os.NewFile(uintptr(fds[0]), "zygote-control")
+	c, err := net.FileConn(mine)
+	mine.Close()
+	if err != nil {
+		syscall.Close(fds[1])
+		return nil, nil, fmt.Errorf("creating the zygote's control socket: %w", err)
+	}
+	return c.(*net.UnixConn), os.NewFile(uintptr(fds[1]), "zygote-control"), nil
+}
+
+// forkRequest is what the zygote's fork gets besides the descriptors.
+type forkRequest struct {
+	Env   []string `json:"env"`
+	Cwd   string   `json:"cwd"`
+	Token string   `json:"token"`
+}
+
+// fork makes s, a spare of z's environment, by forking it from the
+// zygote z: started, in its own box, waiting for its request.
+func (z *spare) fork(s *spare) error {
+	p := z.pool
+	z.zyg.mu.Lock()
+	defer z.zyg.mu.Unlock()
+	if z.zyg.ctl == nil {
+		return errors.New("the zygote was stopped")
+	}
+	var files []*os.File
+	closeAll := func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}
+	var ends [3][2]*os.File
+	for i := range ends {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("creating the runner's pipes: %w", err)
+		}
+		files = append(files, r, w)
+		ends[i] = [2]*os.File{r, w}
+	}
+	dir, err := newCallDir(p.cfg.StateDir)
+	if err != nil {
+		closeAll()
+		return err
+	}
+	pipes, err := newNodePipes()
+	if err != nil {
+		closeAll()
+		dir.remove()
+		return err
+	}
+	env := s.box.make(dir.env(effectiveEnv(p.cfg.env(z.we.env)), p.cfg.CancelGrace))
+	fail := func(err error) error {
+		closeAll()
+		pipes.close()
+		if s.box.cg != nil {
+			s.box.cg.Remove(0)
+		}
+		dir.remove()
+		return err
+	}
+	msg, err := json.Marshal(forkRequest{Env: env, Cwd: dir.cwd, Token: pipes.token})
+	if err != nil {
+		return fail(err)
+	}
+	// The runner's ends: stdin's read end, stdout's and stderr's write
+	// ends, the node's output pipes.
+	child := []*os.File{ends[0][0], ends[1][1], ends[2][1], pipes.w[0], pipes.w[1]}
+	fds := make([]int, len(child))
+	for i, f := range child {
+		fds[i] = int(f.Fd())
+	}
+	pid, err := platform.Adopt(func() (int, error) {
+		ctl := z.zyg.ctl
+		ctl.SetDeadline(time.Now().Add(forkTimeout))
+		if _, _, err := ctl.WriteMsgUnix(msg, unix.UnixRights(fds...), nil); err != nil {
+			return 0, fmt.Errorf("asking the zygote to fork: %w", err)
+		}
+		var buf [32]byte
+		n, err := ctl.Read(buf[:])
+		if err != nil {
+			return 0, fmt.Errorf("reading the zygote's answer: %w", err)
+		}
+		pid, err := strconv.Atoi(string(buf[:n]))
+		if err != nil || pid <= 0 {
+			return 0, fmt.Errorf("the zygote could not fork (it answered %q)", buf[:n])
+		}
+		return pid, nil
+	})
+	if err != nil {
+		return fail(err)
+	}
+	for _, f := range child {
+		f.Close()
+	}
+	pipes.started()
+	s.box.pid = pid
+	s.stdin, s.stdout, s.stderr = ends[0][1], ends[1][0], ends[2][0]
+	proc, findErr := os.FindProcess(pid)
+	var moveErr error
+	if s.box.cg != nil {
+		// Before the request is written: the runner waits for it, so no
+		// node code runs outside the call's cgroup.
+		moveErr = s.box.cg.Move(pid)
+	}
+	if findErr != nil || moveErr != nil {
+		// Nothing of a call ran in it yet: it goes, and the call starts cold.
+		platform.SignalGroup(pid, syscall.SIGKILL)
+		if findErr == nil {
+			proc.Wait()
+		}
+		platform.Forget(pid)
+		s.stdin.Close()
+		s.stdout.Close()
+		s.stderr.Close()
+		pipes.close()
+		if s.box.cg != nil {
+			s.box.cg.Remove(reapWait)
+		}
+		dir.remove()
+		return fmt.Errorf("taking the forked runner in: %w", errors.Join(findErr, moveErr))
+	}
+	s.dir, s.pipes = dir, pipes
+	s.box.oom = platform.WatchOOM(pid) // in its call's cgroup now
+	go func() {
+		state, err := proc.Wait()
+		s.box.mu.Lock()
+		s.box.state = state
+		s.box.mu.Unlock()
+		s.exitErr = err
+		if err == nil && !state.Success() {
+			s.exitErr = errors.New(state.String())
+		}
+		platform.Forget(pid)
+		close(s.exited)
+	}()
+	close(s.started)
+	return nil
+}
+
+// closeControl ends the zygote's service: it exits once it reads the end.
+func (z *spare) closeControl() {
+	z.zyg.mu.Lock()
+	defer z.zyg.mu.Unlock()
+	if z.zyg.ctl != nil {
+		z.zyg.ctl.Close()
+		z.zyg.ctl = nil
+	}
+}

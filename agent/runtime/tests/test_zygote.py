@@ -1,0 +1,98 @@
+"""Zygote mode: the runtime loaded once, forking each call's runner (--fluksio-zygote REPORT CONTROL MODS)."""
+
+import array
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import unittest
+
+from tests.support import PYTHON, RUNTIME, run_request
+
+PROBE = """
+import os, random, sys
+from fluksio import Port, node
+
+@node(provides=[Port("seen", "json")])
+def probe():
+    return {
+        "argv": sys.argv,
+        "pid": os.getpid(),
+        "pgid_is_pid": os.getpgid(0) == os.getpid(),
+        "marker": os.environ.get("ZYGOTE_TEST_MARKER"),
+        "cwd": os.getcwd(),
+        "draw": random.random(),
+        "json": "json" in sys.modules,
+        "stdin": os.read(0, 10).decode(),
+    }
+"""
+
+
+class ZygoteTest(unittest.TestCase):
+    def setUp(self):
+        read_fd, write_fd = os.pipe()
+        self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        args = [PYTHON, RUNTIME, "--fluksio-zygote", str(write_fd), str(theirs.fileno()), "json"]
+        self.proc = subprocess.Popen(
+            args, pass_fds=[write_fd, theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        os.close(write_fd)
+        theirs.close()
+        self.addCleanup(lambda: (self.proc.kill(), self.proc.wait(), self.control.close()))
+        with os.fdopen(read_fd) as report:
+            self.report = json.load(report)
+
+    def fork(self, env, cwd=""):
+        """Asks for one runner and runs PROBE in it; returns what it saw."""
+        ends = [os.pipe() for _ in range(5)]
+        # The runner's: stdin's read end, then the write ends.
+        theirs = [ends[0][0]] + [w for _, w in ends[1:]]
+        msg = json.dumps({"env": env, "cwd": cwd, "token": "0" * 32}).encode()
+        self.control.sendmsg([msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", theirs))])
+        pid = int(self.control.recv(32))
+        for fd in theirs:
+            os.close(fd)
+        self.assertGreater(pid, 0)
+        with os.fdopen(ends[0][1], "wb") as stdin:
+            stdin.write(json.dumps(run_request(PROBE, "probe")).encode() + b"\n")
+        with os.fdopen(ends[1][0], "rb") as stdout:
+            out = stdout.read()
+        for r, _ in ends[2:]:
+            os.close(r)
+        answer = json.loads(out.decode().splitlines()[-1])
+        self.assertTrue(answer["ok"], answer)
+        seen = answer["outputs"]["seen"]
+        self.assertEqual(seen["pid"], pid)
+        return seen
+
+    def test_forks_runners_with_the_calls_environment_and_fresh_random_state(self):
+        self.assertEqual(self.report["failed"], {})
+        cwd = tempfile.mkdtemp(prefix="fluksio-zygote-")
+        self.addCleanup(os.rmdir, cwd)
+        env = [k + "=" + v for k, v in os.environ.items()]
+        first = self.fork(env + ["ZYGOTE_TEST_MARKER=one"], cwd)
+        second = self.fork(env + ["ZYGOTE_TEST_MARKER=two"])
+        self.assertEqual(first["argv"], [RUNTIME])  # a cold runner's argv
+        self.assertEqual((first["marker"], second["marker"]), ("one", "two"))
+        self.assertEqual(os.path.realpath(first["cwd"]), os.path.realpath(cwd))
+        self.assertTrue(first["pgid_is_pid"] and second["pgid_is_pid"])
+        self.assertTrue(first["json"])  # the preload is loaded
+        self.assertEqual(first["stdin"], "")  # stdin is closed to node code, as in a cold start
+        self.assertNotEqual(first["pid"], second["pid"])
+        self.assertNotEqual(first["draw"], second["draw"])
+        self.assertIsNone(self.proc.poll(), "the zygote ended with its calls")
+
+    def test_a_bad_request_is_refused_and_the_zygote_goes_on(self):
+        self.control.send(b"not json")
+        self.assertEqual(self.control.recv(32), b"0")
+        env = [k + "=" + v for k, v in os.environ.items()]
+        self.assertIsNone(self.fork(env)["marker"])
+
+    def test_exits_when_the_worker_closes_its_end(self):
+        self.control.shutdown(socket.SHUT_RDWR)
+        self.assertEqual(self.proc.wait(timeout=30), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
