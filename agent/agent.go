@@ -13,6 +13,7 @@ import (
 
 	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/engine"
+	"github.com/fluksio/fluksio-worker/agent/frame"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
@@ -357,9 +358,9 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 				return
 			}
 			a.handle(at, data)
-			if len(data) >= engine.OutsizedMessage {
+			if len(data) >= frame.Outsized {
 				data = nil
-				engine.FreeMemory()
+				frame.Release()
 			}
 		}
 	}()

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/logging"
+	"github.com/fluksio/fluksio-worker/agent/metrics"
+	"github.com/fluksio/fluksio-worker/agent/protocol"
 )
 
 type callBook struct {
@@ -45,7 +47,7 @@ func newCallBook(parallel, maxCalls int, done int64) *callBook {
 // admit takes c: it starts on a free slot (start), or waits for one. It
 // is refused, with the answer to send, when a call with its id is already
 // here or the queue is full.
-func (b *callBook) admit(c *call) (start bool, refusal string) {
+func (b *callBook) admit(c *call) (start bool, no *refusal) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if other, dup := b.calls[c.id]; dup {
@@ -53,7 +55,8 @@ func (b *callBook) admit(c *call) (start bool, refusal string) {
 		if other.queued {
 			state = "waiting for a free slot"
 		}
-		return false, fmt.Sprintf("a call with call_id %q is already %s on this worker; this duplicate was not started", logging.Cut(c.id, maxLoggedID), state)
+		return false, &refusal{metrics.DeclinedInvalid, protocol.TypeRemoteError,
+			fmt.Sprintf("a call with call_id %q is already %s on this worker; this duplicate was not started", logging.Cut(c.id, maxLoggedID), state)}
 	}
 	start = b.slots < b.parallel
 	switch {
@@ -61,12 +64,12 @@ func (b *callBook) admit(c *call) (start bool, refusal string) {
 		b.slots++
 		b.live[c] = struct{}{}
 	case !b.queue.fits(c.size):
-		return false, b.queue.fullError(b.parallel)
+		return false, &refusal{metrics.DeclinedQueueFull, protocol.TypeRemoteError, b.queue.fullError(b.parallel)}
 	default:
 		b.queue.push(c)
 	}
 	b.calls[c.id] = c
-	return start, ""
+	return start, nil
 }
 
 // full reports whether --max-calls leaves no room for another call: the

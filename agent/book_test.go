@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/fluksio/fluksio-worker/agent/metrics"
 )
 
 // checkSlots fails when the book's slot count is off: never above
@@ -27,8 +29,8 @@ func TestBookSlotsNeverExceedParallel(t *testing.T) {
 	for i := range calls {
 		calls[i] = &call{id: fmt.Sprint("c", i), size: 10}
 		start, refusal := b.admit(calls[i])
-		if refusal != "" || start != (i < 2) {
-			t.Fatalf("call %d: start %v, refusal %q", i, start, refusal)
+		if refusal != nil || start != (i < 2) {
+			t.Fatalf("call %d: start %v, refusal %+v", i, start, refusal)
 		}
 		checkSlots(t, b)
 	}
@@ -86,8 +88,8 @@ func TestBookEachCallEndsOnce(t *testing.T) {
 	}
 	// A call of the same id later is a new call, and ends on its own.
 	again := &call{id: "r"}
-	if _, refusal := b.admit(again); refusal != "" {
-		t.Fatalf("a new call with an ended call's id refused: %s", refusal)
+	if _, refusal := b.admit(again); refusal != nil {
+		t.Fatalf("a new call with an ended call's id refused: %s", refusal.msg)
 	}
 	if ok, _, _, _, _ := b.end(running, true); ok {
 		t.Error("the old call's end ended the new call of its id")
@@ -109,8 +111,8 @@ func TestBookMaxCallsAnsweredPlusRunning(t *testing.T) {
 			t.Fatalf("full before admitting %s", id)
 		}
 		c := &call{id: id}
-		if _, refusal := b.admit(c); refusal != "" {
-			t.Fatal(refusal)
+		if _, refusal := b.admit(c); refusal != nil {
+			t.Fatal(refusal.msg)
 		}
 		return c
 	}
@@ -148,18 +150,19 @@ func TestBookRefusals(t *testing.T) {
 	b.admit(&call{id: "run"})
 	b.admit(&call{id: "wait"})
 	for id, want := range map[string]string{"run": "already running", "wait": "already waiting for a free slot"} {
-		if start, refusal := b.admit(&call{id: id}); start || !strings.Contains(refusal, want) {
-			t.Errorf("a duplicate of %s: start %v, refusal %q; want it to say %q", id, start, refusal, want)
+		start, refusal := b.admit(&call{id: id})
+		if start || refusal == nil || !strings.Contains(refusal.msg, want) || refusal.reason != metrics.DeclinedInvalid {
+			t.Errorf("a duplicate of %s: start %v, refusal %+v; want it to say %q, counted as %q", id, start, refusal, want, metrics.DeclinedInvalid)
 		}
 	}
 	for i := 1; i < maxQueuedCalls; i++ {
-		if _, refusal := b.admit(&call{id: fmt.Sprint(i)}); refusal != "" {
-			t.Fatalf("call %d refused: %s", i, refusal)
+		if _, refusal := b.admit(&call{id: fmt.Sprint(i)}); refusal != nil {
+			t.Fatalf("call %d refused: %s", i, refusal.msg)
 		}
 	}
 	_, refusal := b.admit(&call{id: "beyond"})
-	if !strings.HasPrefix(refusal, queueFullPrefix) || !strings.Contains(refusal, "--parallel 1") {
-		t.Fatalf("a call beyond the queue's bound: %q", refusal)
+	if refusal == nil || refusal.reason != metrics.DeclinedQueueFull || !strings.Contains(refusal.msg, "--parallel 1") {
+		t.Fatalf("a call beyond the queue's bound: %+v", refusal)
 	}
 	if running, waiting := b.counts(); running != 1 || waiting != maxQueuedCalls {
 		t.Fatalf("%d running, %d waiting after the refusals", running, waiting)

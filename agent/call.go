@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/engine"
+	"github.com/fluksio/fluksio-worker/agent/frame"
 	"github.com/fluksio/fluksio-worker/agent/hold"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
@@ -150,9 +151,9 @@ func (c *call) run(ctx context.Context, rt runner.Runtime) {
 	// The socket's writer gave back what it could once it sent the
 	// answer; the answer itself was held here until now. (An outsized
 	// request's memory went back once the runner read it.)
-	if len(end.Answer) >= engine.OutsizedMessage {
+	if len(end.Answer) >= frame.Outsized {
 		end.Answer = nil
-		engine.FreeMemory()
+		frame.Release()
 	}
 }
 
@@ -215,10 +216,10 @@ func (c *call) answer(ctx context.Context, p *runner.Process, end runner.Output)
 
 // own makes a runner's line its call's, whatever call_id the runner wrote
 // (protocol.StampCallID); a frame it replaces goes back to the pool.
-func (c *call) own(frame []byte) []byte {
-	stamped := protocol.StampCallID(frame, c.idJSON)
-	if len(stamped) != len(frame) || &stamped[0] != &frame[0] {
-		runner.PutFrame(frame)
+func (c *call) own(line []byte) []byte {
+	stamped := protocol.StampCallID(line, c.idJSON)
+	if len(stamped) != len(line) || &stamped[0] != &line[0] {
+		frame.Put(line)
 	}
 	return stamped
 }
@@ -348,7 +349,7 @@ func (a *Agent) runnerConfig() runner.Config {
 		MaxLine:         a.cfg.MaxLine,
 		Spares:          a.cfg.WarmSpares(),
 		Preload:         a.cfg.Preload,
-		OutsizedRequest: engine.OutsizedMessage,
+		OutsizedRequest: frame.Outsized,
 		Log:             a.log,
 		Metrics:         a.metrics,
 		NodeLog:         nodeLog(a.cfg.NodeLogLevel),

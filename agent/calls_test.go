@@ -244,11 +244,13 @@ func TestCallEnvironment(t *testing.T) {
 	}
 }
 
-// Requests the worker cannot run are answered at once, and messages it
-// cannot use are skipped without taking the connection down.
+// Requests the worker cannot run are answered at once, and counted as
+// invalid; messages it cannot use are skipped without taking the
+// connection down.
 func TestBadRequests(t *testing.T) {
 	t.Parallel()
-	f := serveFake(t, enginetest.Options{})
+	f := serveFake(t, enginetest.Options{}, "--listen", "127.0.0.1:0")
+	base := monitoring(t, f)
 	for _, raw := range []string{"not json", `{"op":"run"}`, `{"op":"teleport","call_id":"t"}`, `{"op":"cancel","call_id":"nobody"}`} {
 		if err := f.wk.Send(raw); err != nil {
 			t.Fatal(err)
@@ -270,6 +272,11 @@ func TestBadRequests(t *testing.T) {
 		if !strings.Contains(f.log.String(), want) {
 			t.Errorf("the log does not say %q", want)
 		}
+	}
+	// The bad env and the duplicate; the cancelled call had started.
+	if _, m := httpGet(t, base+"/metrics"); !strings.Contains(m, `fluksio_worker_calls_declined_total{reason="invalid"} 2`) ||
+		!strings.Contains(m, `fluksio_worker_calls_declined_total{reason="cancelled"} 0`) {
+		t.Errorf("/metrics does not count two invalid requests and nothing else:\n%s", m)
 	}
 }
 
@@ -300,10 +307,12 @@ func TestQueueAndStop(t *testing.T) {
 	}
 }
 
-// A drain lets the running call finish and declines new ones.
+// A drain lets the running call finish and declines new ones, counted
+// as declined while draining.
 func TestDrain(t *testing.T) {
 	t.Parallel()
-	f := serveFake(t, enginetest.Options{})
+	f := serveFake(t, enginetest.Options{}, "--listen", "127.0.0.1:0")
+	base := monitoring(t, f)
 	running := f.run(t, "running", map[string]any{"announce": true}, map[string]any{"sleep_ms": 500})
 	started(t, running)
 	f.a.Drain()
@@ -311,6 +320,9 @@ func TestDrain(t *testing.T) {
 		m := answerOf(t, f.run(t, fmt.Sprintf("late-%d", time.Now().UnixNano())))
 		return m.Error != nil && m.Error.Message == "the worker is draining"
 	})
+	if _, m := httpGet(t, base+"/metrics"); !strings.Contains(m, `fluksio_worker_calls_declined_total{reason="draining"} 1`) {
+		t.Errorf("/metrics does not count the call declined while draining:\n%s", m)
+	}
 	if answer := answerOf(t, running); !answer.OK {
 		t.Errorf("the call running at the drain answered %s; want it to finish", answer.Raw)
 	}
@@ -659,12 +671,7 @@ func TestProbe(t *testing.T) {
 func TestHealthFollowsTheEngine(t *testing.T) {
 	t.Parallel()
 	f := serveFake(t, enginetest.Options{}, "--listen", "127.0.0.1:0", "--health-grace", "1s", "--name", "h-box")
-	srv, err := f.a.ListenMonitoring()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	base := "http://" + srv.Addr()
+	base := monitoring(t, f)
 	var body string
 	healthIs := func(want int) func() bool {
 		return func() bool {
@@ -697,6 +704,18 @@ func TestHealthFollowsTheEngine(t *testing.T) {
 }
 
 // httpGet fetches url; no answer may carry the token.
+// monitoring serves /metrics, /healthz and /livez for f's worker (started
+// with --listen) until the test ends, and returns their base URL.
+func monitoring(t *testing.T, f *fake) string {
+	t.Helper()
+	srv, err := f.a.ListenMonitoring()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + srv.Addr()
+}
+
 func httpGet(t *testing.T, url string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(url)

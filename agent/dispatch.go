@@ -61,7 +61,7 @@ func (a *Agent) handle(at *attachment, data []byte) {
 			if at.noise.Allow() {
 				a.log.Warn("call refused: the request cannot be read", "call_id", logging.Cut(id, maxLoggedID), "error", err)
 			}
-			a.metrics.CallDeclined(declineReason(msgUnreadable))
+			a.metrics.CallDeclined(metrics.DeclinedInvalid)
 			at.conn.SendJSON(protocol.NewErrorAnswer(id, protocol.TypeRemoteError, msgUnreadable))
 			return
 		}
@@ -90,44 +90,53 @@ func (a *Agent) handle(at *attachment, data []byte) {
 	}
 }
 
+// refusal is why a call is declined without running: the reason the
+// metrics count it under, and the answer the engine gets (its error type
+// and message). The reason is chosen where the call is declined.
+type refusal struct {
+	reason metrics.DeclineReason
+	typ    string // protocol.TypeNodeCancelled or protocol.TypeRemoteError
+	msg    string
+}
+
 func (a *Agent) startCall(at *attachment, m protocol.Message) {
 	log := a.log.With("call_id", logging.Cut(m.CallID, maxLoggedID))
-	refuse := func(typ, msg string) {
+	refuse := func(no *refusal) {
 		if at.noise.Allow() {
-			log.Warn("call refused", "op", m.Op, "reason", msg)
+			log.Warn("call refused", "op", m.Op, "reason", no.msg)
 		}
-		a.metrics.CallDeclined(declineReason(msg))
-		at.conn.SendJSON(protocol.NewErrorAnswer(m.CallID, typ, msg))
+		a.metrics.CallDeclined(no.reason)
+		at.conn.SendJSON(protocol.NewErrorAnswer(m.CallID, no.typ, no.msg))
 	}
 	switch mode := a.life.mode(); {
 	case mode.ending():
-		refuse(protocol.TypeNodeCancelled, msgStopping)
+		refuse(&refusal{metrics.DeclinedStopping, protocol.TypeNodeCancelled, msgStopping})
 		return
 	case mode == modeDraining, a.book.full():
-		refuse(protocol.TypeNodeCancelled, msgDraining)
+		refuse(&refusal{metrics.DeclinedDraining, protocol.TypeNodeCancelled, msgDraining})
 		return
 	case mode == modeReloading:
-		refuse(protocol.TypeNodeCancelled, msgReloading)
+		refuse(&refusal{metrics.DeclinedReloading, protocol.TypeNodeCancelled, msgReloading})
 		return
 	}
 	env, err := requestEnv(m.Fields["env"])
 	if err != nil {
-		refuse(protocol.TypeRemoteError, err.Error())
+		refuse(&refusal{metrics.DeclinedInvalid, protocol.TypeRemoteError, err.Error()})
 		return
 	}
 	request, err := protocol.RequestLine(m.Fields)
 	if err != nil {
-		refuse(protocol.TypeRemoteError, "could not re-encode the request: "+err.Error())
+		refuse(&refusal{metrics.DeclinedInvalid, protocol.TypeRemoteError, "could not re-encode the request: " + err.Error()})
 		return
 	}
 	now := time.Now()
 	c := newCall(m.CallID, m.Op, protocol.CallIDText(m.Fields["function"]), request, env,
 		callHost{metrics: a.metrics, runners: a.runners, ended: a.callEnded}, at.conn, log, now)
 	at.adopt(a, c)
-	start, refusal := a.book.admit(c)
-	if refusal != "" {
+	start, no := a.book.admit(c)
+	if no != nil {
 		c.abandon()
-		refuse(protocol.TypeRemoteError, refusal)
+		refuse(no)
 		return
 	}
 	running, waiting := a.book.counts()

@@ -20,6 +20,7 @@
 //   - the run, inventory and selftest commands (run.go, selftest.go).
 //
 // The options table is agent/config's, every wire message agent/protocol's,
-// the socket agent/engine's, the status file agent/status's and the runner
+// the socket agent/engine's, the frame pool and the memory release
+// agent/frame's, the status file agent/status's and the runner
 // script agent/runtime's.
 package agent

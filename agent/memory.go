@@ -11,7 +11,7 @@ import "runtime/debug"
 // memory; at 50 the minimum is 2 MiB, for a few more collections of a
 // fraction of a millisecond each. An outsized message, being one
 // pointer-free buffer, costs a collection next to nothing to mark, and its
-// memory is given back at once anyway (engine.FreeMemory).
+// memory is given back at once anyway (frame.Release).
 const gcPercent = 50
 
 // tuneGC sets gcPercent unless the user tuned the collector themselves.

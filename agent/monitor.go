@@ -6,7 +6,6 @@ package agent
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/config"
@@ -152,20 +151,4 @@ func answerOutcome(answer []byte) string {
 		return metrics.OutcomeCancelled
 	}
 	return metrics.OutcomeError
-}
-
-// declineReason is the metrics label of a call declined with msg.
-func declineReason(msg string) string {
-	switch msg {
-	case msgStopping:
-		return metrics.DeclinedStopping
-	case msgDraining:
-		return metrics.DeclinedDraining
-	case msgReloading:
-		return metrics.DeclinedReloading
-	}
-	if strings.HasPrefix(msg, queueFullPrefix) {
-		return metrics.DeclinedQueueFull
-	}
-	return metrics.DeclinedInvalid
 }

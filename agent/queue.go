@@ -49,12 +49,9 @@ func (q *callQueue) fits(size int) bool {
 	return q.n < maxQueuedCalls && q.bytes+int64(size) <= maxQueuedBytes
 }
 
-// queueFullPrefix starts the answer to a call beyond the queue's bound.
-const queueFullPrefix = "this worker's queue is full"
-
 // fullError is the answer to a call beyond the bound: it names the limit.
 func (q *callQueue) fullError(parallel int) string {
-	return fmt.Sprintf(queueFullPrefix+": %d calls (%s of requests) are already waiting for one of its --parallel %d slots, "+
+	return fmt.Sprintf("this worker's queue is full: %d calls (%s of requests) are already waiting for one of its --parallel %d slots, "+
 		"and at most %d calls or %s may wait; this call was not started: send at most max_parallel calls at a time, or raise --parallel",
 		q.n, logging.FormatBytes(q.bytes), parallel, maxQueuedCalls, logging.FormatBytes(maxQueuedBytes))
 }

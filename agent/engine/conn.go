@@ -16,7 +16,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -24,9 +23,9 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/fluksio/fluksio-worker/agent/config"
+	"github.com/fluksio/fluksio-worker/agent/frame"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
-	"github.com/fluksio/fluksio-worker/agent/runner"
 )
 
 // Connection constants: keepalive, handshake and write bounds.
@@ -338,27 +337,27 @@ func (c *Conn) writeLoop() {
 	}
 }
 
-// writeBatch writes frame and whatever else is already queued, then
+// writeBatch writes msg and whatever else is already queued, then
 // flushes them together.
-func (c *Conn) writeBatch(frame []byte) error {
+func (c *Conn) writeBatch(msg []byte) error {
 	c.ws.SetWriteDeadline(time.Now().Add(writeTimeout))
 	outsized := false
 	for {
-		outsized = outsized || len(frame) >= OutsizedMessage
-		err := c.ws.WriteMessage(websocket.TextMessage, frame)
-		runner.PutFrame(frame)
-		frame = nil
+		outsized = outsized || len(msg) >= frame.Outsized
+		err := c.ws.WriteMessage(websocket.TextMessage, msg)
+		frame.Put(msg)
+		msg = nil
 		if err != nil {
 			return err
 		}
 		select {
-		case frame = <-c.out:
+		case msg = <-c.out:
 			continue
 		default:
 		}
 		err = c.raw.Flush()
 		if outsized {
-			FreeMemory() // an answer of many MiB is sent only now
+			frame.Release() // an answer of many MiB is sent only now
 		}
 		return err
 	}
@@ -399,16 +398,3 @@ func (c *Conn) Abort() {
 		c.ws.Close()
 	})
 }
-
-// OutsizedMessage is the size from which a message (a frame from the
-// engine, a call's request or answer) is outsized: after one, the memory
-// it took is given back to the system at once. Go's collector would
-// otherwise keep it, because an idle worker allocates too little to run a
-// collection for minutes, and the service would sit at hundreds of MiB
-// after one large answer.
-const OutsizedMessage = 8 << 20
-
-// FreeMemory collects and returns free memory to the system. It costs a
-// full collection, a few milliseconds at this worker's heap size, which is
-// nothing next to moving an outsized message.
-func FreeMemory() { debug.FreeOSMemory() }

@@ -23,25 +23,6 @@ type heldMetrics struct {
 	results *prometheus.CounterVec // result
 }
 
-func newHeldMetrics(f factory) heldMetrics {
-	h := heldMetrics{
-		calls: f.gauge("calls_held",
-			"Calls running through an outage of the connection to the engine (resume extension), their output kept for the engine."),
-		oldest: f.gauge("held_seconds",
-			"How long the call held longest has been held through the outage; 0 with none held."),
-		bytes: f.gaugeVec("held_output_bytes",
-			"Bytes of output kept for held calls, by where it is kept: memory, or disk (spill files in the state directory).", "where"),
-		results: f.counterVec("held_calls_total",
-			"Calls held through an outage, by what became of them: resumed, cancelled (by the engine), stopped (unclaimed, past --outage-grace, or the worker stopping).", "result"),
-	}
-	for _, r := range HeldResults {
-		h.results.WithLabelValues(r)
-	}
-	h.bytes.WithLabelValues("memory")
-	h.bytes.WithLabelValues("disk")
-	return h
-}
-
 // SetHeld sets how many calls are held, for how long the oldest hold, and
 // how much output they keep.
 func (m *Metrics) SetHeld(calls int, oldest time.Duration, memory, disk int64) {

@@ -26,7 +26,7 @@ const Namespace = "fluksio_worker"
 var (
 	Ops            = []string{"run", "compile"}
 	Outcomes       = []string{OutcomeOK, OutcomeError, OutcomeCancelled}
-	DeclineReasons = []string{DeclinedStopping, DeclinedDraining, DeclinedReloading, DeclinedQueueFull, DeclinedCancelled, DeclinedInvalid}
+	DeclineReasons = []DeclineReason{DeclinedStopping, DeclinedDraining, DeclinedReloading, DeclinedQueueFull, DeclinedCancelled, DeclinedInvalid}
 )
 
 const (
@@ -34,12 +34,20 @@ const (
 	OutcomeError     = "error"     // any other answer, or none (the runner died, a line was too long)
 	OutcomeCancelled = "cancelled" // the engine cancelled it, the worker stopped, or the connection was lost
 
-	DeclinedStopping  = "stopping"   // the worker is stopping
-	DeclinedDraining  = "draining"   // SIGQUIT, or --max-calls reached
-	DeclinedReloading = "reloading"  // SIGHUP: a reload waits for the running calls
-	DeclinedQueueFull = "queue_full" // every --parallel slot busy and the waiting queue full
-	DeclinedCancelled = "cancelled"  // cancelled, stopped or dropped while waiting for a slot
-	DeclinedInvalid   = "invalid"    // a duplicate call_id or a request that cannot be run
+)
+
+// DeclineReason is why a call was declined without running: the reason
+// label of calls_declined_total. It is chosen where the call is declined,
+// never read back from the answer's text.
+type DeclineReason string
+
+const (
+	DeclinedStopping  DeclineReason = "stopping"   // the worker is stopping
+	DeclinedDraining  DeclineReason = "draining"   // SIGQUIT, or --max-calls reached
+	DeclinedReloading DeclineReason = "reloading"  // SIGHUP: a reload waits for the running calls
+	DeclinedQueueFull DeclineReason = "queue_full" // every --parallel slot busy and the waiting queue full
+	DeclinedCancelled DeclineReason = "cancelled"  // cancelled, stopped or dropped while waiting for a slot
+	DeclinedInvalid   DeclineReason = "invalid"    // a duplicate call_id or a request that cannot be run
 )
 
 // Histogram buckets, in seconds. Calls run from a compile of a few
@@ -51,9 +59,12 @@ var (
 	startBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
 )
 
-// Metrics holds every series the worker exports.
+// Metrics holds every series the worker exports. Each field is declared
+// (name, type, labels, help) in table (series.go), and nowhere else.
 type Metrics struct {
 	registry *prometheus.Registry
+
+	buildInfo *prometheus.GaugeVec // version, protocol
 
 	connected      prometheus.Gauge
 	attachAttempts prometheus.Counter
@@ -91,51 +102,11 @@ func New(version string, protocol int) *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
-	f := factory{r}
-	m := &Metrics{
-		registry: r,
-		connected: f.gauge("connected",
-			"1 while the worker is attached to the engine (welcomed), else 0."),
-		attachAttempts: f.counter("attach_attempts_total",
-			"Attempts to attach: each fetches the runner if the engine serves one, dials, says hello and waits for the welcome."),
-		welcomes: f.counter("welcomes_total",
-			"Times the engine welcomed this worker."),
-		refusals: f.counter("refusals_total",
-			"Times the engine refused this worker (a refusal answer, or HTTP 401/403); the worker then exits 1."),
-		disconnects: f.counter("disconnects_total",
-			"Connections lost after a welcome (the worker's own close when it stops is not counted)."),
-		callsStarted: f.counterVec("calls_started_total",
-			"Calls whose runner the worker started (or tried to), by op.", "op"),
-		callsFinished: f.counterVec("calls_finished_total",
-			"Calls that ended, by op and outcome: ok, error (an error answer, or none), cancelled (by the engine, a stop, or a lost connection).", "op", "outcome"),
-		callDuration: f.histogramVec("call_duration_seconds",
-			"Time from a call's start to its end, by op and outcome.", callBuckets, "op", "outcome"),
-		callsDeclined: f.counterVec("calls_declined_total",
-			"Calls answered with an error without running, by reason: stopping, draining (SIGQUIT or --max-calls), reloading (SIGHUP), queue_full (the waiting queue is at its bound), cancelled (cancelled, stopped or dropped while waiting for a slot), invalid (duplicate call_id, bad request).", "reason"),
-		callsRunning: f.gauge("calls_running",
-			"Calls running now."),
-		callsQueued: f.gauge("calls_queued",
-			"Calls accepted and waiting for a free slot of --parallel."),
-		eventsRelayed: f.counter("events_relayed_total",
-			"Event lines (progress, stream values, logs) forwarded from runners to the engine."),
-		bytesRelayed: f.counter("relayed_bytes_total",
-			"Bytes of runner lines (events and answers) forwarded to the engine."),
-		runnerStart: f.histogram("runner_start_seconds",
-			"Time to start a call's runner process (pipes, fork and exec of the interpreter).", startBuckets),
-		heartbeats: f.counter("heartbeats_sent_total",
-			"Heartbeats sent to the engine for running calls (one per call every 10 s)."),
-		stderrDropped: f.counter("runner_stderr_dropped_lines_total",
-			"Lines runners and their nodes wrote that were not logged, over the budget of 1000 a second per call (each; the node's lines still reach the engine as budgeted log events)."),
-		warmRunners: f.gauge("warm_runners",
-			"Spare runners started and waiting for a call (--warm), not counting those still starting."),
-		warmHits: f.counter("warm_runner_hits_total",
-			"Calls handed a spare runner: no interpreter start."),
-		warmMisses: f.counter("warm_runner_misses_total",
-			"Calls with --warm above 0 that started their runner cold: no fresh spare of their environment was ready."),
+	m := &Metrics{registry: r}
+	for _, s := range m.table() {
+		s.register(r)
 	}
-	m.held = newHeldMetrics(f)
-	f.gaugeVec("build_info", "Always 1; the labels say which worker this is.", "version", "protocol").
-		WithLabelValues(version, strconv.Itoa(protocol)).Set(1)
+	m.buildInfo.WithLabelValues(version, strconv.Itoa(protocol)).Set(1)
 	for _, op := range Ops {
 		m.callsStarted.WithLabelValues(op)
 		for _, outcome := range Outcomes {
@@ -144,8 +115,13 @@ func New(version string, protocol int) *Metrics {
 		}
 	}
 	for _, reason := range DeclineReasons {
-		m.callsDeclined.WithLabelValues(reason)
+		m.callsDeclined.WithLabelValues(string(reason))
 	}
+	for _, r := range HeldResults {
+		m.held.results.WithLabelValues(r)
+	}
+	m.held.bytes.WithLabelValues("memory")
+	m.held.bytes.WithLabelValues("disk")
 	return m
 }
 
@@ -199,9 +175,9 @@ func (m *Metrics) CallFinished(op, outcome string, took time.Duration) {
 }
 
 // CallDeclined counts a call answered without running.
-func (m *Metrics) CallDeclined(reason string) {
+func (m *Metrics) CallDeclined(reason DeclineReason) {
 	if m != nil {
-		m.callsDeclined.WithLabelValues(reason).Inc()
+		m.callsDeclined.WithLabelValues(string(reason)).Inc()
 	}
 }
 
@@ -264,45 +240,6 @@ func knownOp(op string) string {
 		}
 	}
 	return "other"
-}
-
-// factory registers each series under the namespace as it is made.
-type factory struct{ r *prometheus.Registry }
-
-func (f factory) counter(name, help string) prometheus.Counter {
-	c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help})
-	f.r.MustRegister(c)
-	return c
-}
-
-func (f factory) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help}, labels)
-	f.r.MustRegister(c)
-	return c
-}
-
-func (f factory) gauge(name, help string) prometheus.Gauge {
-	g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: name, Help: help})
-	f.r.MustRegister(g)
-	return g
-}
-
-func (f factory) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
-	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: name, Help: help}, labels)
-	f.r.MustRegister(g)
-	return g
-}
-
-func (f factory) histogram(name, help string, buckets []float64) prometheus.Histogram {
-	h := prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: name, Help: help, Buckets: buckets})
-	f.r.MustRegister(h)
-	return h
-}
-
-func (f factory) histogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
-	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: name, Help: help, Buckets: buckets}, labels)
-	f.r.MustRegister(h)
-	return h
 }
 
 // SetWarmRunners sets how many spare runners are ready.

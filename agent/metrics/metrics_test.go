@@ -67,7 +67,7 @@ func TestSeriesExistFromTheStart(t *testing.T) {
 		}
 	}
 	for _, reason := range DeclineReasons {
-		value(t, m, "fluksio_worker_calls_declined_total", map[string]string{"reason": reason})
+		value(t, m, "fluksio_worker_calls_declined_total", map[string]string{"reason": string(reason)})
 	}
 	for _, name := range []string{"go_goroutines", "process_open_fds"} {
 		if _, ok := series(t, m, name, map[string]string{}); !ok {
@@ -113,7 +113,7 @@ func TestHooksCountWhatHappened(t *testing.T) {
 		{"fluksio_worker_calls_started_total", map[string]string{"op": "other"}, 1},
 		{"fluksio_worker_calls_finished_total", map[string]string{"op": "run", "outcome": OutcomeOK}, 1},
 		{"fluksio_worker_call_duration_seconds", map[string]string{"op": "compile", "outcome": OutcomeCancelled}, 1},
-		{"fluksio_worker_calls_declined_total", map[string]string{"reason": DeclinedQueueFull}, 1},
+		{"fluksio_worker_calls_declined_total", map[string]string{"reason": string(DeclinedQueueFull)}, 1},
 		{"fluksio_worker_calls_running", none, 3},
 		{"fluksio_worker_calls_queued", none, 5},
 		{"fluksio_worker_events_relayed_total", none, 2},

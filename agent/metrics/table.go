@@ -9,7 +9,7 @@ import (
 )
 
 // WriteTable writes the README's table of the worker's own series, in
-// Markdown, from the registry itself: each series' name and labels, its
+// Markdown, from the registry New filled from table (series.go): each series' name and labels, its
 // type and its help. A test keeps the README's copy in step (README.md,
 // `go test -run TestREADME . -update`), so a new series is documented
 // where people look for it.

@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 	"unicode/utf8"
 
+	"github.com/fluksio/fluksio-worker/agent/frame"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 )
 
@@ -99,46 +99,7 @@ func (lr *lineReader) skipLine(err error) error {
 // through.
 func textFrame(line []byte) []byte {
 	if utf8.Valid(line) {
-		return append(getFrame(len(line)), line...)
+		return append(frame.Get(len(line)), line...)
 	}
 	return bytes.ToValidUTF8(line, []byte("\uFFFD"))
-}
-
-// Frames are recycled: a chatty node sends tens of thousands of events a
-// second, and a fresh buffer for each would be most of what the worker
-// allocates (and so of its resident memory, through the collector's
-// headroom). A frame handed to Spec.Send is owned by the socket's writer,
-// which puts it back with PutFrame once written.
-//
-// The pool holds *[]byte, and the boxes themselves are recycled through
-// frameBoxes: putting a frame back into the pool costs no allocation, so
-// relaying an event allocates nothing here (a new box for each put would
-// be 24 bytes an event, a collection every ~170,000 events).
-var (
-	framePool  = sync.Pool{New: func() any { return new([]byte) }}
-	frameBoxes = sync.Pool{New: func() any { return new([]byte) }}
-)
-
-// maxPooledFrame keeps answers of many MiB out of the pool.
-const maxPooledFrame = 16 << 10
-
-func getFrame(n int) []byte {
-	if n > maxPooledFrame {
-		return make([]byte, 0, n)
-	}
-	box := framePool.Get().(*[]byte)
-	frame := (*box)[:0]
-	*box = nil
-	frameBoxes.Put(box)
-	return frame
-}
-
-// PutFrame gives back a frame Spec.Send was handed, once it is written.
-func PutFrame(frame []byte) {
-	if cap(frame) == 0 || cap(frame) > maxPooledFrame {
-		return
-	}
-	box := frameBoxes.Get().(*[]byte)
-	*box = frame
-	framePool.Put(box)
 }

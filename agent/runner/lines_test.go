@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fluksio/fluksio-worker/agent/config"
+	"github.com/fluksio/fluksio-worker/agent/frame"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 )
@@ -242,9 +243,9 @@ func TestLineTooLongErrorSaysWhatToDo(t *testing.T) {
 
 func TestFramePoolAllocatesNothing(t *testing.T) {
 	line := []byte(`{"call_id":"c","event":"stream","values":{"i":1}}`)
-	PutFrame(textFrame(line)) // fill the pool
+	frame.Put(textFrame(line)) // fill the pool
 	allocs := testing.AllocsPerRun(1000, func() {
-		PutFrame(textFrame(line))
+		frame.Put(textFrame(line))
 	})
 	// The race detector makes sync.Pool drop items at random.
 	if allocs > 0 && !raceEnabled {

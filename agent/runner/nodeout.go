@@ -41,6 +41,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fluksio/fluksio-worker/agent/frame"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 )
 
@@ -437,5 +438,5 @@ func (o *nodeOutput) sendLocked(stream, line string) {
 		return
 	}
 	o.p.cfg.Metrics.EventRelayed(buf.Len() - 1)
-	o.send(append(getFrame(buf.Len()-1), bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...))
+	o.send(append(frame.Get(buf.Len()-1), bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...))
 }

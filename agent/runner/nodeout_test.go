@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/fluksio/fluksio-worker/agent/frame"
 )
 
 // relayed runs node output written by write through a nodeOutput over
@@ -22,22 +24,22 @@ func relayed(t *testing.T, write func(stdout, stderr io.Writer, mark []byte), be
 	var mu sync.Mutex
 	var lines []string
 	p := &Process{log: slog.New(slog.NewTextHandler(io.Discard, nil)), cfg: &Config{}}
-	o := relayNodeOutput(p, np, "c1", func(frame []byte) {
+	o := relayNodeOutput(p, np, "c1", func(msg []byte) {
 		var e struct {
 			CallID string `json:"call_id"`
 			Event  string `json:"event"`
 			Line   string `json:"line"`
 		}
-		if err := json.Unmarshal(frame, &e); err != nil {
-			t.Errorf("frame %q: %v", frame, err)
+		if err := json.Unmarshal(msg, &e); err != nil {
+			t.Errorf("frame %q: %v", msg, err)
 		}
 		if e.CallID != "c1" || e.Event != "log" {
-			t.Errorf("frame %s", frame)
+			t.Errorf("frame %s", msg)
 		}
 		mu.Lock()
 		lines = append(lines, e.Line)
 		mu.Unlock()
-		PutFrame(frame)
+		frame.Put(msg)
 	})
 	seen := func() []string {
 		mu.Lock()

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
+	"github.com/fluksio/fluksio-worker/agent/frame"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 	"github.com/fluksio/fluksio-worker/agent/runner/runnertest"
 	"github.com/fluksio/fluksio-worker/platform"
@@ -101,7 +102,7 @@ func (r *rig) start(ctx context.Context, id string, env []string, steps ...map[s
 		Env:     env,
 		Request: append(req, '\n'),
 		Log:     r.cfg.Log.With("call_id", id),
-		Send:    func(frame []byte) { c.events <- append([]byte(nil), frame...); PutFrame(frame) },
+		Send:    func(msg []byte) { c.events <- append([]byte(nil), msg...); frame.Put(msg) },
 	})
 	c.Process = p
 	return c, err

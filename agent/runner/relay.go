@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/fluksio/fluksio-worker/agent/frame"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 )
@@ -74,7 +75,7 @@ func (p *Process) relayStdout(send func([]byte)) Output {
 			// Nothing reads this pipe again, so a large answer (tens of
 			// MiB, at times) is sent from the reader's buffer without a
 			// copy; it is too large for the frame pool to keep.
-			if len(line) > maxPooledFrame && utf8.Valid(line) {
+			if len(line) > frame.MaxPooled && utf8.Valid(line) {
 				return Output{Answer: line}
 			}
 			return Output{Answer: textFrame(line)}
