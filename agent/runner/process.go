@@ -22,10 +22,10 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"runtime/debug"
 	"syscall"
 	"time"
 
+	"github.com/fluksio/fluksio-worker/agent/frame"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 )
@@ -92,7 +92,7 @@ type Spec struct {
 	Request []byte       // the request line for stdin; not kept once written
 	Log     *slog.Logger // the call's logger
 	// Send sends an event frame to the engine. The frame is the socket
-	// writer's from then on; it gives it back with PutFrame.
+	// writer's from then on; it gives it back with frame.Put.
 	Send func(frame []byte)
 }
 
@@ -313,7 +313,7 @@ func (p *Process) write(request []byte) {
 	p.stdin.Write(request)
 	if p.cfg.OutsizedRequest > 0 && len(request) >= p.cfg.OutsizedRequest {
 		request = nil
-		debug.FreeOSMemory()
+		frame.Release()
 	}
 }
 
