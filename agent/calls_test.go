@@ -68,22 +68,11 @@ func serveFake(t *testing.T, opts enginetest.Options, args ...string) *fake {
 		t.Fatal(err)
 	}
 	t.Cleanup(eng.Close)
-	noEnv := func(string) string { return "" }
-	cfg, err := config.Load(append([]string{
+	cfg, stateDir := loadConfig(t, append([]string{
 		"--url", eng.AttachURL(), "--token", fakeToken, "--python", self, "--runtime", "embedded",
 		"--warm", "0", "--cancel-grace", "500ms", "--state-dir", filepath.Join(t.TempDir(), "state"),
 		"--log-level", "debug",
-	}, args...), noEnv)
-	if err == nil {
-		err = cfg.Resolve()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	stateDir, err := config.ResolveStateDir(cfg, noEnv)
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, args...))
 	f := &fake{eng: eng, served: make(chan error, 1), stateDir: stateDir, log: &enginetest.Buffer{}}
 	f.a = agent.New(cfg, logging.NewLogger(f.log, "text", "debug", fakeToken), self, stateDir)
 	go func() { f.served <- f.a.Serve(context.Background()) }()
@@ -511,19 +500,8 @@ func TestMaxIdleWhileDisconnected(t *testing.T) {
 	}
 	defer d.Close()
 	self, _ := os.Executable()
-	noEnv := func(string) string { return "" }
-	cfg, err := config.Load([]string{"--url", d.AttachURL(), "--token", fakeToken, "--python", self,
-		"--runtime", "embedded", "--state-dir", t.TempDir(), "--max-idle", "3"}, noEnv)
-	if err == nil {
-		err = cfg.Resolve()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	stateDir, err := config.ResolveStateDir(cfg, noEnv)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, stateDir := loadConfig(t, []string{"--url", d.AttachURL(), "--token", fakeToken, "--python", self,
+		"--runtime", "embedded", "--state-dir", t.TempDir(), "--max-idle", "3"})
 	a := agent.New(cfg, logging.NewLogger(io.Discard, "text", "info", fakeToken), self, stateDir)
 	start := time.Now()
 	served := make(chan error, 1)
@@ -747,4 +725,23 @@ func TestListenOnATakenAddressIsAUsageError(t *testing.T) {
 	if code != config.ExitUsage || !strings.Contains(out.String(), "--listen "+eng.Addr()) {
 		t.Errorf("exit %d; want 2 and the address named:\n%s", code, out.String())
 	}
+}
+
+// loadConfig is what run does with its arguments, with nothing of the
+// caller's environment: load, resolve, find the state directory.
+func loadConfig(t *testing.T, args []string) (config.Config, string) {
+	t.Helper()
+	noEnv := func(string) string { return "" }
+	cfg, err := config.Load(args, noEnv)
+	if err == nil {
+		err = cfg.Resolve()
+	}
+	if err != nil {
+		t.Fatalf("the configuration: %v", err)
+	}
+	stateDir, err := config.ResolveStateDir(cfg, noEnv)
+	if err != nil {
+		t.Fatalf("the state directory: %v", err)
+	}
+	return cfg, stateDir
 }

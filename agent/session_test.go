@@ -27,7 +27,6 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent"
-	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
@@ -93,8 +92,7 @@ func startSession(t *testing.T, extra ...string) *session {
 	}
 	t.Cleanup(eng.Close)
 
-	noEnv := func(string) string { return "" } // nothing of the caller's environment
-	cfg, err := config.Load(append([]string{
+	cfg, stateDir := loadConfig(t, append([]string{
 		"--url", eng.AttachURL(),
 		"--token", sessionToken,
 		"--name", sessionName,
@@ -108,17 +106,7 @@ func startSession(t *testing.T, extra ...string) *session {
 		"--cancel-grace", "2s",
 		"--state-dir", filepath.Join(t.TempDir(), "state"),
 		"--log-level", "debug",
-	}, extra...), noEnv)
-	if err == nil {
-		err = cfg.Resolve()
-	}
-	if err != nil {
-		t.Fatalf("the configuration: %v", err)
-	}
-	stateDir, err := config.ResolveStateDir(cfg, noEnv)
-	if err != nil {
-		t.Fatalf("the state directory: %v", err)
-	}
+	}, extra...))
 	logs := &enginetest.Buffer{}
 	log := logging.NewLogger(logs, cfg.LogFormat, cfg.LogLevel, cfg.Token)
 	t.Cleanup(func() {
