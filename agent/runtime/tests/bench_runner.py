@@ -18,7 +18,8 @@ percentile of
 - exit: the answer read to the process gone (what a slot waits for before
   it is handed on);
 - exit CPU: the runner's CPU time after its answer (user + system, from
-  wait4, less what it had used when the answer came).
+  wait4, less what it had used when the answer came);
+- USS: the memory the runner holds alone while it waits for its request.
 """
 
 import argparse
@@ -26,10 +27,12 @@ import array
 import ctypes
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -41,6 +44,7 @@ PR_SET_CHILD_SUBREAPER = 36
 # Long enough for a runner (a cold interpreter on a loaded machine too) to
 # be waiting on its request: the bench measures a spare's call, not its start.
 READY_S = 0.3
+CALL_DIR = ""
 
 
 def request(source, n):
@@ -62,7 +66,26 @@ def cpu_of(pid):
 
 def one_call(pid, stdin_w, stdout_r, source, n):
     """Writes the request, reads the answer, waits for the exit; returns (call s, exit s, exit CPU s)."""
+    try:
+        return _one_call(pid, stdin_w, stdout_r, source, n)
+    finally:
+        shutil.rmtree(CALL_DIR, ignore_errors=True)
+        os.mkdir(CALL_DIR, 0o700)
+
+
+def uss_of(pid):
+    """The memory only this process holds (Private_Clean + Private_Dirty), in bytes."""
+    total = 0
+    with open("/proc/%d/smaps_rollup" % pid) as f:
+        for line in f:
+            if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                total += int(line.split()[1]) * 1024
+    return total
+
+
+def _one_call(pid, stdin_w, stdout_r, source, n):
     time.sleep(READY_S)
+    uss = uss_of(pid)
     start = time.perf_counter()
     os.write(stdin_w, request(source, n))
     data = b""
@@ -82,7 +105,7 @@ def one_call(pid, stdin_w, stdout_r, source, n):
         raise SystemExit("runner exited with status %d" % status)
     os.close(stdin_w)
     os.close(stdout_r)
-    return answered - start, gone - answered, usage.ru_utime + usage.ru_stime - cpu_at_answer
+    return answered - start, gone - answered, usage.ru_utime + usage.ru_stime - cpu_at_answer, uss
 
 
 def cold(python, source, n):
@@ -151,11 +174,18 @@ def main():
     parser.add_argument("--numpy", action="store_true", help="a numpy node, and the zygote preloads numpy")
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--only", choices=("cold", "forked"), help="run only this kind of runner")
+    global CALL_DIR
     args = parser.parse_args()
     # The forked runners are the zygote's grandchildren: adopt them, to wait for them.
     if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise SystemExit("prctl(PR_SET_CHILD_SUBREAPER) failed")
     source = NUMPY if args.numpy else TRIVIAL
+    # Each runner's call directory, as the worker gives one (emptied after
+    # each call), and an artifact cache of the bench's own (the code cache).
+    state = tempfile.mkdtemp(prefix="fluksio-bench-")
+    os.environ["FLUKSIO_CALL_DIR"] = CALL_DIR = os.path.join(state, "call")
+    os.environ["FLUKSIO_ARTIFACT_CACHE"] = os.path.join(state, "artifacts")
+    os.mkdir(CALL_DIR, 0o700)
     zygote = Zygote(args.python, "numpy" if args.numpy else "")
     try:
         kinds = [("cold", lambda n: cold(args.python, source, n)), ("forked", lambda n: zygote.call(source, n))]
@@ -165,10 +195,13 @@ def main():
                 continue
             run(-1)  # warm-up: the page cache, the zygote's first fork
             results = [run(n) for n in range(args.calls)]
-            print("%-7s %s | %s | %s" % (name, summary("call", [r[0] for r in results]),
-                                         summary("exit", [r[1] for r in results]), summary("exit CPU", [r[2] for r in results])))
+            print("%-7s %s | %s | %s | USS %.1f MiB" % (name, summary("call", [r[0] for r in results]),
+                                                        summary("exit", [r[1] for r in results]),
+                                                        summary("exit CPU", [r[2] for r in results]),
+                                                        statistics.median(r[3] for r in results) / 2**20))
     finally:
         zygote.close()
+        shutil.rmtree(state, ignore_errors=True)
 
 
 if __name__ == "__main__":
