@@ -2089,7 +2089,7 @@ def shut_down_as_python_does() -> None:
         atexit._run_exitfuncs()
     except BaseException:
         pass  # atexit printed each handler's error itself
-    _flush_std()
+    flush_node_output()
     SPECS.clear()  # the runtime's own references to node code
     for module in NODE_MODULES:
         _clear_module(module)
@@ -2105,14 +2105,6 @@ def _report_ignored(exc: BaseException, where) -> None:
         traceback.print_exception(type(exc), exc, exc.__traceback__)
     except BaseException:
         pass
-
-
-def _flush_std() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except BaseException:
-            pass
 
 
 def _clear_module(module) -> None:

@@ -3,7 +3,7 @@
 Not a test (unittest's discovery skips it): run it by hand, with the
 interpreter to measure,
 
-    python3 agent/runtime/tests/bench_runner.py [--calls 50] [--numpy]
+    python3 agent/runtime/tests/bench_runner.py [--calls 50] [--numpy] [--runtime OLD/worker_main.py]
 
 For each way a runner starts — cold (a fresh interpreter per call, as with
 `--warm 0`) and forked from a zygote (as a spare is, with `--preload numpy`
@@ -174,8 +174,10 @@ def main():
     parser.add_argument("--numpy", action="store_true", help="a numpy node, and the zygote preloads numpy")
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--only", choices=("cold", "forked"), help="run only this kind of runner")
-    global CALL_DIR
+    parser.add_argument("--runtime", default=RUNTIME, help="another worker_main.py to measure (an older one, to compare)")
+    global CALL_DIR, RUNTIME
     args = parser.parse_args()
+    RUNTIME = os.path.abspath(args.runtime)
     # The forked runners are the zygote's grandchildren: adopt them, to wait for them.
     if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise SystemExit("prctl(PR_SET_CHILD_SUBREAPER) failed")
@@ -189,7 +191,7 @@ def main():
     zygote = Zygote(args.python, "numpy" if args.numpy else "")
     try:
         kinds = [("cold", lambda n: cold(args.python, source, n)), ("forked", lambda n: zygote.call(source, n))]
-        print("%s, %s node, %d calls each" % (args.python, "numpy" if args.numpy else "trivial", args.calls))
+        print("%s, %s, %s node, %d calls each" % (RUNTIME, args.python, "numpy" if args.numpy else "trivial", args.calls))
         for name, run in kinds:
             if args.only and name != args.only:
                 continue

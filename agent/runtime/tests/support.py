@@ -121,6 +121,17 @@ class Call:
         finally:
             self.close()
 
+    def until_exit(self, timeout=60.0):
+        """Reads to the end of stdout and waits for the runner to exit by itself; returns (answer, exit status)."""
+        answer = None
+        while True:
+            item = self.next(timeout)
+            if item is None:
+                break
+            if not item[1].get("event"):
+                answer = item[1]
+        return answer, self.proc.wait(timeout)
+
     def signal_group(self, signum):
         os.killpg(self.proc.pid, signum)
 

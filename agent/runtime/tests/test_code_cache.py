@@ -30,15 +30,8 @@ class CodeCache(RuntimeTestCase):
         """Runs f in a runner with the worker's variables; its answer, once the runner is gone (it caches after answering)."""
         call_dir = tempfile.mkdtemp(dir=self.state)
         env = {"FLUKSIO_ARTIFACT_CACHE": os.path.join(self.state, "artifacts"), "FLUKSIO_CALL_DIR": call_dir}
-        c = self.call(run_request(code, "f"), env=env)
-        answer = None
-        while True:
-            item = c.next(60)
-            if item is None:
-                break
-            if not item[1].get("event"):
-                answer = item[1]
-        self.assertEqual(c.proc.wait(60), 0)
+        answer, status = self.call(run_request(code, "f"), env=env).until_exit()
+        self.assertEqual(status, 0)
         self.assertTrue(answer.get("ok"), answer)
         return answer["outputs"]
 

@@ -69,14 +69,8 @@ class ExitLikeAScript(unittest.TestCase):
         if not forked:
             c = Call(request)
             self.addCleanup(c.cleanup)
-            answer = None
-            while True:
-                item = c.next(60)
-                if item is None:
-                    break
-                if not item[1].get("event"):
-                    answer = item[1]
-            self.assertEqual(c.proc.wait(60), 0)
+            answer, status = c.until_exit()
+            self.assertEqual(status, 0)
             return answer, c.stderr()
         with tempfile.TemporaryFile() as stderr:
             env = ["%s=%s" % kv for kv in os.environ.items() if kv[0] != "PYTHONPATH"]
