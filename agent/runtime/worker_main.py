@@ -23,6 +23,7 @@ It is shipped as this one file and uses the standard library only (Python
 
 from __future__ import annotations
 
+import _thread
 import collections
 import gc
 import hashlib
@@ -2048,7 +2049,9 @@ def exit_like_a_script(status: int, echo_fd: int) -> None:
         finally:
             _EXIT(status)
 
-    threading.Thread(target=watchdog, name="fluksio-exit-watchdog", daemon=True).start()
+    # A bare thread: threading's would make this one wait until it runs,
+    # and threading does not join it.
+    _thread.start_new_thread(watchdog, ())
     try:
         shut_down_as_python_does()
         cache_code()
@@ -2074,10 +2077,12 @@ def shut_down_as_python_does() -> None:
     NamedTemporaryFile is removed, a file is flushed and closed); the files
     still open are flushed and closed, each before the file it wraps (a
     gzip stream's trailer is written), which Python's own shutdown does not
-    promise for files in reference cycles; then cycles among what the call
-    made are collected, and C stdio's buffers are flushed. What is not
-    done: other modules are not torn down, so __del__ of objects they still
-    hold does not run (Python does not promise it either).
+    promise for files in reference cycles; then C stdio's buffers are
+    flushed. What is not done: other modules are not torn down and
+    reference cycles are not collected, so __del__ of objects they still
+    hold does not run (Python does not promise it either), and a collection
+    over what a node imported (tens of milliseconds for numpy's objects in
+    a runner that imported it itself) is not paid.
     """
     try:
         threading._shutdown()
@@ -2095,7 +2100,6 @@ def shut_down_as_python_does() -> None:
         _clear_module(module)
     del NODE_MODULES[:]
     close_open_files(gc.get_objects())
-    gc.collect()
     flush_node_output()
 
 
@@ -2128,18 +2132,14 @@ def close_open_files(objects) -> None:
     kept.update(id(f) for f in RUNTIME_FILES + KEPT_STREAMS + STD_STREAMS)
     # The files Python closes when they are freed: those of io's own base
     # class (not the ABC, which other classes may register with).
+    # Iterated in C: a call that imported numpy itself has 100,000 objects.
     import _io
+    import itertools
 
-    is_file = {}
-    files = {}
-    for obj in objects:
-        kind = type(obj)
-        hit = is_file.get(kind)
-        if hit is None:
-            hit = is_file[kind] = issubclass(kind, _io._IOBase)
-        if hit and id(obj) not in kept:
-            files[id(obj)] = obj
-    del objects
+    kinds = {kind for kind in set(map(type, objects)) if issubclass(kind, _io._IOBase)}
+    found = itertools.compress(objects, map(kinds.__contains__, map(type, objects)))
+    files = {id(f): f for f in found if id(f) not in kept}
+    del objects, found
     # What each file wraps: what it refers to, or its attributes do.
     inner = {}
     wrappers = dict.fromkeys(files, 0)

@@ -169,13 +169,13 @@ def summary(name, values):
 
 
 def main():
+    global CALL_DIR, RUNTIME
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=30)
     parser.add_argument("--numpy", action="store_true", help="a numpy node, and the zygote preloads numpy")
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--only", choices=("cold", "forked"), help="run only this kind of runner")
     parser.add_argument("--runtime", default=RUNTIME, help="another worker_main.py to measure (an older one, to compare)")
-    global CALL_DIR, RUNTIME
     args = parser.parse_args()
     RUNTIME = os.path.abspath(args.runtime)
     # The forked runners are the zygote's grandchildren: adopt them, to wait for them.
