@@ -2144,13 +2144,13 @@ def close_open_files(objects) -> None:
     inner = {}
     wrappers = dict.fromkeys(files, 0)
     for key, f in files.items():
-        found = set()
+        wrapped = set()
         for ref in gc.get_referents(f):
             for obj in gc.get_referents(ref) if isinstance(ref, dict) else (ref,):
                 if id(obj) in files and id(obj) != key:
-                    found.add(id(obj))
-        inner[key] = found
-        for other in found:
+                    wrapped.add(id(obj))
+        inner[key] = wrapped
+        for other in wrapped:
             wrappers[other] += 1
     ready = [key for key, count in wrappers.items() if count == 0]
     order = []
