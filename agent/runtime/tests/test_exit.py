@@ -14,17 +14,17 @@ NODES = """
 import atexit, concurrent.futures, gzip, json, os, tempfile, time, zipfile
 
 def leave_files_open(out):
-    global TEXT, ARCHIVE, SCRATCH
-    # Text over a GzipFile over a file: closed in that order, or the
-    # trailer (and the text still buffered) is lost.
-    TEXT = gzip.open(os.path.join(out, "lines.gz"), "wt")
-    TEXT.write("line\\n" * 1000)
+    global ARCHIVE, SCRATCH
+    # Held by another module, which a full shutdown tears down and this one
+    # does not: text over a GzipFile over a file, closed in that order, or
+    # the trailer (and the text still buffered) is lost; and a plain file.
+    json._fluksio_test_text = gzip.open(os.path.join(out, "lines.gz"), "wt")
+    json._fluksio_test_text.write("line\\n" * 1000)
+    json._fluksio_test_file = open(os.path.join(out, "held.txt"), "w")
+    json._fluksio_test_file.write("held elsewhere")
     ARCHIVE = zipfile.ZipFile(os.path.join(out, "archive.zip"), "w")  # its directory is written when it is freed
     ARCHIVE.writestr("inside.txt", "zipped")
     SCRATCH = tempfile.NamedTemporaryFile(dir=out, prefix="scratch-")  # removed when it is freed
-    # Held by another module, which a full shutdown tears down and this one does not.
-    json._fluksio_test_file = open(os.path.join(out, "held.txt"), "w")
-    json._fluksio_test_file.write("held elsewhere")
     return {}
 
 def pool_and_atexit(out):
