@@ -1660,13 +1660,18 @@ def prepare_code() -> None:
         except OSError:
             pass  # the call makes one when it ships source, or says why it could not
     # The code cache is the worker's (FLUKSIO_ARTIFACT_CACHE is set by it):
-    # a runtime run by other means leaves no cache behind.
+    # a runtime run by other means leaves no cache behind. A spare only
+    # checks it here; the first call that compiles makes it (cache_code).
     if os.environ.get("FLUKSIO_ARTIFACT_CACHE"):
         try:
             import importlib.util
             import zlib
 
-            CODE_CACHE.append((private_dir(os.path.join(artifact_cache_dir(), "code")), importlib.util.MAGIC_NUMBER.hex(), zlib.crc32))
+            cache = os.path.join(artifact_cache_dir(), "code")
+            there = os.path.isdir(cache)
+            if there:
+                private_dir(cache)
+            CODE_CACHE.append((cache, importlib.util.MAGIC_NUMBER.hex(), zlib.crc32, there))
         except Exception:
             pass  # no cache: shipped source is compiled
 
@@ -1765,8 +1770,9 @@ def compiled(source: str, data: bytes, filename: str):
     """
     path = None
     if CODE_CACHE:
-        cache, magic, crc32 = CODE_CACHE[0]
+        cache, magic, crc32, there = CODE_CACHE[0]
         path = os.path.join(cache, "%s-%d-%08x-%d" % (magic, sys.flags.optimize, crc32(data), len(data)))
+    if path is not None and there:
         try:
             import marshal
 
@@ -1797,6 +1803,7 @@ def cache_code() -> None:
 
     for path, entry in CODE_TO_CACHE:
         try:
+            private_dir(os.path.dirname(path))
             fd, partial = tempfile.mkstemp(prefix=".part-", dir=os.path.dirname(path))
             try:
                 with os.fdopen(fd, "wb") as f:
