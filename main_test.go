@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fluksio/fluksio-worker/agent/clidoc"
 	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
@@ -59,8 +58,8 @@ var update = flag.Bool("update", false, "rewrite the README's generated tables")
 // the README fails here (go test -run TestREADMETables . -update).
 func TestREADMETables(t *testing.T) {
 	var options, series bytes.Buffer
-	clidoc.WriteOptionsTable(&options, config.Options)
-	if err := metrics.New("dev", protocol.Version).WriteTable(&series); err != nil {
+	writeOptionsTable(&options, config.Options)
+	if err := writeMetricsTable(&series, metrics.New("dev", protocol.Version)); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile("README.md")

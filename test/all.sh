@@ -17,6 +17,16 @@ if command -v staticcheck >/dev/null; then
   echo "== staticcheck"
   staticcheck ./...
 fi
+if command -v deadcode >/dev/null; then
+  echo "== deadcode"
+  # Functions the binary can never call. The fake engine (agent/enginetest)
+  # is in the binary for selftest, which uses part of it; the rest is what
+  # the tests drive it with.
+  dead=$(deadcode . | grep -v '^agent/enginetest/' || true)
+  if [ -n "$dead" ]; then
+    echo "unreachable from main (remove it, or move it into the test that uses it):"; echo "$dead"; exit 1
+  fi
+fi
 
 echo "== cross builds (CGO_ENABLED=0)"
 for target in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64; do
