@@ -148,3 +148,24 @@ func TestCommandLine(t *testing.T) {
 		}
 	}
 }
+
+// A --url that carries a token is refused without repeating it, by run
+// and by check.
+func TestTokenInTheURLIsNotRepeated(t *testing.T) {
+	t.Setenv("FLUKSIO_WORKER_TOKEN", "the-token-given-properly")
+	const secret = "s3cret-in-the-url-42"
+	for _, args := range [][]string{
+		{"run", "--url", "wss://engine.example.com/api/v1/workers/attach?token=" + secret},
+		{"run", "--url", "ftp://engine.example.com/x?token=" + secret},
+		{"run", "--url", "ws://engine.example.com:99999/x?token=" + secret},
+		{"check", "--url", "wss://engine.example.com/x?token=" + secret},
+	} {
+		var out, errs bytes.Buffer
+		if code := dispatch(context.Background(), args, &out, &errs); code == config.ExitOK {
+			t.Errorf("%v: exit 0", args)
+		}
+		if said := out.String() + errs.String(); strings.Contains(said, secret) || said == "" {
+			t.Errorf("%v said (it must say what is wrong, without the token):\n%s", args, said)
+		}
+	}
+}

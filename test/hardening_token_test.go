@@ -75,27 +75,6 @@ func TestTokenEchoedByTheEngineIsRedacted(t *testing.T) {
 	}
 }
 
-// Item 2: a --url that carries a token is refused without repeating it,
-// by run and by check.
-func TestTokenInTheURLIsNotRepeated(t *testing.T) {
-	t.Parallel()
-	const secret = "s3cret-in-the-url-42"
-	for _, args := range [][]string{
-		{"run", "--url", "wss://engine.example.com/api/v1/workers/attach?token=" + secret},
-		{"run", "--url", "ftp://engine.example.com/x?token=" + secret},
-		{"run", "--url", "ws://engine.example.com:99999/x?token=" + secret},
-		{"check", "--url", "wss://engine.example.com/x?token=" + secret, "--python", fakeRunnerPath(t)},
-	} {
-		w := startBinary(t, []string{"FLUKSIO_WORKER_TOKEN=" + testToken}, args...)
-		if code := w.wait(20 * time.Second); code == 0 {
-			t.Errorf("%v: exit 0", args)
-		}
-		if logs := w.logs.String(); strings.Contains(logs, secret) {
-			t.Errorf("%v repeats the token:\n%s", args, logs)
-		}
-	}
-}
-
 // Item 2: a token too short to search for does not turn ordinary words into
 // REDACTED; the worker says why it cannot hide it.
 func TestShortTokenWarnsAndLeavesTheLogReadable(t *testing.T) {
