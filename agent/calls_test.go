@@ -11,11 +11,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -37,6 +40,15 @@ func TestMain(m *testing.M) {
 	// Runners inherit the worker's environment: started as this binary
 	// with --python, they are the fake runner.
 	os.Setenv(runnertest.EnvVar, "1")
+	// Most of these tests wait: for a heartbeat, a paused engine, a runner
+	// to exit. Four at a time rather than one per CPU, unless -parallel is
+	// given, keeps `go test ./agent/...` under a minute on two cores.
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		flag.Set("test.parallel", strconv.Itoa(max(4, runtime.GOMAXPROCS(0))))
+	}
 	os.Exit(m.Run())
 }
 
