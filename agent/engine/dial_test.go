@@ -55,13 +55,8 @@ func TestUpgradeAnswers(t *testing.T) {
 			t.Parallel()
 			addr := answering(t, tc.status, tc.header, tc.body)
 			url := "ws://" + addr + "/api/v1/workers/attach"
-			_, _, err := Attach(ctx(t), configFor(url), hello("w"))
-			var refused *protocol.RefusedError
+			refused, err := attachFails(t, url, tc.refused)
 			switch {
-			case err == nil:
-				t.Fatal("Attach succeeded")
-			case errors.As(err, &refused) != tc.refused:
-				t.Fatalf("refused %v, want %v: %v", !tc.refused, tc.refused, err)
 			case tc.refused && refused.Reason != tc.want:
 				t.Errorf("refused because %q; want %q", refused.Reason, tc.want)
 			case !tc.refused && err.Error() != "connecting to "+url+": "+strings.ReplaceAll(tc.want, "ADDR", addr):
