@@ -191,15 +191,19 @@ func (f *fake) result(t *testing.T) error {
 }
 
 // What a call's runner gets in its environment: the worker's own less its
-// settings, the artifact endpoint and token, the request's env (JSON
+// settings (the token only as FLUKSIO_ARTIFACT_TOKEN), the artifact
+// endpoint and token, the request's env (JSON
 // values as Python writes them), and the call's own directory.
 func TestCallEnvironment(t *testing.T) {
 	t.Setenv("FLUKSIO_WORKER_NAME", "not for node code")
-	t.Setenv("CUDA_VISIBLE_DEVICES", "2,3") // the worker's own devices
+	t.Setenv("FLUKSIO_WORKER_LABELS", "a,b")
+	t.Setenv("FLUKSIO_WORKER_TOKEN", fakeToken) // the worker's own token, as a service gets it
+	t.Setenv("FLUKSIO_ARTIFACT_TOKEN", "stale") // from whatever started the worker
+	t.Setenv("CUDA_VISIBLE_DEVICES", "2,3")     // the worker's own devices
 	t.Setenv("KEEP", "the worker's")
 	f := serveFake(t, enginetest.Options{})
 	names := []string{"FLUKSIO_ARTIFACT_URL", "FLUKSIO_ARTIFACT_TOKEN", "FLUKSIO_ARTIFACT_CACHE",
-		"OMP_NUM_THREADS", "FLAG", "FLUKSIO_WORKER_NAME", "FLUKSIO_CALL_DIR", "CUDA_VISIBLE_DEVICES", "KEEP"}
+		"OMP_NUM_THREADS", "FLAG", "FLUKSIO_WORKER_NAME", "FLUKSIO_WORKER_LABELS", "FLUKSIO_WORKER_TOKEN", "FLUKSIO_CALL_DIR", "CUDA_VISIBLE_DEVICES", "KEEP"}
 	answer := answerOf(t, f.runReq(t, map[string]any{
 		"call_id": "env", "env": map[string]any{"OMP_NUM_THREADS": 4, "FLAG": true, "FLUKSIO_ARTIFACT_TOKEN": "forged", "CUDA_VISIBLE_DEVICES": "1,0,7"},
 		"steps": []map[string]any{{"env": names}},
@@ -224,6 +228,8 @@ func TestCallEnvironment(t *testing.T) {
 		"OMP_NUM_THREADS":        "4",
 		"FLAG":                   "True",
 		"FLUKSIO_WORKER_NAME":    "",
+		"FLUKSIO_WORKER_LABELS":  "",
+		"FLUKSIO_WORKER_TOKEN":   "",
 		"KEEP":                   "the worker's",
 		// Positions in the worker's own CUDA_VISIBLE_DEVICES; 7 is none.
 		"CUDA_VISIBLE_DEVICES": "3,2,7",
@@ -240,8 +246,8 @@ func TestCallEnvironment(t *testing.T) {
 	// The next call gets none of the first one's env.
 	answer = answerOf(t, f.run(t, "next", map[string]any{"env": names}))
 	answer.Decode(&out)
-	if env := out.Outputs.Env; env["FLUKSIO_ARTIFACT_TOKEN"] != fakeToken || env["OMP_NUM_THREADS"] != "" || env["CUDA_VISIBLE_DEVICES"] != "2,3" {
-		t.Errorf("a call without env after one with it got %v; want the worker's token and devices, no OMP_NUM_THREADS", env)
+	if env := out.Outputs.Env; env["FLUKSIO_ARTIFACT_TOKEN"] != fakeToken || env["OMP_NUM_THREADS"] != "" || env["CUDA_VISIBLE_DEVICES"] != "2,3" || env["FLUKSIO_WORKER_TOKEN"] != "" {
+		t.Errorf("a call without env after one with it got %v; want the worker's token as FLUKSIO_ARTIFACT_TOKEN (not the stale one) and its devices, no OMP_NUM_THREADS, no FLUKSIO_WORKER_TOKEN", env)
 	}
 }
 

@@ -93,21 +93,3 @@ func TestShortTokenWarnsAndLeavesTheLogReadable(t *testing.T) {
 		t.Errorf("no warning about the short token:\n%s", logs)
 	}
 }
-
-// Item 2: node processes get the token only as FLUKSIO_ARTIFACT_TOKEN,
-// none of the worker's own FLUKSIO_WORKER_* settings.
-func TestNodeProcessesGetNoWorkerSettings(t *testing.T) {
-	t.Parallel()
-	eng := startEngine(t, enginetest.Options{})
-	w := startWorker(t, eng, []string{"FLUKSIO_WORKER_LABELS=a,b", "FLUKSIO_ARTIFACT_TOKEN=stale"})
-	wk := attach(t, eng)
-	env := runnerEnv(t, wk, "FLUKSIO_WORKER_TOKEN", "FLUKSIO_WORKER_LABELS", "FLUKSIO_ARTIFACT_TOKEN")
-	if env["FLUKSIO_WORKER_TOKEN"] != "" || env["FLUKSIO_WORKER_LABELS"] != "" {
-		t.Errorf("a node process got the worker's settings: %v", env)
-	}
-	if env["FLUKSIO_ARTIFACT_TOKEN"] != testToken {
-		t.Errorf("FLUKSIO_ARTIFACT_TOKEN = %q, want the worker token", env["FLUKSIO_ARTIFACT_TOKEN"])
-	}
-	w.signal(syscall.SIGTERM)
-	w.wait(20 * time.Second)
-}
