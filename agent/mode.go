@@ -199,13 +199,6 @@ func (l *lifecycle) mode() mode {
 	return l.now.mode
 }
 
-// state is the worker's state now.
-func (l *lifecycle) state() state {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.now
-}
-
 // watch is the mode now and a channel closed when the state next changes
 // (the mode or the connection: a watcher checks what it cares about).
 func (l *lifecycle) watch() (mode, <-chan struct{}) {

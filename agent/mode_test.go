@@ -167,8 +167,11 @@ func TestStatusFileFollowsTheState(t *testing.T) {
 	l.attached("gpu-02", time.Now())
 	l.ask(modeKilling) // the mode still moves; what is shown does not
 	shows("after the end", status.StateStopped, "gpu-01", "refused: unknown token")
-	if l.state() != (state{modeKilling, linkEnded}) {
-		t.Errorf("after the end: state %+v", l.state())
+	l.mu.Lock()
+	now := l.now
+	l.mu.Unlock()
+	if now != (state{modeKilling, linkEnded}) {
+		t.Errorf("after the end: state %+v", now)
 	}
 	if !isClosed(changed) {
 		t.Error("a kill after the end did not signal a change")
