@@ -34,10 +34,10 @@ for target in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64; do
   echo "  $target ok"
 done
 
-echo "== runtime tests (Python)"
-# One run per interpreter, all at once: most of each run's time is spent
-# waiting for the processes and timeouts it tests, not on the CPU. Each
-# run's output is shown in turn once it ends.
+echo "== runtime tests (Python), in the background while the fuzzers run"
+# One run per interpreter, all at once and beside the fuzzers: most of each
+# run's time is spent waiting for the processes and timeouts it tests, not
+# on the CPU. Each run's output is shown in turn after the fuzzers.
 pythons=(/usr/bin/python3)
 command -v python3 >/dev/null && pythons+=("$(command -v python3)")
 for v in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.*; do
@@ -56,13 +56,6 @@ for py in "${pythons[@]}"; do
   PYTHONDONTWRITEBYTECODE=1 FLUKSIO_TEST_PYTHON="$py" "$py" -m unittest discover -s agent/runtime/tests -t agent/runtime >>"$logs/$n" 2>&1 &
   runs+=($!)
 done
-failed=0
-for n in "${!runs[@]}"; do
-  wait "${runs[$n]}" || failed=1
-  cat "$logs/$n"
-done
-rm -rf "$logs"
-[ "$failed" = 0 ] || { echo "the runtime's Python tests failed (above)"; exit 1; }
 
 echo "== fuzz (10 s each)"
 for file in $(grep -rl --include='*_test.go' '^func Fuzz' agent platform installer); do
@@ -70,6 +63,15 @@ for file in $(grep -rl --include='*_test.go' '^func Fuzz' agent platform install
     go test -run '^$' -fuzz "^${fuzzer}\$" -fuzztime 10s "./$(dirname "$file")/"
   done
 done
+
+echo "== runtime tests (Python): results"
+failed=0
+for n in "${!runs[@]}"; do
+  wait "${runs[$n]}" || failed=1
+  cat "$logs/$n"
+done
+rm -rf "$logs"
+[ "$failed" = 0 ] || { echo "the runtime's Python tests failed (above)"; exit 1; }
 
 echo "== go test -race"
 go test -race -count=1 -timeout 75m ./...
