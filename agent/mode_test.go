@@ -1,10 +1,13 @@
 package agent
 
 import (
+	"errors"
+	"log/slog"
 	"os"
 	"testing"
 	"time"
 
+	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/status"
 )
@@ -201,5 +204,23 @@ func isClosed(ch <-chan struct{}) bool {
 		return true
 	default:
 		return false
+	}
+}
+
+// A reload whose binary cannot be found ends the worker, and the status
+// file says so (not "reloading" forever).
+func TestReloadWithoutABinaryShowsStopped(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := status.NewFile(dir, status.Status{}, logging.NewRedactor(""), nil)
+	a := &Agent{log: slog.New(slog.DiscardHandler), status: file, life: newLifecycle(file)}
+	a.life.attached("gpu-01", time.Now())
+	a.life.ask(modeReloading)
+	if code := a.reexec("", errors.New("cannot tell where this binary is"), func() { t.Error("told the service manager it reloads") }); code != config.ExitReloadFailed {
+		t.Errorf("exit %d, want %d", code, config.ExitReloadFailed)
+	}
+	st, err := status.Read(dir)
+	if err != nil || st.State != status.StateStopped || st.LastError != "reload: cannot tell where this binary is" {
+		t.Errorf("the status file after a reload that could not start: %+v, %v", st, err)
 	}
 }

@@ -172,6 +172,8 @@ func Executable() (string, error) {
 func (a *Agent) reexec(exe string, exeErr error, reloading func()) int {
 	if exeErr != nil {
 		a.log.Error("cannot reload", "error", exeErr)
+		a.life.ended("reload: " + exeErr.Error())
+		a.status.Flush()
 		return config.ExitReloadFailed
 	}
 	a.log.Info("reloading: executing the binary on disk", "path", exe)
