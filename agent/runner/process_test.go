@@ -34,6 +34,13 @@ func TestMain(m *testing.M) {
 	if runnertest.Enabled() {
 		runnertest.Main()
 	}
+	if os.Getenv(containedEnv) == "1" {
+		// Not passed on: containment set up here starts this executable
+		// (a probe), which must not set it up again.
+		os.Unsetenv(containedEnv)
+		containedChild = true
+		SetupContainment(slog.New(slog.NewTextHandler(os.Stderr, nil)), "cgroup")
+	}
 	os.Exit(m.Run())
 }
 
@@ -249,6 +256,7 @@ func TestRunnerAnswersAndRelaysItsOutput(t *testing.T) {
 	if u.Wall <= 0 || u.PeakRSSByte <= 0 {
 		t.Errorf("End says the runner cost %+v; want its wall time and peak memory", u)
 	}
+	r.pool.behind.Wait() // the directory goes once End handed the slot on
 	if dirs := r.callDirs(); len(dirs) != 0 {
 		t.Errorf("End left call directories behind: %v", dirs)
 	}
@@ -316,6 +324,7 @@ func TestCancelStopsARunnerThatIgnoresSIGTERM(t *testing.T) {
 	if !strings.Contains(r.log.String(), "did not stop within --cancel-grace") {
 		t.Error("the log does not say the runner was killed after --cancel-grace")
 	}
+	r.pool.behind.Wait()
 	if dirs := r.callDirs(); len(dirs) != 0 {
 		t.Errorf("call directories left: %v", dirs)
 	}

@@ -690,6 +690,7 @@ func (p *warmPool) discard(s *spare) {
 	// Killed by the worker (or dead already): nothing to report above debug.
 	s.box.log.Debug("spare runner removed", "pid", s.box.pid)
 	s.box.sweep()
+	s.box.teardown()
 	s.stdin.Close()
 	s.stdout.Close()
 	s.stderr.Close()
