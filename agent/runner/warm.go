@@ -24,6 +24,7 @@ package runner
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -71,6 +72,13 @@ const spareReadyTimeout = 2 * time.Minute
 // replacement starts, if it has not ended by then: most short calls have.
 const replaceDelay = 10 * time.Millisecond
 
+// forkedSparesPerSlot is how many spares an environment forked from a
+// zygote keeps for each of its calls that ran at once: a forked spare costs
+// little memory of its own (its pages are the zygote's until written), and
+// with two a call that comes back to back finds one ready even when the
+// last one's replacement is still being forked.
+const forkedSparesPerSlot = 2
+
 // maxSpareFailures is how many spares of one environment may die without
 // serving a call before the pool forgets the environment (a broken
 // interpreter must not be restarted in a loop); its next call teaches it
@@ -117,6 +125,7 @@ type spare struct {
 	began          time.Time // when it was started, for freshness and age
 
 	started chan struct{} // closed once started
+	readied chan struct{} // closed once ready (a spare ahead of its call)
 	exited  chan struct{} // closed once reaped; box holds its state
 	exitErr error         // how it exited; set before exited closes
 	zyg     *zygoteOf     // set for a zygote, which forks calls and serves none
@@ -183,10 +192,30 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 	we.running++
 	we.want = max(we.want, we.running)
 	forked := false
+	// A spare forked from a zygote is replaced at once: a fork costs the
+	// call next to it little, and back-to-back calls find one ready.
+	forking := we.zyg != nil && we.zyg.ready && !we.zyg.retired
+	waitUntil := time.Now().Add(callForkTimeout)
 	for s == nil {
 		s = p.readyLocked(we)
 		if s == nil {
-			break
+			// A spare being forked is ready in a millisecond or two: wait
+			// for it rather than start cold, but not beyond
+			// callForkTimeout (a wedged zygote holds it up to forkTimeout).
+			f := p.forkingLocked(we)
+			if f == nil || !time.Now().Before(waitUntil) {
+				break
+			}
+			p.mu.Unlock()
+			wait := time.NewTimer(time.Until(waitUntil))
+			select {
+			case <-f.readied:
+			case <-f.exited:
+			case <-wait.C:
+			}
+			wait.Stop()
+			p.mu.Lock()
+			continue
 		}
 		// Taken out of the pool before it is checked, so that no other
 		// call and not the janitor can have it meanwhile.
@@ -217,9 +246,12 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 		if why == "" {
 			s = &spare{pool: p, we: we, started: make(chan struct{}), exited: make(chan struct{})}
 			s.box = &box{log: z.box.log}
-			if err := z.fork(s); err != nil {
+			switch err := z.fork(s, true); {
+			case errors.Is(err, errZygoteBusy):
+				s = nil
+			case err != nil:
 				why, s = err.Error(), nil
-			} else {
+			default:
 				forked = true
 			}
 		}
@@ -234,7 +266,7 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 			we.failures = 0
 		}
 	}
-	if s == nil || forked {
+	if s == nil || forked || forking {
 		p.fillLocked()
 	}
 	p.publishLocked()
@@ -244,6 +276,9 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 		return nil, func() { p.ended(we) }
 	}
 	p.cfg.Metrics.WarmHit()
+	if forking || forked {
+		return s, func() { p.ended(we) }
+	}
 	// The replacement starts once the call ended or replaceDelay after
 	// it started, whichever comes first: an interpreter starting beside a
 	// short call would take the CPU it answers with.
@@ -280,6 +315,19 @@ func (p *warmPool) learnLocked(key string, rt Runtime, env []string) *warmEnv {
 	return we
 }
 
+// forkingLocked is a spare of we being forked from its zygote, or nil.
+func (p *warmPool) forkingLocked(we *warmEnv) *spare {
+	if z := we.zyg; z == nil || !z.ready || z.retired {
+		return nil
+	}
+	for _, s := range we.spares {
+		if !s.ready && !s.retired {
+			return s
+		}
+	}
+	return nil
+}
+
 // readyLocked is the oldest ready spare of we, or nil.
 func (p *warmPool) readyLocked(we *warmEnv) *spare {
 	for _, s := range we.spares {
@@ -305,7 +353,9 @@ func (p *warmPool) fillLocked() {
 		}
 		left -= allowed
 		waiting := false // for the zygote to be ready, to fork spares
+		keep := allowed
 		if we.rt.Embedded && forksHere() {
+			keep = allowed * forkedSparesPerSlot
 			// A zygote forks the environment's spares.
 			waiting = we.zyg == nil || !we.zyg.ready
 			if allowed == 0 && we.zyg != nil {
@@ -317,12 +367,12 @@ func (p *warmPool) fillLocked() {
 				p.startLocked(we, true)
 			}
 		}
-		for len(we.spares) > allowed {
+		for len(we.spares) > keep {
 			s := we.spares[len(we.spares)-1]
 			p.retireLocked(s)
 			p.discardLater(s)
 		}
-		for len(we.spares) < allowed && !waiting {
+		for len(we.spares) < keep && !waiting {
 			p.startLocked(we, false)
 		}
 	}
@@ -369,7 +419,7 @@ func (we *warmEnv) ownLocked() []*spare {
 // startLocked adds a starting spare (or zygote) to we; its goroutine
 // starts it.
 func (p *warmPool) startLocked(we *warmEnv, zygote bool) {
-	s := &spare{pool: p, we: we, started: make(chan struct{}), exited: make(chan struct{})}
+	s := &spare{pool: p, we: we, started: make(chan struct{}), exited: make(chan struct{}), readied: make(chan struct{})}
 	s.box = &box{log: p.cfg.Log.With("spare_of", "warm")}
 	var from *spare // the zygote it is forked from, when one is ready
 	if zygote {
@@ -442,6 +492,7 @@ func (s *spare) run() {
 	alive := decodeErr == nil && !closed(s.exited)
 	if alive && !s.retired {
 		s.ready, s.watch = true, watch
+		close(s.readied)
 		if s.zyg != nil {
 			p.fillLocked() // its spares are forked now
 		}
@@ -458,7 +509,7 @@ func (s *spare) run() {
 // that cannot fork is replaced, and the spare with it.
 func (s *spare) runForked(z *spare) {
 	p := s.pool
-	if err := z.fork(s); err != nil {
+	if err := z.fork(s, false); err != nil {
 		s.box.log.Info("a zygote could not fork a spare; replacing it", "error", err)
 		p.mu.Lock()
 		p.retireLocked(s)
@@ -475,6 +526,7 @@ func (s *spare) runForked(z *spare) {
 	if !s.retired {
 		// Its code is its zygote's: as fresh as the zygote, as old.
 		s.ready, s.watch, s.began = true, z.watch, z.began
+		close(s.readied)
 		p.publishLocked()
 	}
 	p.mu.Unlock()

@@ -199,26 +199,137 @@ func parentOf(pid int) int {
 	return ppid
 }
 
-var _ = syscall.SIGSTOP
+// readyForked lists the pids of the ready spares (forks of the zygote).
+func (z *zygoteRig) readyForked() []int { return z.readySpares() }
+
+// waitForked waits until n forked spares are ready.
+func (z *zygoteRig) waitForked(t *testing.T, n int) []int {
+	t.Helper()
+	deadline := time.Now().Add(waitLong)
+	for time.Now().Before(deadline) {
+		if pids := z.readyForked(); len(pids) >= n {
+			return pids
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("fewer than %d forked spares ready within %s: %v", n, waitLong, z.readyForked())
+	return nil
+}
+
+// zygoteState says whether the zygote with pid is still the pool's, ready.
+func (z *zygoteRig) zygoteIs(pid int) bool {
+	p := z.pool.warm
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, we := range p.envs {
+		if we.zyg != nil && we.zyg.box.pid == pid && we.zyg.ready && !we.zyg.retired {
+			return true
+		}
+	}
+	return false
+}
+
+// forkInFlight reports whether the zygote's one fork at a time is taken.
+func (z *zygoteRig) forkInFlight() bool {
+	p := z.pool.warm
+	p.mu.Lock()
+	var zyg *zygoteOf
+	for _, we := range p.envs {
+		if we.zyg != nil {
+			zyg = we.zyg.zyg
+		}
+	}
+	p.mu.Unlock()
+	if zyg == nil || !zyg.mu.TryLock() {
+		return zyg != nil
+	}
+	zyg.mu.Unlock()
+	return false
+}
 
 func TestZygotes(t *testing.T) {
 	if !inContainedChild(t) {
 		return
 	}
+	// Not parallel, so first and alone: it lengthens forkTimeout, which
+	// the parallel subtests below then find as it was.
+	t.Run("WedgedZygoteDoesNotDelayACall", func(t *testing.T) {
+		defer func(was time.Duration) { forkTimeout = was }(forkTimeout)
+		forkTimeout = 2 * waitLong // a fork ahead stays in flight for the whole test
+		z := newZygoteRig(t, 1, nil)
+		z.runPID(t, "teach")
+		zyg := z.zygote(t)
+		z.waitForked(t, forkedSparesPerSlot)
+		stopped, _ := os.FindProcess(zyg)
+		stopped.Signal(syscall.SIGSTOP)
+		defer stopped.Signal(syscall.SIGCONT)
+		// A call takes a spare; its replacement's fork then waits on the
+		// stopped zygote, holding it.
+		z.runPID(t, "takes-a-spare")
+		deadline := time.Now().Add(waitLong)
+		for !z.forkInFlight() && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if !z.forkInFlight() {
+			t.Fatal("no fork in flight on the stopped zygote")
+		}
+		// Calls take the spares left, then start cold: none waits for
+		// the fork in flight, which gives up only after forkTimeout.
+		for i := range forkedSparesPerSlot + 1 {
+			z.runPID(t, "while-wedged-"+strconv.Itoa(i))
+		}
+		if !z.forkInFlight() || !z.zygoteIs(zyg) {
+			t.Fatal("a call waited for the wedged zygote's fork to give up")
+		}
+		if misses := metric(t, z.m, "fluksio_worker_warm_runner_misses_total"); misses < 2 {
+			t.Errorf("%v calls started cold; want the teaching one and at least one while the zygote was wedged", misses)
+		}
+	})
 	t.Run("ForkedSpareServesACall", func(t *testing.T) {
 		t.Parallel()
 		z := newZygoteRig(t, 1, nil)
 		first := z.runPID(t, "teach")
 		zyg := z.zygote(t)
-		spare := z.waitSpare(t, z.m)
-		if spare == first || spare == zyg {
-			t.Fatalf("the spare %d is the first call's runner (%d) or the zygote (%d)", spare, first, zyg)
+		spares := z.waitForked(t, forkedSparesPerSlot)
+		if containsInt(spares, first) || containsInt(spares, zyg) {
+			t.Fatalf("the spares %v include the first call's runner (%d) or the zygote (%d)", spares, first, zyg)
 		}
-		for i := range 20 {
-			t0 := time.Now()
-			got := z.runPID(t, "warm"+strconv.Itoa(i))
-			t.Logf("call %d: %v", i, time.Since(t0))
-			_ = got
+		if parentOf(spares[0]) != os.Getpid() {
+			t.Errorf("a forked spare's parent is %d; want the worker %d, which reaps it", parentOf(spares[0]), os.Getpid())
 		}
+		if got := z.runPID(t, "warm"); !containsInt(spares, got) {
+			t.Errorf("the call ran in %d; want one of the forked spares %v", got, spares)
+		}
+		// Back to back, every call finds a forked spare ready: the
+		// replacement is forked as soon as a spare is taken.
+		for i := range 10 {
+			z.runPID(t, "back-to-back-"+strconv.Itoa(i))
+		}
+		if misses := metric(t, z.m, "fluksio_worker_warm_runner_misses_total"); misses != 1 {
+			t.Errorf("%v calls started cold; want only the one that taught the environment", misses)
+		}
+	})
+	t.Run("KilledZygoteIsReplaced", func(t *testing.T) {
+		t.Parallel()
+		z := newZygoteRig(t, 1, nil)
+		z.runPID(t, "teach")
+		zyg := z.zygote(t)
+		z.waitForked(t, 1)
+		killed, _ := os.FindProcess(zyg)
+		killed.Kill()
+		// Calls go on, from the spares forked before or cold, while a
+		// new zygote starts.
+		for i := 0; ; i++ {
+			z.runPID(t, "meanwhile-"+strconv.Itoa(i))
+			if next := z.zygote(t, zyg); next != 0 {
+				break
+			}
+		}
+		next := z.zygote(t, zyg)
+		spares := z.waitForked(t, 1)
+		if got := z.runPID(t, "after"); !containsInt(spares, got) {
+			t.Errorf("the call ran in %d; want a spare forked from the new zygote %d: %v", got, next, spares)
+		}
+		gone(t, "the killed zygote", zyg)
 	})
 }
