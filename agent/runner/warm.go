@@ -90,6 +90,8 @@ type warmPool struct {
 	cfg     *Config
 	max     int
 	preload string // comma-joined --preload, for the embedded runtime only
+	// forkTimeout is the const, but for tests that keep a fork in flight.
+	forkTimeout time.Duration
 
 	mu       sync.Mutex
 	envs     []*warmEnv // most recently used first
@@ -150,7 +152,7 @@ func newWarmPool(cfg *Config) *warmPool {
 	if n <= 0 {
 		return nil
 	}
-	p := &warmPool{cfg: cfg, max: n, janitor: make(chan struct{}), reported: map[string]bool{}}
+	p := &warmPool{cfg: cfg, max: n, forkTimeout: forkTimeout, janitor: make(chan struct{}), reported: map[string]bool{}}
 	if len(cfg.Preload) > 0 {
 		p.preload = strings.Join(cfg.Preload, ",")
 	}

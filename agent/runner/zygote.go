@@ -45,7 +45,7 @@ const zygoteFlag = "--fluksio-zygote"
 // forkTimeout bounds one fork of a spare ahead of its call: a zygote that
 // does not answer in this time is wedged; it is replaced. Calls do not wait
 // for it meanwhile (callForkTimeout).
-var forkTimeout = 5 * time.Second
+const forkTimeout = 5 * time.Second
 
 // callForkTimeout bounds a fork a call waits for (no spare was ready): a
 // fork takes a millisecond or two on an idle machine and tens on a loaded
@@ -107,7 +107,7 @@ type forkRequest struct {
 // (errZygoteBusy), and gives the zygote callForkTimeout to answer.
 func (z *spare) fork(s *spare, forCall bool) error {
 	p := z.pool
-	timeout := forkTimeout
+	timeout := p.forkTimeout
 	if forCall {
 		timeout = callForkTimeout
 		if !z.zyg.mu.TryLock() {

@@ -117,11 +117,26 @@ def f():
     return {"pid": os.getpid()}
 `
 
+// lingeringNode answers with its pid and that of a process it leaves
+// running: in a session of its own, ignoring SIGTERM.
+const lingeringNode = `import os, subprocess, sys
+def f():
+    child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(600)"],
+                             start_new_session=True, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    child.stdout.readline()  # it ignores SIGTERM from here on
+    return {"pid": os.getpid(), "child": child.pid}
+`
+
 // run starts a call of the node that reports its pid.
 func (z *zygoteRig) run(ctx context.Context, id string) (*call, error) {
+	return z.runNode(ctx, id, pidNode)
+}
+
+// runNode starts a call of a node whose function is f.
+func (z *zygoteRig) runNode(ctx context.Context, id, source string) (*call, error) {
 	req, _ := json.Marshal(map[string]any{
 		"op": "run", "call_id": id, "function": "f", "inputs": map[string]any{}, "settings": map[string]any{},
-		"node": map[string]any{"source": pidNode, "filename": "pipeline.py"},
+		"node": map[string]any{"source": source, "filename": "pipeline.py"},
 	})
 	c := &call{id: id, events: make(chan []byte, 1024)}
 	p, err := z.pool.Start(ctx, Spec{
@@ -251,12 +266,10 @@ func TestZygotes(t *testing.T) {
 	if !inContainedChild(t) {
 		return
 	}
-	// Not parallel, so first and alone: it lengthens forkTimeout, which
-	// the parallel subtests below then find as it was.
 	t.Run("WedgedZygoteDoesNotDelayACall", func(t *testing.T) {
-		defer func(was time.Duration) { forkTimeout = was }(forkTimeout)
-		forkTimeout = 2 * waitLong // a fork ahead stays in flight for the whole test
+		t.Parallel()
 		z := newZygoteRig(t, 1, nil)
+		z.pool.warm.forkTimeout = 2 * waitLong // a fork ahead stays in flight for the whole test
 		z.runPID(t, "teach")
 		zyg := z.zygote(t)
 		z.waitForked(t, forkedSparesPerSlot)
@@ -332,4 +345,48 @@ func TestZygotes(t *testing.T) {
 		}
 		gone(t, "the killed zygote", zyg)
 	})
+}
+
+// End returns, and the slot passes to the next call, only once every
+// process of the call is gone, one that escaped its group and ignores
+// SIGTERM included: never more than --parallel calls' processes at once.
+// Removing its cgroup and directory goes on behind, and is over once
+// Pool.Close returns.
+func TestZygoteCallHandsItsSlotOnOnceItsProcessesAreGone(t *testing.T) {
+	if !inContainedChild(t) {
+		return
+	}
+	z := newZygoteRig(t, 1, nil)
+	var left []string // the calls' cgroups and directories
+	for i := range 2 {
+		c, err := z.runNode(context.Background(), "lingering-"+strconv.Itoa(i), lingeringNode)
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		if c.box.cg == nil {
+			t.Fatal("the call has no cgroup")
+		}
+		left = append(left, c.box.cg.Dir(), c.dir.path)
+		out := answer(t, c.output(t))["outputs"].(map[string]any)
+		runner, child := pidOf(out, "pid"), pidOf(out, "child")
+		killLater(t, child)
+		u := c.end(t, true)
+		// The slot is free now: nothing of the call may run any more.
+		gone(t, "after End", runner, child)
+		if !c.box.cg.WaitEmpty(0) {
+			t.Errorf("call %d: its cgroup still holds processes after End", i)
+		}
+		if u.CPU <= 0 || u.PeakRSSByte <= 0 {
+			t.Errorf("call %d: End says it cost %+v; want its CPU and peak memory", i, u)
+		}
+	}
+	z.pool.Close()
+	for _, path := range left {
+		if fileExists(path) {
+			t.Errorf("%s is left after Pool.Close", path)
+		}
+	}
+	if log := z.log.String(); !strings.Contains(log, "still running after it was stopped") && !strings.Contains(log, "did not stop within --cancel-grace") {
+		t.Errorf("the log does not say the lingering process was killed:\n%s", log)
+	}
 }
