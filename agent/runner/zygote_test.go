@@ -291,6 +291,14 @@ func TestZygotes(t *testing.T) {
 		for i := range forkedSparesPerSlot + 1 {
 			z.runPID(t, "while-wedged-"+strconv.Itoa(i))
 		}
+		// Nor does the end of a call whose orphan the worker must reap
+		// (the reaper and a fork in flight share a lock).
+		c, err := z.runNode(context.Background(), "orphan-while-wedged", lingeringNode)
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		killLater(t, pidOf(answer(t, c.output(t))["outputs"].(map[string]any), "child"))
+		c.end(t, true)
 		if !z.forkInFlight() || !z.zygoteIs(zyg) {
 			t.Fatal("a call waited for the wedged zygote's fork to give up")
 		}
