@@ -127,13 +127,23 @@ func (b *box) prepare(cmd *exec.Cmd, env []string) {
 	}
 }
 
-// make gives the box its cookie and, in cgroup mode, its cgroup; it
-// returns the runner's environment: env and the cookie.
+// make gives the box its cookie and, in cgroup mode, its cgroup, unless
+// it has them (made ahead); it returns the runner's environment: env and
+// the cookie.
 func (b *box) make(env []string) []string {
+	if b.cookie == "" {
+		b.makeAhead()
+	}
+	b.began = time.Now()
+	// env may share its array with the worker's base environment.
+	return append(slices.Clip(env), cookieEnv+"="+b.cookie)
+}
+
+// makeAhead gives the box its cookie and, in cgroup mode, its cgroup.
+func (b *box) makeAhead() {
 	var r [16]byte
 	rand.Read(r[:])
 	b.cookie = hex.EncodeToString(r[:])
-	b.began = time.Now()
 	if cgroups != nil {
 		g, err := cgroups.New(b.cookie[:16])
 		if err != nil {
@@ -142,8 +152,6 @@ func (b *box) make(env []string) []string {
 			b.cg = g
 		}
 	}
-	// env may share its array with the worker's base environment.
-	return append(slices.Clip(env), cookieEnv+"="+b.cookie)
 }
 
 // start starts the runner in its own process group, registered so that

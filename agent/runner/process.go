@@ -73,14 +73,17 @@ type Pool struct {
 	cfg  Config
 	warm *warmPool // nil without spares
 	// behind counts the cleanup that ended calls left to finish off their
-	// path (Process.End): removing their cgroups and directories.
+	// path (Process.End): removing their cgroups and directories; and the
+	// making of boxes ahead.
 	behind sync.WaitGroup
+	boxes  *boxesAhead
 }
 
 // NewPool starts keeping cfg.Spares spare runners.
 func NewPool(cfg Config) *Pool {
 	p := &Pool{cfg: cfg}
 	p.warm = newWarmPool(&p.cfg)
+	p.boxes = &boxesAhead{cfg: &p.cfg, behind: &p.behind}
 	return p
 }
 
@@ -90,7 +93,9 @@ func NewPool(cfg Config) *Pool {
 // to end, before Close.
 func (p *Pool) Close() {
 	p.warm.close()
+	p.boxes.close()
 	p.behind.Wait()
+	p.boxes.discard()
 }
 
 // Spec is one call's runner.
@@ -152,6 +157,7 @@ type Process struct {
 	dir      *callDir
 	warmDone func()          // tells the warm pool the call ended
 	behind   *sync.WaitGroup // the pool's cleanup after calls (End)
+	boxes    *boxesAhead     // the pool's boxes made ahead, for a cold start
 
 	halted context.Context         // done once the stop ladder is due
 	halt   context.CancelCauseFunc // makes it due, for the worker's own reasons
@@ -211,6 +217,7 @@ func (pl *Pool) Start(ctx context.Context, spec Spec) (*Process, error) {
 		cfg:        &pl.cfg,
 		log:        spec.Log,
 		behind:     &pl.behind,
+		boxes:      pl.boxes,
 		exited:     make(chan struct{}),
 		stopped:    make(chan struct{}),
 		outputs:    make(chan Output, 1),
@@ -263,7 +270,7 @@ func (p *Process) startCold(spec Spec) (*os.File, error) {
 		stdoutW.Close()
 		return nil, fmt.Errorf("creating the runner's pipes: %w", err)
 	}
-	dir, err := newCallDir(p.cfg.StateDir)
+	b, dir, err := p.boxes.take(p.log)
 	if err != nil {
 		stdoutR.Close()
 		stdoutW.Close()
@@ -280,12 +287,12 @@ func (p *Process) startCold(spec Spec) (*os.File, error) {
 			stdoutW.Close()
 			stderrR.Close()
 			stderrW.Close()
+			b.teardown()
 			dir.remove()
 			return nil, err
 		}
 		args, extra = pipes.pass(args, extra)
 	}
-	b := &box{log: p.log}
 	cmd := exec.Command(p.cfg.Python, args...)
 	b.prepare(cmd, dir.env(p.cfg.env(spec.Env), p.cfg.CancelGrace))
 	cmd.Dir = dir.cwd
