@@ -24,6 +24,7 @@ It is shipped as this one file and uses the standard library only (Python
 from __future__ import annotations
 
 import collections
+import gc
 import hashlib
 import importlib
 import io
@@ -1612,49 +1613,99 @@ def module_name_for(filename: str) -> str:
     return "fluksio_node"
 
 
-# Directories this call created for itself, removed before it answers.
+# Directories this call created for itself; those outside the worker's
+# call directory (FLUKSIO_CALL_DIR, which the worker removes once the
+# call's processes are gone) are removed before it answers.
 CALL_DIRS = []
+TEMP_DIRS = []
 
 
-def ship_source(name: str, source: str) -> str:
-    """Writes shipped source where child interpreters can import it by name.
+def ship_source(name: str, data: bytes) -> str:
+    """Writes shipped source (UTF-8) where child interpreters can import it by name.
 
     spawn and forkserver workers import the module a pickled function
     belongs to; shipped source exists nowhere on disk, so it is written as
     <name>.py into a private directory of this call, which goes first on
     sys.path (spawn and forkserver hand that to their children) and on
     PYTHONPATH (any other Python the node starts). The directory is under
-    the agent's per-call directory (FLUKSIO_CALL_DIR) when there is one.
+    the agent's per-call directory (FLUKSIO_CALL_DIR) when there is one,
+    made before the request (prepare_code).
     """
-    code_dir = call_dir("fluksio-code-")
-    with open(os.path.join(code_dir, name + ".py"), "w", encoding="utf-8", errors="surrogatepass") as f:
-        f.write(source)
+    code_dir = SHIP_DIR.pop() if SHIP_DIR else call_dir("fluksio-code-")
+    fd = os.open(os.path.join(code_dir, name + ".py"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
     sys.path.insert(0, code_dir)
     inherited = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = code_dir + (os.pathsep + inherited if inherited else "")
     return code_dir
 
 
+# Made by prepare_code, before the request: the directory shipped source
+# goes to, and the code cache's directory with the bytecode's magic number.
+SHIP_DIR = []
+CODE_CACHE = []
+
+
+def prepare_code() -> None:
+    """Makes ahead what loading shipped source needs, off the call's path."""
+    if os.environ.get("FLUKSIO_CALL_DIR"):
+        try:
+            SHIP_DIR.append(call_dir("fluksio-code-"))
+        except OSError:
+            pass  # the call makes one when it ships source, or says why it could not
+    # The code cache is the worker's (FLUKSIO_ARTIFACT_CACHE is set by it):
+    # a runtime run by other means leaves no cache behind.
+    if os.environ.get("FLUKSIO_ARTIFACT_CACHE"):
+        try:
+            import importlib.util
+            import zlib
+
+            CODE_CACHE.append((private_dir(os.path.join(artifact_cache_dir(), "code")), importlib.util.MAGIC_NUMBER.hex(), zlib.crc32))
+        except Exception:
+            pass  # no cache: shipped source is compiled
+
+
 def call_dir(prefix: str) -> str:
-    """A new private directory of this call, under FLUKSIO_CALL_DIR when there is one."""
+    """A new private directory of this call, under FLUKSIO_CALL_DIR when there is one.
+
+    The call directory is the call's alone, so there it has a fixed name
+    (prefix without its dash) when that is free; elsewhere a random one.
+    """
     base = os.environ.get("FLUKSIO_CALL_DIR") or None
-    if base is not None and not os.path.isdir(base):
-        base = None
-    path = tempfile.mkdtemp(prefix=prefix, dir=base)
+    path = None
+    if base is not None:
+        try:
+            path = os.path.join(base, prefix.rstrip("-"))
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            path = tempfile.mkdtemp(prefix=prefix, dir=base)
+        except OSError:
+            base = path = None  # no usable call directory: a temporary one
+    if path is None:
+        path = tempfile.mkdtemp(prefix=prefix)
+        TEMP_DIRS.append(path)
     CALL_DIRS.append(path)
     return path
 
 
 def remove_call_dirs() -> None:
+    """Removes the call's directories that the worker does not remove with its call directory."""
+    if not TEMP_DIRS:
+        return
     import shutil
 
-    for path in CALL_DIRS:
+    for path in TEMP_DIRS:
         shutil.rmtree(path, ignore_errors=True)
-    del CALL_DIRS[:]
+    del TEMP_DIRS[:]
 
 
 def load_node_code(spec: dict):
-    """Imports the request's node code; returns (module, source digest)."""
+    """Imports the request's node code; returns its module."""
     if not isinstance(spec, dict):
         raise BadRequest("'node' must be an object with 'source' or 'module'")
     if "source" in spec:
@@ -1662,23 +1713,24 @@ def load_node_code(spec: dict):
         filename = spec.get("filename") or "node.py"
         if not isinstance(source, str) or not isinstance(filename, str):
             raise BadRequest("'node.source' and 'node.filename' must be strings")
-        digest = "sha256:" + hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()
+        data = source.encode("utf-8", "surrogatepass")
         # The file does not exist here: give tracebacks its lines directly
         # (a file of the same name in the cwd must not be shown instead).
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         name = module_name_for(filename)
-        ship_source(name, source)
+        ship_source(name, data)
         module = types.ModuleType(name)
         module.__file__ = filename
         sys.modules[name] = module
+        NODE_MODULES.append(module)
         try:
-            code = compile(source, filename, "exec", dont_inherit=True)
+            code = compiled(source, data, filename)
             exec(code, module.__dict__)
         except SyntaxError as exc:
             raise ImportFailed(exc, "") from exc
         except (Exception, SystemExit, KeyboardInterrupt) as exc:
             raise ImportFailed(exc, _where(exc, filename)) from exc
-        return module, digest
+        return module
     if "module" in spec:
         target = spec["module"]
         if not isinstance(target, str) or not target:
@@ -1689,8 +1741,79 @@ def load_node_code(spec: dict):
             raise ImportFailed(exc, "") from exc
         except (Exception, SystemExit, KeyboardInterrupt) as exc:
             raise ImportFailed(exc, _where(exc)) from exc
-        return module, _module_digest(module, target)
+        NODE_MODULES.append(module)
+        return module
     raise BadRequest("'node' must have 'source' (with 'filename') or 'module'")
+
+
+# Code compiled on this call, for the code cache: (path, what to store).
+CODE_TO_CACHE = []
+
+
+def compiled(source: str, data: bytes, filename: str):
+    """The code of shipped source: from the code cache, else compiled (and cached after the answer).
+
+    The cache (a directory of the artifact cache, trusted as it is: ours
+    and private) keeps each source's code in a file named by the
+    bytecode's magic number (another Python's code is never loaded), the
+    optimization level, and the source's CRC-32 and length; the file holds
+    the source and its file name too, and is used only when both are this
+    call's. A call that finds its code there skips compiling (a millisecond
+    for a small node in a forked runner, more for a large one). Any problem
+    with the cache only means compiling.
+    """
+    path = None
+    if CODE_CACHE:
+        cache, magic, crc32 = CODE_CACHE[0]
+        path = os.path.join(cache, "%s-%d-%08x-%d" % (magic, sys.flags.optimize, crc32(data), len(data)))
+        try:
+            import marshal
+
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                chunks = []
+                while True:
+                    chunk = os.read(fd, 1 << 20)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+            finally:
+                os.close(fd)
+            cached_name, cached_source, code = marshal.loads(b"".join(chunks))
+            if cached_name == filename and cached_source == source and isinstance(code, types.CodeType):
+                return code
+        except Exception:
+            pass  # not there yet, or unreadable: compile
+    code = compile(source, filename, "exec", dont_inherit=True)
+    if path is not None:
+        CODE_TO_CACHE.append((path, (filename, source, code)))
+    return code
+
+
+def cache_code() -> None:
+    """Writes the code compiled on this call into the code cache (after the answer)."""
+    import marshal
+
+    for path, entry in CODE_TO_CACHE:
+        try:
+            fd, partial = tempfile.mkstemp(prefix=".part-", dir=os.path.dirname(path))
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    marshal.dump(entry, f)
+                os.replace(partial, path)
+            except BaseException:
+                _discard(partial)
+                raise
+        except Exception:
+            pass  # the next call compiles again
+    del CODE_TO_CACHE[:]
+
+
+def node_digest(spec: dict, module) -> str:
+    """The digest a compile answers: of the shipped source, or of the module's file."""
+    if "source" in spec:
+        return "sha256:" + hashlib.sha256(spec["source"].encode("utf-8", "surrogatepass")).hexdigest()
+    return _module_digest(module, spec["module"])
 
 
 def _module_digest(module, target: str) -> str:
@@ -1720,7 +1843,8 @@ def node_functions(module):
 
 
 def do_compile(channel: Channel, request: dict) -> int:
-    module, digest = load_node_code(request.get("node"))
+    module = load_node_code(request.get("node"))
+    digest = node_digest(request["node"], module)
     nodes = [
         {
             "name": attr,
@@ -1818,7 +1942,7 @@ def _traceback_at(frame):
 
 
 def do_run(channel: Channel, request: dict) -> int:
-    module, _ = load_node_code(request.get("node"))
+    module = load_node_code(request.get("node"))
     fname = request.get("function")
     if not isinstance(fname, str) or not fname:
         raise BadRequest("'function' must name a function in the node code")
@@ -1901,22 +2025,20 @@ def exit_after_output(status):
 def exit_like_a_script(status: int, echo_fd: int) -> None:
     """Ends the runner after its answer as `python train.py` ends, within the cancel grace.
 
-    Interpreter shutdown runs as usual: non-daemon threads are joined,
-    atexit handlers run (experiment trackers flush there, logging.shutdown
-    flushes buffered handlers), open files are flushed. What they print
-    goes to the runner's stderr, the worker's log: the engine has its
-    answer. A watchdog ends the process with os._exit once the cancel
-    grace is over, so neither a handler nor a thread that never ends holds
-    the call; after it, SIGTERM ends the process at once.
+    What interpreter shutdown does that node code can notice is done here
+    (see shut_down_as_python_does), and then the process ends with
+    os._exit: tearing down every module, as a full shutdown does, costs
+    milliseconds of CPU (tens with numpy, in a runner forked from a zygote,
+    which copies every page it touches), and the call's slot waits for it.
+    What exit handlers print goes to the runner's stderr, the worker's log:
+    the engine has its answer. A watchdog ends the process with os._exit
+    once the cancel grace is over, so neither a handler nor a thread that
+    never ends holds the call; after it, SIGTERM ends the process at once.
     """
     for fd in (1, 2):
         os.dup2(echo_fd, fd)
     CANCEL.on_timeout = None
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    # The runtime's own references to node code go: the node's module must
-    # be torn down as a script's is, while `io` still works, so that the
-    # files it left open are flushed.
-    SPECS.clear()
     grace = cancel_grace()
 
     def watchdog():
@@ -1927,7 +2049,125 @@ def exit_like_a_script(status: int, echo_fd: int) -> None:
             _EXIT(status)
 
     threading.Thread(target=watchdog, name="fluksio-exit-watchdog", daemon=True).start()
-    sys.exit(status)
+    try:
+        shut_down_as_python_does()
+        cache_code()
+    finally:
+        remove_call_dirs()
+        _EXIT(status)
+
+
+# The modules of the call's node code (torn down at exit, as a script's
+# __main__ is), and the runtime's own file objects, which exit leaves open.
+NODE_MODULES = []
+RUNTIME_FILES = []
+
+
+def shut_down_as_python_does() -> None:
+    """Does, in Python's order, what its shutdown does that node code can notice.
+
+    Non-daemon threads are joined and threading's exit callbacks run
+    (concurrent.futures' pools); atexit handlers run, logging.shutdown
+    among them; sys.stdout and sys.stderr are flushed. Then the node's
+    module is cleared as a script's __main__ is, so the objects only it
+    held are freed (their __del__ runs: a ZipFile writes its directory, a
+    NamedTemporaryFile is removed, a file is flushed and closed); the files
+    still open are flushed and closed, each before the file it wraps (a
+    gzip stream's trailer is written), which Python's own shutdown does not
+    promise for files in reference cycles; then cycles among what the call
+    made are collected, and C stdio's buffers are flushed. What is not
+    done: other modules are not torn down, so __del__ of objects they still
+    hold does not run (Python does not promise it either).
+    """
+    try:
+        threading._shutdown()
+    except BaseException as exc:  # Python reports these as unraisable, and goes on
+        _report_ignored(exc, threading)
+    try:
+        import atexit
+
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass  # atexit printed each handler's error itself
+    flush_node_output()
+    SPECS.clear()  # the runtime's own references to node code
+    for module in NODE_MODULES:
+        _clear_module(module)
+    del NODE_MODULES[:]
+    close_open_files(gc.get_objects())
+    gc.collect()
+    flush_node_output()
+
+
+def _report_ignored(exc: BaseException, where) -> None:
+    try:
+        print("Exception ignored in: %r" % (where,), file=sys.stderr)
+        traceback.print_exception(type(exc), exc, exc.__traceback__)
+    except BaseException:
+        pass
+
+
+def _clear_module(module) -> None:
+    """Empties a module's namespace as Python's shutdown does: names with an underscore first."""
+    namespace = vars(module)
+    for private in (True, False):
+        for name in list(namespace):
+            if name != "__builtins__" and name.startswith("_") == private:
+                namespace[name] = None
+
+
+def close_open_files(objects) -> None:
+    """Closes the open file objects among objects, each before any file it wraps.
+
+    A TextIOWrapper is closed before its buffer, a GzipFile before the file
+    under it: closing writes what the outer one holds into the inner one.
+    The standard streams and the runtime's own stay open (Python's exit
+    flushes the standard streams, and so does the caller).
+    """
+    kept = {id(f) for f in (sys.stdin, sys.stdout, sys.stderr, sys.__stdin__, sys.__stdout__, sys.__stderr__)}
+    kept.update(id(f) for f in RUNTIME_FILES + KEPT_STREAMS + STD_STREAMS)
+    # The files Python closes when they are freed: those of io's own base
+    # class (not the ABC, which other classes may register with).
+    import _io
+
+    is_file = {}
+    files = {}
+    for obj in objects:
+        kind = type(obj)
+        hit = is_file.get(kind)
+        if hit is None:
+            hit = is_file[kind] = issubclass(kind, _io._IOBase)
+        if hit and id(obj) not in kept:
+            files[id(obj)] = obj
+    del objects
+    # What each file wraps: what it refers to, or its attributes do.
+    inner = {}
+    wrappers = dict.fromkeys(files, 0)
+    for key, f in files.items():
+        found = set()
+        for ref in gc.get_referents(f):
+            for obj in gc.get_referents(ref) if isinstance(ref, dict) else (ref,):
+                if id(obj) in files and id(obj) != key:
+                    found.add(id(obj))
+        inner[key] = found
+        for other in found:
+            wrappers[other] += 1
+    ready = [key for key, count in wrappers.items() if count == 0]
+    order = []
+    while ready:
+        key = ready.pop()
+        order.append(key)
+        for other in inner[key]:
+            wrappers[other] -= 1
+            if wrappers[other] == 0:
+                ready.append(other)
+    done = set(order)
+    order.extend(key for key in files if key not in done)  # files wrapping each other: any order
+    for key in order:
+        try:
+            files[key].close()
+        except BaseException:
+            pass  # as a file's finalizer does: a file that cannot close stays as it is
 
 
 def read_request(channel: Channel) -> dict:
@@ -2086,9 +2326,12 @@ def spare_prepare() -> None:
 
 def preload_and_report(fd: int, preloads: list) -> None:
     """Imports the SDK and the preloads, and reports as spare_prepare says."""
-    # What every call needs at its end (ctypes, for C stdio) is loaded now,
-    # not while the engine waits for the answer.
+    # What every call needs (ctypes, for C stdio; the code cache's modules)
+    # is loaded now, not while the engine waits for the answer.
     flush_node_output()
+    import importlib.util
+    import marshal
+    import zlib
     failed = {}
     # What a preload prints at import goes to the log, never to the
     # protocol channel (fd 1).
@@ -2262,7 +2505,7 @@ def zygote_child(request: dict, fds: list, control_fd: int) -> None:
     # The zygote's own directories (the SDK package for other interpreters)
     # are not this call's: the call writes its own, in its place on sys.path.
     zygote_dirs = list(CALL_DIRS)
-    del CALL_DIRS[:]
+    del CALL_DIRS[:], TEMP_DIRS[:]
     if zygote_dirs:
         fresh = write_sdk_package()
         sys.path[:] = [fresh if p in zygote_dirs else p for p in sys.path]
@@ -2322,7 +2565,6 @@ def mark_node_output() -> None:
 
 
 def main() -> None:
-    global PUMP
     zygote_serve()
     worker_pipes = take_output_pipes()
     spare_prepare()
@@ -2338,45 +2580,16 @@ def main() -> None:
         _EXIT(1),
     )
     try:
+        prepare_call(channel, echo_fd, worker_pipes)
         request = read_request(channel)
         # stdin stays open until the call ends; node code must not wait on it.
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.close(devnull)
-        if worker_pipes:
-            fds, mark = worker_pipes
-            for target, write_fd in zip((1, 2), fds):
-                os.dup2(write_fd, target)  # inheritable: child processes log too
-                OUTPUT_MARKS.append((write_fd, mark))  # kept: node code may redirect fd 1
-        else:
-            PUMP = LogPump(channel, echo_fd)
-            PUMP.capture(1, "stdout")
-            PUMP.capture(2, "stderr")
-            PUMP.start()
-        # A crash's Python stack goes where the node's stderr goes: to the
-        # engine (the worker reads the node's pipes, and a crash does not
-        # take its reader along).
-        try:
-            import faulthandler
-
-            faulthandler.enable(file=os.fdopen(os.dup(2), "w"))
-        except Exception:
-            pass
-        # Print and logging reach the pump line by line, as they happen. This
-        # costs a write per line (a million prints take seconds, not a
-        # fraction); flushing a block-buffered stdout from another thread
-        # instead would be faster but can deadlock a node that forks.
-        sys.stdout = sys.__stdout__ = line_buffered(sys.stdout)
-        sys.stderr = sys.__stderr__ = line_buffered(sys.stderr)
-        STD_STREAMS[:] = [sys.stdout, sys.stderr]
-        RUNNER_PID[0] = os.getpid()
-        os._exit = exit_after_output
-        os.register_at_fork(
-            before=block_sigterm_for_fork,
-            after_in_parent=restore_sigmask_after_fork,
-            after_in_child=lambda: after_fork_in_child(channel),
-        )
-        install_sdk()
+        # What the runtime made so far stays out of the collector's way (a
+        # runner forked from a zygote does not copy its pages for it), and
+        # at exit, the objects the collector lists are the call's own.
+        gc.freeze()
         op = request.get("op", "run")
         if op == "run":
             status = do_run(channel, request)
@@ -2387,6 +2600,47 @@ def main() -> None:
     except BaseException as exc:  # every failure is an answer, never a silent exit
         status = fail(channel, exc)
     exit_like_a_script(status, echo_fd)
+
+
+def prepare_call(channel: Channel, echo_fd: int, worker_pipes) -> None:
+    """Sets up what every call needs, before its request: a spare does it ahead of its call."""
+    global PUMP
+    if worker_pipes:
+        fds, mark = worker_pipes
+        for target, write_fd in zip((1, 2), fds):
+            os.dup2(write_fd, target)  # inheritable: child processes log too
+            OUTPUT_MARKS.append((write_fd, mark))  # kept: node code may redirect fd 1
+    else:
+        PUMP = LogPump(channel, echo_fd)
+        PUMP.capture(1, "stdout")
+        PUMP.capture(2, "stderr")
+        PUMP.start()
+    # A crash's Python stack goes where the node's stderr goes: to the
+    # engine (the worker reads the node's pipes, and a crash does not
+    # take its reader along).
+    try:
+        import faulthandler
+
+        RUNTIME_FILES.append(os.fdopen(os.dup(2), "w"))
+        faulthandler.enable(file=RUNTIME_FILES[-1])
+    except Exception:
+        pass
+    # Print and logging reach the pump line by line, as they happen. This
+    # costs a write per line (a million prints take seconds, not a
+    # fraction); flushing a block-buffered stdout from another thread
+    # instead would be faster but can deadlock a node that forks.
+    sys.stdout = sys.__stdout__ = line_buffered(sys.stdout)
+    sys.stderr = sys.__stderr__ = line_buffered(sys.stderr)
+    STD_STREAMS[:] = [sys.stdout, sys.stderr]
+    RUNNER_PID[0] = os.getpid()
+    os._exit = exit_after_output
+    os.register_at_fork(
+        before=block_sigterm_for_fork,
+        after_in_parent=restore_sigmask_after_fork,
+        after_in_child=lambda: after_fork_in_child(channel),
+    )
+    install_sdk()
+    prepare_code()
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ Standard library only, like the runtime. The interpreter that runs the
 runtime is $FLUKSIO_TEST_PYTHON, else the one running the tests.
 """
 
+import array
 import hashlib
 import http.server
 import json
@@ -11,6 +12,7 @@ import os
 import queue
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -119,6 +121,17 @@ class Call:
         finally:
             self.close()
 
+    def until_exit(self, timeout=60.0):
+        """Reads to the end of stdout and waits for the runner to exit by itself; returns (answer, exit status)."""
+        answer = None
+        while True:
+            item = self.next(timeout)
+            if item is None:
+                break
+            if not item[1].get("event"):
+                answer = item[1]
+        return answer, self.proc.wait(timeout)
+
     def signal_group(self, signum):
         os.killpg(self.proc.pid, signum)
 
@@ -140,6 +153,44 @@ class Call:
     def cleanup(self):
         self.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+class Zygote:
+    """The runtime in zygote mode (--fluksio-zygote REPORT CONTROL MODS), asked for runners as the worker asks."""
+
+    def __init__(self, preload=""):
+        read_fd, write_fd = os.pipe()
+        self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        args = [PYTHON, RUNTIME, "--fluksio-zygote", str(write_fd), str(theirs.fileno()), preload]
+        self.proc = subprocess.Popen(
+            args, pass_fds=[write_fd, theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        os.close(write_fd)
+        theirs.close()
+        with os.fdopen(read_fd) as report:
+            self.report = json.load(report)
+
+    def fork(self, env, cwd="", stderr_fd=None):
+        """Asks for one runner; returns (pid, its stdin's write end, its stdout's read end, the node's output read ends).
+
+        stderr_fd, when given, is the runner's stderr (the worker's log);
+        otherwise it is /dev/null.
+        """
+        ends = [os.pipe(), os.pipe(), os.pipe(), os.pipe()]
+        stderr = os.dup(stderr_fd) if stderr_fd is not None else os.open(os.devnull, os.O_WRONLY)
+        # The runner's: stdin's read end, stdout's write end, stderr, the node's output write ends.
+        theirs = [ends[0][0], ends[1][1], stderr, ends[2][1], ends[3][1]]
+        msg = json.dumps({"env": env, "cwd": cwd, "token": "0" * 32}).encode()
+        self.control.sendmsg([msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", theirs))])
+        pid = int(self.control.recv(32))
+        for fd in theirs:
+            os.close(fd)
+        return pid, ends[0][1], ends[1][0], [ends[2][0], ends[3][0]]
+
+    def close(self):
+        self.proc.kill()
+        self.proc.wait()
+        self.control.close()
 
 
 class RuntimeTestCase(unittest.TestCase):

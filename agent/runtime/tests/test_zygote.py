@@ -1,14 +1,12 @@
 """Zygote mode: the runtime loaded once, forking each call's runner (--fluksio-zygote REPORT CONTROL MODS)."""
 
-import array
 import json
 import os
 import socket
-import subprocess
 import tempfile
 import unittest
 
-from tests.support import PYTHON, RUNTIME, run_request
+from tests.support import RUNTIME, Zygote, run_request
 
 PROBE = """
 import os, random, sys
@@ -31,34 +29,19 @@ def probe():
 
 class ZygoteTest(unittest.TestCase):
     def setUp(self):
-        read_fd, write_fd = os.pipe()
-        self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        args = [PYTHON, RUNTIME, "--fluksio-zygote", str(write_fd), str(theirs.fileno()), "json"]
-        self.proc = subprocess.Popen(
-            args, pass_fds=[write_fd, theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        os.close(write_fd)
-        theirs.close()
-        self.addCleanup(lambda: (self.proc.kill(), self.proc.wait(), self.control.close()))
-        with os.fdopen(read_fd) as report:
-            self.report = json.load(report)
+        self.zygote = Zygote("json")
+        self.addCleanup(self.zygote.close)
+        self.proc, self.control, self.report = self.zygote.proc, self.zygote.control, self.zygote.report
 
     def fork(self, env, cwd=""):
         """Asks for one runner and runs PROBE in it; returns what it saw."""
-        ends = [os.pipe() for _ in range(5)]
-        # The runner's: stdin's read end, then the write ends.
-        theirs = [ends[0][0]] + [w for _, w in ends[1:]]
-        msg = json.dumps({"env": env, "cwd": cwd, "token": "0" * 32}).encode()
-        self.control.sendmsg([msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", theirs))])
-        pid = int(self.control.recv(32))
-        for fd in theirs:
-            os.close(fd)
+        pid, stdin_w, stdout_r, outputs = self.zygote.fork(env, cwd)
         self.assertGreater(pid, 0)
-        with os.fdopen(ends[0][1], "wb") as stdin:
+        with os.fdopen(stdin_w, "wb") as stdin:
             stdin.write(json.dumps(run_request(PROBE, "probe")).encode() + b"\n")
-        with os.fdopen(ends[1][0], "rb") as stdout:
+        with os.fdopen(stdout_r, "rb") as stdout:
             out = stdout.read()
-        for r, _ in ends[2:]:
+        for r in outputs:
             os.close(r)
         answer = json.loads(out.decode().splitlines()[-1])
         self.assertTrue(answer["ok"], answer)
