@@ -79,17 +79,23 @@ func newRig(t *testing.T, change func(*Config)) *rig {
 		MaxLine:     1 << 20,
 		Log:         slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
+	r.open(change)
+	return r
+}
+
+// open makes the rig's pool once change adjusted its configuration, and
+// closes it with the test.
+func (r *rig) open(change func(*Config)) {
 	if change != nil {
 		change(&r.cfg)
 	}
 	r.pool = NewPool(r.cfg)
-	t.Cleanup(func() {
+	r.t.Cleanup(func() {
 		r.pool.Close()
-		if t.Failed() {
-			t.Logf("the runner's log:\n%s", r.log.String())
+		if r.t.Failed() {
+			r.t.Logf("the runner's log:\n%s", r.log.String())
 		}
 	})
-	return r
 }
 
 // call is one started runner and the events it sent.

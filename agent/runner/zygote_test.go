@@ -98,16 +98,7 @@ func newZygoteRig(t *testing.T, spares int, change func(*Config)) *zygoteRig {
 		Metrics:     m,
 		Log:         slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
-	if change != nil {
-		change(&r.cfg)
-	}
-	r.pool = NewPool(r.cfg)
-	t.Cleanup(func() {
-		r.pool.Close()
-		if t.Failed() {
-			t.Logf("the runner's log:\n%s", r.log.String())
-		}
-	})
+	r.open(change)
 	return &zygoteRig{rig: r, m: m}
 }
 
