@@ -546,7 +546,14 @@ func (s *spare) waitServed() {
 		// It died while waiting: never handed a call, replaced.
 		p.retireLocked(s)
 		s.we.failures++
-		if s.we.failures >= maxSpareFailures {
+		limit := maxSpareFailures
+		if s.we.rt.Embedded && forksHere() {
+			// Two forks per slot and their zygote die together when
+			// something kills them all (the OOM killer, a user): that is
+			// not a broken interpreter.
+			limit *= forkedSparesPerSlot + 1
+		}
+		if s.we.failures >= limit {
 			s.box.log.Warn("spare runners of an environment keep dying before they serve a call; its calls start cold until one teaches it again", "spares", s.we.failures)
 			p.forgetLocked(s.we)
 		}
