@@ -295,7 +295,7 @@ func TestWarmSpareKilledWhileWaiting(t *testing.T) {
 	probe(t, wk, "teach", nil)
 	waitSpares(t, addr, 1)
 	// Its one spare; where calls fork from a zygote, the zygote and two
-	// forked spares for the one slot.
+	// forked spares (one for the one slot, one ahead).
 	if len(zygotePids(w)) > 0 {
 		waitSpares(t, addr, 2)
 	}

@@ -72,12 +72,12 @@ const spareReadyTimeout = 2 * time.Minute
 // replacement starts, if it has not ended by then: most short calls have.
 const replaceDelay = 10 * time.Millisecond
 
-// forkedSparesPerSlot is how many spares an environment forked from a
-// zygote keeps for each of its calls that ran at once: a forked spare costs
-// little memory of its own (its pages are the zygote's until written), and
-// with two a call that comes back to back finds one ready even when the
-// last one's replacement is still being forked.
-const forkedSparesPerSlot = 2
+// forkedSparesAhead is how many spares an environment forked from a zygote
+// keeps beyond one for each of its calls that ran at once: a forked spare
+// costs little memory of its own (its pages are the zygote's until
+// written), and with one more a call that comes back to back finds one
+// ready even while the last one's replacement is being forked.
+const forkedSparesAhead = 1
 
 // maxSpareFailures is how many spares of one environment may die without
 // serving a call before the pool forgets the environment (a broken
@@ -357,7 +357,7 @@ func (p *warmPool) fillLocked() {
 		waiting := false // for the zygote to be ready, to fork spares
 		keep := allowed
 		if we.rt.Embedded && forksHere() {
-			keep = allowed * forkedSparesPerSlot
+			keep = allowed + forkedSparesAhead
 			// A zygote forks the environment's spares.
 			waiting = we.zyg == nil || !we.zyg.ready
 			if allowed == 0 && we.zyg != nil {
@@ -548,10 +548,10 @@ func (s *spare) waitServed() {
 		s.we.failures++
 		limit := maxSpareFailures
 		if s.we.rt.Embedded && forksHere() {
-			// Two forks per slot and their zygote die together when
-			// something kills them all (the OOM killer, a user): that is
-			// not a broken interpreter.
-			limit *= forkedSparesPerSlot + 1
+			// The forks and their zygote die together when something
+			// kills them all (the OOM killer, a user): that is not a
+			// broken interpreter.
+			limit *= forkedSparesAhead + 2
 		}
 		if s.we.failures >= limit {
 			s.box.log.Warn("spare runners of an environment keep dying before they serve a call; its calls start cold until one teaches it again", "spares", s.we.failures)

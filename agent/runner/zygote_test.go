@@ -263,7 +263,7 @@ func TestZygotes(t *testing.T) {
 		z.pool.warm.forkTimeout = 2 * waitLong // a fork ahead stays in flight for the whole test
 		z.runPID(t, "teach")
 		zyg := z.zygote(t)
-		z.waitForked(t, forkedSparesPerSlot)
+		z.waitForked(t, 1+forkedSparesAhead)
 		stopped, _ := os.FindProcess(zyg)
 		stopped.Signal(syscall.SIGSTOP)
 		defer stopped.Signal(syscall.SIGCONT)
@@ -279,7 +279,7 @@ func TestZygotes(t *testing.T) {
 		}
 		// Calls take the spares left, then start cold: none waits for
 		// the fork in flight, which gives up only after forkTimeout.
-		for i := range forkedSparesPerSlot + 1 {
+		for i := range 1 + forkedSparesAhead + 1 {
 			z.runPID(t, "while-wedged-"+strconv.Itoa(i))
 		}
 		// Nor does the end of a call whose orphan the worker must reap
@@ -302,7 +302,7 @@ func TestZygotes(t *testing.T) {
 		z := newZygoteRig(t, 1, nil)
 		first := z.runPID(t, "teach")
 		zyg := z.zygote(t)
-		spares := z.waitForked(t, forkedSparesPerSlot)
+		spares := z.waitForked(t, 1+forkedSparesAhead)
 		if containsInt(spares, first) || containsInt(spares, zyg) {
 			t.Fatalf("the spares %v include the first call's runner (%d) or the zygote (%d)", spares, first, zyg)
 		}
