@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fluksio/fluksio-worker/agent/clidoc"
 	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
@@ -59,8 +58,8 @@ var update = flag.Bool("update", false, "rewrite the README's generated tables")
 // the README fails here (go test -run TestREADMETables . -update).
 func TestREADMETables(t *testing.T) {
 	var options, series bytes.Buffer
-	clidoc.WriteOptionsTable(&options, config.Options)
-	if err := metrics.New("dev", protocol.Version).WriteTable(&series); err != nil {
+	writeOptionsTable(&options, config.Options)
+	if err := writeMetricsTable(&series, metrics.New("dev", protocol.Version)); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile("README.md")
@@ -146,6 +145,27 @@ func TestCommandLine(t *testing.T) {
 	for _, o := range config.Options {
 		if !strings.Contains(help, "--"+o.Name+" ") {
 			t.Errorf("run --help does not document --%s", o.Name)
+		}
+	}
+}
+
+// A --url that carries a token is refused without repeating it, by run
+// and by check.
+func TestTokenInTheURLIsNotRepeated(t *testing.T) {
+	t.Setenv("FLUKSIO_WORKER_TOKEN", "the-token-given-properly")
+	const secret = "s3cret-in-the-url-42"
+	for _, args := range [][]string{
+		{"run", "--url", "wss://engine.example.com/api/v1/workers/attach?token=" + secret},
+		{"run", "--url", "ftp://engine.example.com/x?token=" + secret},
+		{"run", "--url", "ws://engine.example.com:99999/x?token=" + secret},
+		{"check", "--url", "wss://engine.example.com/x?token=" + secret},
+	} {
+		var out, errs bytes.Buffer
+		if code := dispatch(context.Background(), args, &out, &errs); code == config.ExitOK {
+			t.Errorf("%v: exit 0", args)
+		}
+		if said := out.String() + errs.String(); strings.Contains(said, secret) || said == "" {
+			t.Errorf("%v said (it must say what is wrong, without the token):\n%s", args, said)
 		}
 	}
 }

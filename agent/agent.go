@@ -71,7 +71,6 @@ func New(cfg config.Config, log *slog.Logger, python, stateDir string) *Agent {
 		python:   python,
 		stateDir: stateDir,
 		changed:  make(chan struct{}, 1),
-		life:     newLifecycle(),
 
 		attaching: make(chan struct{}),
 		digests:   platform.NewVenvDigests(python),
@@ -96,6 +95,7 @@ func New(cfg config.Config, log *slog.Logger, python, stateDir string) *Agent {
 		State:     status.StateConnecting,
 		CallsDone: done,
 	}, a.redact, func(err error) { log.Debug("could not write the status file", "error", err) })
+	a.life = newLifecycle(a.status)
 	return a
 }
 
@@ -149,13 +149,15 @@ func (a *Agent) Kill() {
 // nil for a stop, a drain or an idle exit, ErrReload when the worker is to
 // re-execute itself, and a *protocol.RefusedError when the engine will not have
 // this worker.
-func (a *Agent) Serve(ctx context.Context) error {
+func (a *Agent) Serve(ctx context.Context) (err error) {
 	// Spares live as long as Serve: they are gone when it returns, before
 	// a reload executes the binary again.
 	a.runners = runner.NewPool(a.runnerConfig())
 	defer func() {
 		a.runners.Close()
-		a.status.Update(func(s *status.Status) { s.State = status.StateStopped })
+		if !errors.Is(err, ErrReload) { // a reload shows reloading until the exec
+			a.life.ended("")
+		}
 		a.status.Flush()
 	}()
 	a.removeStaleSpills()
@@ -174,7 +176,7 @@ func (a *Agent) Serve(ctx context.Context) error {
 			a.metrics.Refused()
 		}
 		if errors.As(err, &refused) || errors.As(err, &usage) {
-			a.status.Update(func(s *status.Status) { s.State = status.StateRefused; s.LastError = err.Error() })
+			a.life.refused(err.Error())
 			a.abandonAll(err.Error())
 			a.outliving.Wait()
 			return err
@@ -198,7 +200,7 @@ func (a *Agent) Serve(ctx context.Context) error {
 		}
 		backoff = min(backoff*2, backoffMax)
 		a.log.Warn("disconnected; retrying", "error", err, "retry_in", wait.Round(time.Millisecond).String())
-		a.status.Update(func(s *status.Status) { s.State = status.StateConnecting; s.Name = ""; s.LastError = err.Error() })
+		a.life.connecting(err.Error())
 		if done, idle := a.waitOffline(ctx, wait); done {
 			if idle && !a.everWelcomed.Load() {
 				return &NeverAttachedError{MaxIdle: a.cfg.MaxIdle, Last: err}
@@ -318,12 +320,7 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 	a.welcomed()
 	a.log.Info("attached", "engine", logging.ShownURL(a.cfg.URL), "name", name, "labels", hello.Labels,
 		"runtime", rt.Source, "runtime_hash", rt.Hash[:12])
-	a.status.Update(func(s *status.Status) {
-		s.State, s.Name, s.Since, s.LastError = status.StateAttached, name, since.UTC(), ""
-		if m := a.life.mode(); m == modeDraining {
-			s.State = m.String()
-		}
-	})
+	a.life.attached(name, since)
 	a.book.restartIdle() // a fresh connection starts the idle clock
 
 	callsCtx, cancelCalls := context.WithCancel(ctx)
@@ -404,11 +401,9 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 				}
 				stopped = true
 				a.log.Info("stopping: running calls are being stopped")
-				a.status.Update(func(s *status.Status) { s.State = now.String() })
 				a.stopAll(msgStopping)
 			case modeDraining:
 				a.log.Info("draining: running calls finish, new calls are refused")
-				a.status.Update(func(s *status.Status) { s.State = now.String() })
 			case modeReloading:
 				reload.begin()
 			}

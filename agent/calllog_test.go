@@ -63,6 +63,7 @@ func endRecords(t *testing.T, text string) map[string]map[string]any {
 }
 
 func TestCallEndRecords(t *testing.T) {
+	t.Parallel()
 	s := startSession(t, "--log-format", "json")
 	wantEnds := func(ids ...string) map[string]map[string]any {
 		var ends map[string]map[string]any
@@ -160,6 +161,7 @@ func waitStream(t *testing.T, c *enginetest.Call) {
 // --node-log-level quiets what nodes print on stderr without hiding the
 // worker's own records of its calls.
 func TestNodeLogLevel(t *testing.T) {
+	t.Parallel()
 	const node = "import sys\ndef talk():\n    sys.stderr.write('node-said-this\\n')\n    sys.stderr.flush()\n    return {}\n"
 	call := sourceCall(node, "talk.py", "talk-1", "talk", map[string]any{})
 	for _, tt := range []struct {
@@ -167,6 +169,7 @@ func TestNodeLogLevel(t *testing.T) {
 		shown bool
 	}{{"info", true}, {"debug", false}, {"off", false}} {
 		t.Run(tt.level, func(t *testing.T) {
+			t.Parallel()
 			s := startSession(t, "--log-format", "json", "--log-level", "info", "--node-log-level", tt.level)
 			c, err := s.wk.Run(call)
 			if err != nil {
@@ -185,6 +188,7 @@ func TestNodeLogLevel(t *testing.T) {
 
 // --log-level debug says where the time before attaching went.
 func TestAttachTimingsAtDebug(t *testing.T) {
+	t.Parallel()
 	s := startSession(t, "--log-format", "json")
 	var hello, welcomed map[string]any
 	eventually(t, goneTimeout, "the welcome's debug record", func() bool {

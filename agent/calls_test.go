@@ -11,11 +11,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -37,6 +40,15 @@ func TestMain(m *testing.M) {
 	// Runners inherit the worker's environment: started as this binary
 	// with --python, they are the fake runner.
 	os.Setenv(runnertest.EnvVar, "1")
+	// Most of these tests wait: for a heartbeat, a paused engine, a runner
+	// to exit. Four at a time rather than one per CPU, unless -parallel is
+	// given, keeps `go test ./agent/...` under a minute on two cores.
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		flag.Set("test.parallel", strconv.Itoa(max(4, runtime.GOMAXPROCS(0))))
+	}
 	os.Exit(m.Run())
 }
 
@@ -179,15 +191,19 @@ func (f *fake) result(t *testing.T) error {
 }
 
 // What a call's runner gets in its environment: the worker's own less its
-// settings, the artifact endpoint and token, the request's env (JSON
+// settings (the token only as FLUKSIO_ARTIFACT_TOKEN), the artifact
+// endpoint and token, the request's env (JSON
 // values as Python writes them), and the call's own directory.
 func TestCallEnvironment(t *testing.T) {
 	t.Setenv("FLUKSIO_WORKER_NAME", "not for node code")
-	t.Setenv("CUDA_VISIBLE_DEVICES", "2,3") // the worker's own devices
+	t.Setenv("FLUKSIO_WORKER_LABELS", "a,b")
+	t.Setenv("FLUKSIO_WORKER_TOKEN", fakeToken) // the worker's own token, as a service gets it
+	t.Setenv("FLUKSIO_ARTIFACT_TOKEN", "stale") // from whatever started the worker
+	t.Setenv("CUDA_VISIBLE_DEVICES", "2,3")     // the worker's own devices
 	t.Setenv("KEEP", "the worker's")
 	f := serveFake(t, enginetest.Options{})
 	names := []string{"FLUKSIO_ARTIFACT_URL", "FLUKSIO_ARTIFACT_TOKEN", "FLUKSIO_ARTIFACT_CACHE",
-		"OMP_NUM_THREADS", "FLAG", "FLUKSIO_WORKER_NAME", "FLUKSIO_CALL_DIR", "CUDA_VISIBLE_DEVICES", "KEEP"}
+		"OMP_NUM_THREADS", "FLAG", "FLUKSIO_WORKER_NAME", "FLUKSIO_WORKER_LABELS", "FLUKSIO_WORKER_TOKEN", "FLUKSIO_CALL_DIR", "CUDA_VISIBLE_DEVICES", "KEEP"}
 	answer := answerOf(t, f.runReq(t, map[string]any{
 		"call_id": "env", "env": map[string]any{"OMP_NUM_THREADS": 4, "FLAG": true, "FLUKSIO_ARTIFACT_TOKEN": "forged", "CUDA_VISIBLE_DEVICES": "1,0,7"},
 		"steps": []map[string]any{{"env": names}},
@@ -212,6 +228,8 @@ func TestCallEnvironment(t *testing.T) {
 		"OMP_NUM_THREADS":        "4",
 		"FLAG":                   "True",
 		"FLUKSIO_WORKER_NAME":    "",
+		"FLUKSIO_WORKER_LABELS":  "",
+		"FLUKSIO_WORKER_TOKEN":   "",
 		"KEEP":                   "the worker's",
 		// Positions in the worker's own CUDA_VISIBLE_DEVICES; 7 is none.
 		"CUDA_VISIBLE_DEVICES": "3,2,7",
@@ -228,8 +246,8 @@ func TestCallEnvironment(t *testing.T) {
 	// The next call gets none of the first one's env.
 	answer = answerOf(t, f.run(t, "next", map[string]any{"env": names}))
 	answer.Decode(&out)
-	if env := out.Outputs.Env; env["FLUKSIO_ARTIFACT_TOKEN"] != fakeToken || env["OMP_NUM_THREADS"] != "" || env["CUDA_VISIBLE_DEVICES"] != "2,3" {
-		t.Errorf("a call without env after one with it got %v; want the worker's token and devices, no OMP_NUM_THREADS", env)
+	if env := out.Outputs.Env; env["FLUKSIO_ARTIFACT_TOKEN"] != fakeToken || env["OMP_NUM_THREADS"] != "" || env["CUDA_VISIBLE_DEVICES"] != "2,3" || env["FLUKSIO_WORKER_TOKEN"] != "" {
+		t.Errorf("a call without env after one with it got %v; want the worker's token as FLUKSIO_ARTIFACT_TOKEN (not the stale one) and its devices, no OMP_NUM_THREADS, no FLUKSIO_WORKER_TOKEN", env)
 	}
 }
 
@@ -494,6 +512,9 @@ func TestMaxIdle(t *testing.T) {
 // attached (exit 4), not that it did its work.
 func TestMaxIdleWhileDisconnected(t *testing.T) {
 	t.Parallel()
+	// Long enough for a second attempt on a loaded machine, where the
+	// first hello (its venv digest) alone can take seconds.
+	const maxIdle = 6 * time.Second
 	d, err := enginetest.StartDoorman(0)
 	if err != nil {
 		t.Fatal(err)
@@ -501,7 +522,7 @@ func TestMaxIdleWhileDisconnected(t *testing.T) {
 	defer d.Close()
 	self, _ := os.Executable()
 	cfg, stateDir := loadConfig(t, []string{"--url", d.AttachURL(), "--token", fakeToken, "--python", self,
-		"--runtime", "embedded", "--state-dir", t.TempDir(), "--max-idle", "3"})
+		"--runtime", "embedded", "--state-dir", t.TempDir(), "--max-idle", maxIdle.String()})
 	a := agent.New(cfg, logging.NewLogger(io.Discard, "text", "info", fakeToken), self, stateDir)
 	start := time.Now()
 	served := make(chan error, 1)
@@ -509,15 +530,15 @@ func TestMaxIdleWhileDisconnected(t *testing.T) {
 	select {
 	case err := <-served:
 		var never *agent.NeverAttachedError
-		if !errors.As(err, &never) || never.MaxIdle != 3*time.Second {
+		if !errors.As(err, &never) || never.MaxIdle != maxIdle {
 			t.Errorf("Serve of an idle worker that cannot attach: %v; want a NeverAttachedError", err)
 		}
 	case <-time.After(goneTimeout):
 		a.Stop()
-		t.Fatal("the worker did not give up after --max-idle 3")
+		t.Fatalf("the worker did not give up after --max-idle %s", maxIdle)
 	}
-	if took := time.Since(start); took < 2500*time.Millisecond {
-		t.Errorf("Serve returned after %s, before --max-idle 3", took)
+	if took := time.Since(start); took < maxIdle-500*time.Millisecond {
+		t.Errorf("Serve returned after %s, before --max-idle %s", took, maxIdle)
 	}
 	if n := len(d.Attempts()); n < 2 {
 		t.Errorf("%d attach attempts: the worker was not retrying while idle", n)

@@ -3,8 +3,10 @@
 //
 //   - the Agent and its session loop (agent.go): attach, reconnect with
 //     backoff, stop, drain, go idle, and the hello it sends;
-//   - the worker's mode, serving, reloading, draining, stopping or killing,
-//     and which request wins when they meet (mode.go);
+//   - the worker's state in one value (mode.go): its mode, serving,
+//     reloading, draining, stopping or killing, and which request wins when
+//     they meet, with its connection (connecting, attached, refused,
+//     ended); the one writer of the state the status file shows;
 //   - what each message from the engine does (dispatch.go);
 //   - the book of calls (book.go): admission, the --parallel slots, the
 //     queue of calls waiting for one (queue.go), --max-calls and each

@@ -133,3 +133,19 @@ func TestWSSAgainstPlainServer(t *testing.T) {
 		t.Errorf("no record says %q", want)
 	}
 }
+
+// --python /bin/true exits 0 without running anything: it is refused at
+// start (exit 2, saying what to do), not accepted for every call to fail,
+// and the worker never attaches.
+func TestPythonThatIsNotPythonIsRefused(t *testing.T) {
+	eng := startTestEngine(t)
+	code, records := runCommand(t, eng.AttachURL(), "--python", "/bin/true")
+	exited(t, code, records, config.ExitUsage, "ERROR", "no Python to run node code on")
+	said := fmt.Sprint(records)
+	if !strings.Contains(said, "does not behave as Python") || !strings.Contains(said, "--python") {
+		t.Errorf("the log does not say what is wrong and what to do: %v", records)
+	}
+	if n := len(eng.Hellos()); n != 0 {
+		t.Errorf("the worker attached %d times with no Python", n)
+	}
+}

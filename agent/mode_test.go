@@ -1,7 +1,15 @@
 package agent
 
 import (
+	"errors"
+	"log/slog"
+	"os"
 	"testing"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/agent/config"
+	"github.com/fluksio/fluksio-worker/agent/logging"
+	"github.com/fluksio/fluksio-worker/agent/status"
 )
 
 // The worker's mode is the strongest one asked, whatever the order the
@@ -26,7 +34,7 @@ func TestModePrecedence(t *testing.T) {
 		{[]mode{modeKilling, modeStopping, modeDraining, modeReloading}, modeKilling},
 	}
 	for _, c := range cases {
-		l := newLifecycle()
+		l := newLifecycle(nil)
 		for _, m := range c.asked {
 			l.ask(m)
 		}
@@ -40,7 +48,7 @@ func TestModePrecedence(t *testing.T) {
 // the changed channel closes exactly when the mode changes.
 func TestModeChangeIsSignalledOnlyOnChange(t *testing.T) {
 	t.Parallel()
-	l := newLifecycle()
+	l := newLifecycle(nil)
 	m, ch := l.watch()
 	if m != modeServing || isClosed(ch) {
 		t.Fatalf("a new worker is %v, changed closed %v", m, isClosed(ch))
@@ -89,11 +97,130 @@ func TestModeMeaning(t *testing.T) {
 	}
 }
 
+// What `status` shows for each mode and connection: leaving (refused,
+// stopped) first, then a mode other than serving, then the connection.
+func TestStateShown(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		s    state
+		want string
+	}{
+		{state{modeServing, linkConnecting}, status.StateConnecting},
+		{state{modeServing, linkAttached}, status.StateAttached},
+		{state{modeDraining, linkConnecting}, status.StateDraining},
+		{state{modeDraining, linkAttached}, status.StateDraining},
+		{state{modeReloading, linkConnecting}, status.StateReloading},
+		{state{modeStopping, linkAttached}, status.StateStopping},
+		{state{modeKilling, linkAttached}, status.StateKilling},
+		{state{modeServing, linkRefused}, status.StateRefused},
+		{state{modeDraining, linkRefused}, status.StateRefused},
+		{state{modeReloading, linkEnded}, status.StateStopped},
+		{state{modeKilling, linkEnded}, status.StateStopped},
+	} {
+		if got := c.s.String(); got != c.want {
+			t.Errorf("mode %v, link %d: shown %q, want %q", c.s.mode, c.s.link, got, c.want)
+		}
+	}
+}
+
+// The status file shows every change of the state as it happens, with
+// what goes with it: a drain asked while the worker is reconnecting shows
+// as draining (not connecting), the name goes with the connection, the
+// last error stays for a refusal, and nothing moves an ended worker.
+func TestStatusFileFollowsTheState(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := status.NewFile(dir, status.Status{PID: os.Getpid()}, logging.NewRedactor(""), func(err error) { t.Errorf("status write: %v", err) })
+	l := newLifecycle(file)
+	shows := func(what, state, name, lastErr string) {
+		t.Helper()
+		file.Flush()
+		st, err := status.Read(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.State != state || st.Name != name || st.LastError != lastErr {
+			t.Errorf("%s: the status file shows state %q, name %q, last error %q; want %q, %q, %q",
+				what, st.State, st.Name, st.LastError, state, name, lastErr)
+		}
+	}
+	shows("a new worker", status.StateConnecting, "", "")
+
+	_, changed := l.watch()
+	l.attached("gpu-01", time.Now())
+	if !isClosed(changed) {
+		t.Error("attaching did not signal a change")
+	}
+	shows("welcomed", status.StateAttached, "gpu-01", "")
+
+	l.connecting("connection lost: EOF")
+	shows("the connection lost", status.StateConnecting, "", "connection lost: EOF")
+
+	l.ask(modeDraining)
+	shows("a drain while reconnecting", status.StateDraining, "", "connection lost: EOF")
+	l.attached("gpu-01", time.Now())
+	shows("a drain after reattaching", status.StateDraining, "gpu-01", "")
+
+	l.refused("refused: unknown token")
+	shows("refused", status.StateRefused, "gpu-01", "refused: unknown token")
+	l.ended("")
+	shows("ended after a refusal", status.StateStopped, "gpu-01", "refused: unknown token")
+
+	_, changed = l.watch()
+	l.attached("gpu-02", time.Now())
+	l.ask(modeKilling) // the mode still moves; what is shown does not
+	shows("after the end", status.StateStopped, "gpu-01", "refused: unknown token")
+	l.mu.Lock()
+	now := l.now
+	l.mu.Unlock()
+	if now != (state{modeKilling, linkEnded}) {
+		t.Errorf("after the end: state %+v", now)
+	}
+	if !isClosed(changed) {
+		t.Error("a kill after the end did not signal a change")
+	}
+}
+
+// A reload that could not execute the binary ends the worker with why.
+func TestEndedSaysWhy(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := status.NewFile(dir, status.Status{}, logging.NewRedactor(""), nil)
+	l := newLifecycle(file)
+	l.attached("gpu-01", time.Now())
+	l.ask(modeReloading)
+	if got := file.Get().State; got != status.StateReloading {
+		t.Errorf("a reload asked while attached shows %q, want reloading", got)
+	}
+	l.ended("reload: exec format error")
+	if st := file.Get(); st.State != status.StateStopped || st.LastError != "reload: exec format error" {
+		t.Errorf("a failed reload shows %q, %q", st.State, st.LastError)
+	}
+}
+
 func isClosed(ch <-chan struct{}) bool {
 	select {
 	case <-ch:
 		return true
 	default:
 		return false
+	}
+}
+
+// A reload whose binary cannot be found ends the worker, and the status
+// file says so (not "reloading" forever).
+func TestReloadWithoutABinaryShowsStopped(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := status.NewFile(dir, status.Status{}, logging.NewRedactor(""), nil)
+	a := &Agent{log: slog.New(slog.DiscardHandler), status: file, life: newLifecycle(file)}
+	a.life.attached("gpu-01", time.Now())
+	a.life.ask(modeReloading)
+	if code := a.reexec("", errors.New("cannot tell where this binary is"), func() { t.Error("told the service manager it reloads") }); code != config.ExitReloadFailed {
+		t.Errorf("exit %d, want %d", code, config.ExitReloadFailed)
+	}
+	st, err := status.Read(dir)
+	if err != nil || st.State != status.StateStopped || st.LastError != "reload: cannot tell where this binary is" {
+		t.Errorf("the status file after a reload that could not start: %+v, %v", st, err)
 	}
 }

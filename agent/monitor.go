@@ -45,10 +45,12 @@ func statusLine(st status.Status, running int, done int64) string {
 		what = fmt.Sprintf("attached as %q to %s", st.Name, st.Engine)
 	case st.Name != "":
 		what = fmt.Sprintf("%s, attached as %q to %s", st.State, st.Name, st.Engine)
-	case st.State == status.StateConnecting && st.LastError != "":
-		what = fmt.Sprintf("not attached to %s, retrying: %s", st.Engine, logging.FirstLine(st.LastError))
 	case st.State == status.StateRefused:
 		what = fmt.Sprintf("refused by %s: %s", st.Engine, logging.FirstLine(st.LastError))
+	case st.State == status.StateConnecting && st.LastError != "":
+		what = fmt.Sprintf("not attached to %s, retrying: %s", st.Engine, logging.FirstLine(st.LastError))
+	case st.LastError != "": // draining or reloading through an outage
+		what = fmt.Sprintf("%s, not attached to %s, retrying: %s", st.State, st.Engine, logging.FirstLine(st.LastError))
 	default:
 		what = fmt.Sprintf("%s to %s", st.State, st.Engine)
 	}

@@ -99,6 +99,7 @@ func TestStatusLine(t *testing.T) {
 		{status.Status{State: "draining", Name: "gpu-01", Engine: engine}, `draining, attached as "gpu-01" to ` + engine + "; calls: 2 running, 7 done"},
 		{status.Status{State: "connecting", Engine: engine, LastError: "connection lost: EOF\nmore"}, "not attached to " + engine + ", retrying: connection lost: EOF; calls: 2 running, 7 done"},
 		{status.Status{State: "connecting", Engine: engine}, "connecting to " + engine + "; calls: 2 running, 7 done"},
+		{status.Status{State: "draining", Engine: engine, LastError: "connection lost: EOF"}, "draining, not attached to " + engine + ", retrying: connection lost: EOF; calls: 2 running, 7 done"},
 		{status.Status{State: "refused", Engine: engine, LastError: "the engine refused this worker: pool full"}, "refused by " + engine + ": the engine refused this worker: pool full; calls: 2 running, 7 done"},
 	} {
 		if got := statusLine(tc.st, 2, 7); got != tc.want {

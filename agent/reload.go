@@ -101,7 +101,6 @@ func (r *reloadWait) begin() {
 		"calls", running, "reload_timeout", limit)
 	since := time.Now().UTC()
 	a.status.Update(func(s *status.Status) {
-		s.State = modeReloading.String()
 		s.Reload = &status.Reload{Since: since, Waiting: running}
 		if r.timer != nil {
 			s.Reload.Deadline = since.Add(a.cfg.ReloadTimeout)
@@ -173,10 +172,12 @@ func Executable() (string, error) {
 func (a *Agent) reexec(exe string, exeErr error, reloading func()) int {
 	if exeErr != nil {
 		a.log.Error("cannot reload", "error", exeErr)
+		a.life.ended("reload: " + exeErr.Error())
+		a.status.Flush()
 		return config.ExitReloadFailed
 	}
 	a.log.Info("reloading: executing the binary on disk", "path", exe)
-	a.status.Update(func(s *status.Status) { s.State = modeReloading.String(); s.Reload = nil })
+	a.status.Update(func(s *status.Status) { s.Reload = nil }) // it shows reloading, its mode
 	a.status.Flush()
 	// A SIGHUP between the exec and the new process's signal handler would
 	// kill it (the default action), and systemd counts death by SIGHUP as
@@ -187,7 +188,7 @@ func (a *Agent) reexec(exe string, exeErr error, reloading func()) int {
 	err := syscall.Exec(exe, os.Args, os.Environ())
 	a.log.Error("cannot reload: executing the binary failed; exiting so the service manager restarts it",
 		"path", exe, "error", err)
-	a.status.Update(func(s *status.Status) { s.State = status.StateStopped; s.LastError = "reload: " + err.Error() })
+	a.life.ended("reload: " + err.Error())
 	a.status.Flush()
 	return config.ExitReloadFailed
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -149,6 +150,7 @@ func clearGoneWorkers(shared string) {
 			if e.IsDir() {
 				g := &CallCgroup{dir: filepath.Join(dir, e.Name()), fd: -1}
 				g.Kill()
+				removeTree(g.dir)
 				g.Remove(time.Second)
 			}
 		}
@@ -185,8 +187,26 @@ func (cc *CallCgroups) clearRootLeftovers() {
 		if n, err := strconv.Atoi(pid); err == nil && n != os.Getpid() && syscall.Kill(n, 0) == syscall.ESRCH {
 			g := &CallCgroup{dir: dir, fd: -1}
 			g.Kill()
+			removeTree(dir)
 			g.Remove(time.Second)
 		}
+	}
+}
+
+// removeTree removes the cgroups under dir, deepest first: a cgroup with
+// children cannot be removed, and a leftover may hold a worker's own
+// subtree (a process started in it that made cgroups of its own).
+// Their processes must be gone (Kill).
+func removeTree(dir string) {
+	var under []string
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && path != dir {
+			under = append(under, path)
+		}
+		return nil
+	})
+	for i := len(under) - 1; i >= 0; i-- { // children before their parents
+		os.Remove(under[i])
 	}
 }
 

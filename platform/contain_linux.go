@@ -131,9 +131,9 @@ func ProcessAlive(pid int) bool {
 }
 
 // ReapOrphans waits for every zombie this process adopted as a subreaper:
-// its children that are neither runners os/exec waits for nor in this
-// process's own group (where os/exec's other commands, like the Python
-// version check, run). It returns how many it reaped.
+// its children that are neither runners os/exec waits for (nor the Python
+// version check, registered as they are) nor in this process's own group
+// (where os/exec's other commands run). It returns how many it reaped.
 func ReapOrphans() int {
 	// A cheap look first: is any child of this process a zombie at all?
 	// (WNOWAIT leaves it waitable; os/exec's own waits are not disturbed.)

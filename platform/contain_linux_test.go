@@ -3,11 +3,14 @@ package platform
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // startSleeper starts `sleep` in a process group of its own with env
@@ -141,4 +144,33 @@ func TestDetectInventory(t *testing.T) {
 	if inv := DetectInventory(Overrides{CPUs: 7}); inv.CPUs != 7 {
 		t.Errorf("--cpus 7 gave %d", inv.CPUs)
 	}
+}
+
+// A leftover call cgroup in the root cgroup whose worker is gone is
+// removed at start even when cgroups were made under it (a process in it
+// set up cgroups of its own): children first. Else each start waits for
+// it, a second per leftover, and leaves it.
+func TestRootLeftoverWithChildrenIsRemoved(t *testing.T) {
+	mount, err := unifiedMount()
+	own, oerr := ownCgroup()
+	if err != nil || oerr != nil || own != "/" || unix.Access(mount, unix.W_OK) != nil {
+		t.Skip("needs to run in a writable root cgroup v2 (root, hybrid or unified hierarchy)")
+	}
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	leftover := filepath.Join(mount, "fluksio-call-"+strconv.Itoa(gone.Process.Pid)+"-probe-test")
+	deep := filepath.Join(leftover, "worker-1", "worker", "call-probe-1", "worker-2")
+	if err := os.MkdirAll(deep, 0o755); err != nil {
+		t.Skipf("cannot make cgroups here: %v", err)
+	}
+	t.Cleanup(func() { exec.Command("find", leftover, "-depth", "-type", "d", "-exec", "rmdir", "{}", ";").Run() })
+	cc := &CallCgroups{base: mount}
+	start := time.Now()
+	cc.clearRootLeftovers()
+	if _, err := os.Stat(leftover); err == nil {
+		t.Errorf("the leftover %s with cgroups under it is still there", leftover)
+	}
+	t.Logf("cleared in %v", time.Since(start))
 }

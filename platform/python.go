@@ -92,7 +92,14 @@ func checkPython(ctx context.Context, path string, timeout time.Duration) (versi
 		return nil
 	}
 	cmd.WaitDelay = pipeWaitDelay
-	runErr := cmd.Run()
+	// Registered as a runner is: in a group of its own, it would otherwise
+	// be a child ReapOrphans may reap (a call ending meanwhile), and
+	// os/exec's wait would fail with "no child processes".
+	runErr := StartContained(cmd)
+	if runErr == nil {
+		runErr = cmd.Wait()
+		Forget(cmd.Process.Pid)
+	}
 	if cmd.Process != nil {
 		SignalGroup(cmd.Process.Pid, syscall.SIGKILL) // whatever it left behind
 	}

@@ -76,3 +76,29 @@ func TestPythonCheckTimeoutKillsTheWholeGroup(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// The version check runs in a process group of its own, like a runner:
+// orphans reaped meanwhile (a call of this worker ending) must not take
+// its exit from os/exec, which would then fail with "no child processes".
+func TestPythonCheckSurvivesOrphansBeingReaped(t *testing.T) {
+	py := writeScript(t, t.TempDir(), "python", "echo 3.11.2\n")
+	stop := make(chan struct{})
+	reaping := make(chan struct{})
+	go func() {
+		defer close(reaping)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				ReapOrphans()
+			}
+		}
+	}()
+	defer func() { close(stop); <-reaping }()
+	for i := 0; i < 400; i++ { // the old code failed within 100 to 200
+		if _, err := checkPython(context.Background(), py, 10*time.Second); err != nil {
+			t.Fatalf("check %d with orphans being reaped: %v", i, err)
+		}
+	}
+}

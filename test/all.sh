@@ -17,6 +17,16 @@ if command -v staticcheck >/dev/null; then
   echo "== staticcheck"
   staticcheck ./...
 fi
+if command -v deadcode >/dev/null; then
+  echo "== deadcode"
+  # Functions the binary can never call. The fake engine (agent/enginetest)
+  # is in the binary for selftest, which uses part of it; the rest is what
+  # the tests drive it with.
+  dead=$(deadcode . | grep -v '^agent/enginetest/' || true)
+  if [ -n "$dead" ]; then
+    echo "unreachable from main (remove it, or move it into the test that uses it):"; echo "$dead"; exit 1
+  fi
+fi
 
 echo "== cross builds (CGO_ENABLED=0)"
 for target in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64; do
@@ -24,20 +34,27 @@ for target in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64; do
   echo "  $target ok"
 done
 
-echo "== runtime tests (Python)"
+echo "== runtime tests (Python), in the background while the fuzzers run"
+# One run per interpreter, all at once and beside the fuzzers: most of each
+# run's time is spent waiting for the processes and timeouts it tests, not
+# on the CPU. Each run's output is shown in turn after the fuzzers.
 pythons=(/usr/bin/python3)
 command -v python3 >/dev/null && pythons+=("$(command -v python3)")
 for v in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.*; do
   [ -x "$v/bin/python3" ] && pythons+=("$v/bin/python3")
 done
+logs=$(mktemp -d)
 seen=""
+runs=()
 for py in "${pythons[@]}"; do
   # The interpreter itself, not a shim or link to it; skip any below 3.8.
   real=$("$py" -c 'import os, sys; sys.exit(1) if sys.version_info < (3, 8) else print(os.path.realpath(sys.executable))' 2>/dev/null) || continue
   case " $seen " in *" $real "*) continue ;; esac
   seen="$seen $real"
-  echo "-- $py ($("$py" --version 2>&1))"
-  PYTHONDONTWRITEBYTECODE=1 FLUKSIO_TEST_PYTHON="$py" "$py" -m unittest discover -s agent/runtime/tests -t agent/runtime
+  n=${#runs[@]}
+  echo "-- $py ($("$py" --version 2>&1))" >"$logs/$n"
+  PYTHONDONTWRITEBYTECODE=1 FLUKSIO_TEST_PYTHON="$py" "$py" -m unittest discover -s agent/runtime/tests -t agent/runtime >>"$logs/$n" 2>&1 &
+  runs+=($!)
 done
 
 echo "== fuzz (10 s each)"
@@ -46,6 +63,15 @@ for file in $(grep -rl --include='*_test.go' '^func Fuzz' agent platform install
     go test -run '^$' -fuzz "^${fuzzer}\$" -fuzztime 10s "./$(dirname "$file")/"
   done
 done
+
+echo "== runtime tests (Python): results"
+failed=0
+for n in "${!runs[@]}"; do
+  wait "${runs[$n]}" || failed=1
+  cat "$logs/$n"
+done
+rm -rf "$logs"
+[ "$failed" = 0 ] || { echo "the runtime's Python tests failed (above)"; exit 1; }
 
 echo "== go test -race"
 go test -race -count=1 -timeout 75m ./...

@@ -416,43 +416,6 @@ func testTenContainedCalls(t *testing.T, mode string) {
 	}
 }
 
-func TestWhyANodeDied(t *testing.T) {
-	skipUnlessLinux(t)
-	t.Parallel()
-	eng := startEngine(t, enginetest.Options{})
-	containedWorker(t, eng, "subreaper", 3*time.Second)
-	wk := attach(t, eng)
-	for _, tc := range []struct {
-		id    string
-		steps []step
-		want  []string
-	}{
-		// Nothing says the OOM killer did it: it is named as one cause only.
-		{"sigkill", []step{{"events": 1}, {"kill_self": true}}, []string{"the node process stopped: killed by SIGKILL that the worker did not send", "one possible cause"}},
-		{"exit3", []step{{"exit": 3}}, []string{"the node process stopped: exited with code 3 without answering"}},
-		{"exit0", []step{{"no_answer": true}}, []string{"the node process stopped"}},
-	} {
-		answer, _ := wait(t, run(t, wk, tc.id, tc.steps...))
-		e := answer.Error
-		if answer.OK || e == nil || e.Type != "RemoteError" || e.Short != e.Message {
-			t.Errorf("%s answered %s", tc.id, answer.Raw)
-			continue
-		}
-		// Engines written for the reference agent match on its words.
-		if !strings.HasPrefix(e.Message, "the node process stopped") {
-			t.Errorf("%s: message %q does not begin with the reference's words", tc.id, e.Message)
-		}
-		if strings.Contains(e.Message, "from the kernel's out-of-memory killer") {
-			t.Errorf("%s: message %q blames the OOM killer, which did nothing", tc.id, e.Message)
-		}
-		for _, want := range tc.want {
-			if !strings.Contains(e.Message, want) {
-				t.Errorf("%s: message %q does not say %q", tc.id, e.Message, want)
-			}
-		}
-	}
-}
-
 func mapValues(m map[string]int) []int {
 	var vs []int
 	for _, v := range m {

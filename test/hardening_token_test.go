@@ -75,27 +75,6 @@ func TestTokenEchoedByTheEngineIsRedacted(t *testing.T) {
 	}
 }
 
-// Item 2: a --url that carries a token is refused without repeating it,
-// by run and by check.
-func TestTokenInTheURLIsNotRepeated(t *testing.T) {
-	t.Parallel()
-	const secret = "s3cret-in-the-url-42"
-	for _, args := range [][]string{
-		{"run", "--url", "wss://engine.example.com/api/v1/workers/attach?token=" + secret},
-		{"run", "--url", "ftp://engine.example.com/x?token=" + secret},
-		{"run", "--url", "ws://engine.example.com:99999/x?token=" + secret},
-		{"check", "--url", "wss://engine.example.com/x?token=" + secret, "--python", fakeRunnerPath(t)},
-	} {
-		w := startBinary(t, []string{"FLUKSIO_WORKER_TOKEN=" + testToken}, args...)
-		if code := w.wait(20 * time.Second); code == 0 {
-			t.Errorf("%v: exit 0", args)
-		}
-		if logs := w.logs.String(); strings.Contains(logs, secret) {
-			t.Errorf("%v repeats the token:\n%s", args, logs)
-		}
-	}
-}
-
 // Item 2: a token too short to search for does not turn ordinary words into
 // REDACTED; the worker says why it cannot hide it.
 func TestShortTokenWarnsAndLeavesTheLogReadable(t *testing.T) {
@@ -113,22 +92,4 @@ func TestShortTokenWarnsAndLeavesTheLogReadable(t *testing.T) {
 	if !strings.Contains(logs, "shorter than 8") {
 		t.Errorf("no warning about the short token:\n%s", logs)
 	}
-}
-
-// Item 2: node processes get the token only as FLUKSIO_ARTIFACT_TOKEN,
-// none of the worker's own FLUKSIO_WORKER_* settings.
-func TestNodeProcessesGetNoWorkerSettings(t *testing.T) {
-	t.Parallel()
-	eng := startEngine(t, enginetest.Options{})
-	w := startWorker(t, eng, []string{"FLUKSIO_WORKER_LABELS=a,b", "FLUKSIO_ARTIFACT_TOKEN=stale"})
-	wk := attach(t, eng)
-	env := runnerEnv(t, wk, "FLUKSIO_WORKER_TOKEN", "FLUKSIO_WORKER_LABELS", "FLUKSIO_ARTIFACT_TOKEN")
-	if env["FLUKSIO_WORKER_TOKEN"] != "" || env["FLUKSIO_WORKER_LABELS"] != "" {
-		t.Errorf("a node process got the worker's settings: %v", env)
-	}
-	if env["FLUKSIO_ARTIFACT_TOKEN"] != testToken {
-		t.Errorf("FLUKSIO_ARTIFACT_TOKEN = %q, want the worker token", env["FLUKSIO_ARTIFACT_TOKEN"])
-	}
-	w.signal(syscall.SIGTERM)
-	w.wait(20 * time.Second)
 }

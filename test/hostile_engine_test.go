@@ -9,23 +9,6 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
 )
 
-// --python /bin/true exits 0 without running anything: it is refused at
-// start (exit 2), not accepted for every call to fail.
-func TestPythonThatIsNotPythonIsRefused(t *testing.T) {
-	t.Parallel()
-	eng := startEngine(t, enginetest.Options{})
-	w := startWorker(t, eng, nil, "--python", "/bin/true")
-	if code := w.wait(30 * time.Second); code != 2 {
-		t.Fatalf("exit %d, want 2", code)
-	}
-	if logs := w.logs.String(); !strings.Contains(logs, "does not behave as Python") || !strings.Contains(logs, "--python") {
-		t.Errorf("the log does not say what is wrong and what to do:\n%s", logs)
-	}
-	if n := len(eng.Hellos()); n != 0 {
-		t.Errorf("the worker attached %d times with no Python", n)
-	}
-}
-
 // After an outsized frame from the engine, and after a call with an
 // outsized request and answer, the worker gives the memory back. Its
 // resident memory before, at the peak and after is logged.

@@ -611,6 +611,7 @@ func selects(selector, labels map[string]string) bool {
 // version (CI installs it), else installed into a cache directory once.
 func installHelm(t *testing.T) string {
 	t.Helper()
+	waitForCITools(t)
 	version := helmModule[strings.LastIndex(helmModule, "@")+1:]
 	// A `go install`ed helm reports only "v4.3" itself; its build info
 	// has the module's version.

@@ -150,7 +150,7 @@ func memoryCgroupV1(t *testing.T, limitMB int) string {
 
 // A node that runs out of the memory its cgroup allows is said to have
 // been stopped by the OOM killer, because the memory controller counted
-// the kill; TestWhyANodeDied shows a SIGKILL from elsewhere is not.
+// the kill; TestWhyANodeDied (agent/lifecycle_test.go) shows a SIGKILL from elsewhere is not.
 func TestOutOfMemoryIsNamedWhenTheKernelSaysSo(t *testing.T) {
 	skipUnlessLinux(t)
 	t.Parallel()

@@ -107,6 +107,7 @@ func (r release) pkg(t *testing.T, format, goarch string) string {
 // config was written for.
 func installGoreleaser(t *testing.T) string {
 	t.Helper()
+	waitForCITools(t)
 	version := goreleaserModule[strings.LastIndex(goreleaserModule, "@")+1:]
 	if exe, err := exec.LookPath("goreleaser"); err == nil {
 		out, _ := exec.Command(exe, "--version").CombinedOutput()

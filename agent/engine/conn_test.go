@@ -303,14 +303,8 @@ func TestAttachFailures(t *testing.T) {
 			if tc.url != nil {
 				url = tc.url(eng)
 			}
-			_, _, err := Attach(ctx(t), configFor(url), hello("w"))
-			var refused *protocol.RefusedError
-			switch {
-			case err == nil:
-				t.Fatal("Attach succeeded")
-			case errors.As(err, &refused) != tc.refused:
-				t.Errorf("refused %v, want %v: %v", !tc.refused, tc.refused, err)
-			case !strings.Contains(err.Error(), tc.want):
+			refused, err := attachFails(t, url, tc.refused)
+			if !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %q; want it to say %q", err, tc.want)
 			}
 			if strings.Contains(err.Error(), token) || (refused != nil && strings.Contains(refused.Reason, token)) {
@@ -318,6 +312,21 @@ func TestAttachFailures(t *testing.T) {
 			}
 		})
 	}
+}
+
+// attachFails attaches to url, which must fail: refused (a
+// *protocol.RefusedError, returned) or not, as wantRefused says.
+func attachFails(t *testing.T, url string, wantRefused bool) (*protocol.RefusedError, error) {
+	t.Helper()
+	_, _, err := Attach(ctx(t), configFor(url), hello("w"))
+	var refused *protocol.RefusedError
+	switch {
+	case err == nil:
+		t.Fatal("Attach succeeded")
+	case errors.As(err, &refused) != wantRefused:
+		t.Fatalf("refused %v, want %v: %v", !wantRefused, wantRefused, err)
+	}
+	return refused, err
 }
 
 func TestAttachUsageErrors(t *testing.T) {

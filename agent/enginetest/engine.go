@@ -67,10 +67,8 @@ type Options struct {
 
 // Engine is a running fake engine.
 type Engine struct {
-	opts     Options
-	listener net.Listener
-	server   *http.Server
-	addr     string
+	opts Options
+	addr string // set once by Start: Restart listens on it again
 
 	workers chan *Worker
 
@@ -78,6 +76,7 @@ type Engine struct {
 	caPEM   []byte
 
 	mu        sync.Mutex
+	server    *http.Server // replaced by Restart
 	conns     map[*Worker]struct{}
 	artifacts map[string][]byte
 	hellos    []Hello
@@ -103,29 +102,42 @@ func Start(opts Options) (*Engine, error) {
 		}
 		e.tlsCert, e.caPEM = cert, caPEM
 	}
-	if err := e.listen(opts.Addr); err != nil {
+	addr, err := e.listen(opts.Addr)
+	if err != nil {
 		return nil, err
 	}
+	e.addr = addr
 	return e, nil
 }
 
-func (e *Engine) listen(addr string) error {
+// listen serves on addr and returns the address it is bound to.
+func (e *Engine) listen(addr string) (string, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		return err
+		return "", err
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/api/v1/workers/attach", e.attach)
 	mux.HandleFunc("GET /api/v1/workers/runtime", e.runtime)
 	mux.HandleFunc("/api/v1/artifacts/", e.artifact)
-	e.addr = l.Addr().String()
+	bound := l.Addr().String()
 	if e.tlsCert != nil {
 		l = tls.NewListener(l, &tls.Config{Certificates: []tls.Certificate{*e.tlsCert}})
 	}
-	e.listener = l
-	e.server = &http.Server{Handler: mux}
-	go e.server.Serve(l)
-	return nil
+	srv := &http.Server{Handler: mux}
+	e.mu.Lock()
+	e.server = srv
+	e.mu.Unlock()
+	go srv.Serve(l)
+	return bound, nil
+}
+
+// stopServing closes the listener and the HTTP server.
+func (e *Engine) stopServing() {
+	e.mu.Lock()
+	srv := e.server
+	e.mu.Unlock()
+	srv.Close()
 }
 
 // Addr is host:port.
@@ -153,17 +165,18 @@ func (e *Engine) CACertPEM() []byte { return e.caPEM }
 
 // Close stops the engine and drops every connection.
 func (e *Engine) Close() {
-	e.server.Close()
+	e.stopServing()
 	e.DropAll()
 }
 
 // Restart simulates an engine restart: every connection dropped, nothing
 // listening for down, then listening again on the same address.
 func (e *Engine) Restart(down time.Duration) error {
-	e.server.Close()
+	e.stopServing()
 	e.DropAll()
 	time.Sleep(down)
-	return e.listen(e.addr)
+	_, err := e.listen(e.addr)
+	return err
 }
 
 // DropAll closes every worker connection abruptly, without a close frame.

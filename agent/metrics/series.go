@@ -4,7 +4,7 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // decl declares one of the worker's own metrics, declared once in table:
 // New registers it from here, /metrics serves it and the README's table
-// is written from the registry (WriteTable), so its name, type, labels and
+// is written from the registry (readme_test.go at the root), so its name, type, labels and
 // help are written nowhere else.
 type decl struct {
 	// into is the Metrics field New sets: a *prometheus.Counter, Gauge or

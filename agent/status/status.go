@@ -17,15 +17,17 @@ import (
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
-// The worker's states as the status file and `status` show them. The
-// worker's mode (agent/mode.go) shows as reloading, draining or stopping;
-// otherwise its connection's state shows.
+// The worker's states as the status file and `status` show them (the
+// String() of the agent's state, agent/mode.go): stopped or refused once
+// the worker is leaving; else its mode when it is not serving (reloading,
+// draining, stopping, killing), attached or not; else its connection's.
 const (
 	StateConnecting = "connecting" // dialing, or retrying after a lost connection
 	StateAttached   = "attached"   // the engine welcomed it; it takes calls
 	StateReloading  = "reloading"  // a reload waits for the running calls
 	StateDraining   = "draining"   // running calls finish, new ones are declined
 	StateStopping   = "stopping"   // running calls are being stopped
+	StateKilling    = "killing"    // a second stop signal: every call's processes are killed
 	StateRefused    = "refused"    // the engine will not have it (or the config is wrong)
 	StateStopped    = "stopped"    // it exited
 )
