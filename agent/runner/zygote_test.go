@@ -254,6 +254,7 @@ func (z *zygoteRig) forkInFlight() bool {
 }
 
 func TestZygotes(t *testing.T) {
+	t.Parallel()
 	if !inContainedChild(t) {
 		return
 	}
@@ -352,6 +353,7 @@ func TestZygotes(t *testing.T) {
 // Removing its cgroup and directory goes on behind, and is over once
 // Pool.Close returns.
 func TestZygoteCallHandsItsSlotOnOnceItsProcessesAreGone(t *testing.T) {
+	t.Parallel()
 	if !inContainedChild(t) {
 		return
 	}
