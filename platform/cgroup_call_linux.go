@@ -327,6 +327,20 @@ func (g *CallCgroup) Populated() bool {
 	return keyedValue(filepath.Join(g.dir, "cgroup.events"), "populated") > 0
 }
 
+// WaitEmpty waits up to wait for the cgroup to hold no process, and
+// reports whether it is empty. Exited processes leave at once, before they
+// are reaped.
+func (g *CallCgroup) WaitEmpty(wait time.Duration) bool {
+	deadline := time.Now().Add(wait)
+	for g.Populated() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return true
+}
+
 // Kill kills everything in the cgroup: cgroup.kill (Linux 5.14), else
 // SIGKILL to each process it lists.
 func (g *CallCgroup) Kill() {

@@ -34,7 +34,12 @@ func SetupContainment() (string, error) {
 
 // starting is held for reading while a runner is being started and
 // registered, and for writing while orphans are reaped: a runner that dies
-// at once must not be reaped before os/exec can wait for it.
+// at once must not be reaped before os/exec can wait for it. The reaper
+// only tries it: a runner being adopted from a zygote holds it for as long
+// as the zygote takes to answer (seconds, for a wedged one), and neither
+// the end of a call nor another runner's start (which a waiting writer
+// would hold back) may wait for that. What is not reaped now is at the
+// next look.
 var (
 	starting  sync.RWMutex
 	runners   = map[int]struct{}{}
@@ -136,7 +141,9 @@ func ReapOrphans() int {
 	if err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil || info.Signo == 0 {
 		return 0
 	}
-	starting.Lock()
+	if !starting.TryLock() {
+		return 0
+	}
 	defer starting.Unlock()
 	self, ownGroup := os.Getpid(), syscall.Getpgrp()
 	reaped := 0

@@ -70,6 +70,7 @@ func (g *CallCgroup) Started(pid int) error                    { return nil }
 func (g *CallCgroup) Move(pid int) error                       { return nil }
 func (g *CallCgroup) Signal(sig syscall.Signal, skip int) bool { return false }
 func (g *CallCgroup) Populated() bool                          { return false }
+func (g *CallCgroup) WaitEmpty(wait time.Duration) bool        { return true }
 func (g *CallCgroup) Kill()                                    {}
 func (g *CallCgroup) Remove(wait time.Duration) error          { return nil }
 func (g *CallCgroup) PeakMemory() int64                        { return 0 }

@@ -34,13 +34,14 @@ type agentKind struct {
 func agentKinds() []agentKind {
 	kinds := []agentKind{{name: "go"}}
 	kinds[0].start = func(b *testing.B, eng *enginetest.Engine, parallel int) *worker {
-		bin := releaseWorkerBin(b)
-		args := []string{"run", "--url", eng.AttachURL(), "--python", fakeRunnerPath(b), "--runtime", "embedded",
-			"--state-dir", b.TempDir(), "--parallel", strconv.Itoa(parallel), "--log-level", "warn"}
-		// BENCH_WORKER_ARGS adds options, to measure what one costs:
-		// BENCH_WORKER_ARGS='--listen 127.0.0.1:0' for metrics.
-		args = append(args, strings.Fields(os.Getenv("BENCH_WORKER_ARGS"))...)
-		return startProgram(b, bin, []string{"FLUKSIO_WORKER_TOKEN=" + testToken}, args...)
+		return startBenchWorker(b, releaseWorkerBin(b), eng, parallel)
+	}
+	// BENCH_BEFORE_BIN adds another build of the worker, an older one, to
+	// measure a change side by side in one run.
+	if before := os.Getenv("BENCH_BEFORE_BIN"); before != "" {
+		kinds = append(kinds, agentKind{"before", func(b *testing.B, eng *enginetest.Engine, parallel int) *worker {
+			return startBenchWorker(b, before, eng, parallel)
+		}})
 	}
 	ref, err := filepath.Abs("../../shared/reference/agent.py")
 	// Debian's python3, where python3-websockets installs.
@@ -58,6 +59,16 @@ func agentKinds() []agentKind {
 		}
 	}
 	return kinds
+}
+
+// startBenchWorker starts the worker build bin against eng.
+func startBenchWorker(b *testing.B, bin string, eng *enginetest.Engine, parallel int) *worker {
+	args := []string{"run", "--url", eng.AttachURL(), "--python", fakeRunnerPath(b), "--runtime", "embedded",
+		"--state-dir", b.TempDir(), "--parallel", strconv.Itoa(parallel), "--log-level", "warn"}
+	// BENCH_WORKER_ARGS adds options, to measure what one costs:
+	// BENCH_WORKER_ARGS='--listen 127.0.0.1:0' for metrics.
+	args = append(args, strings.Fields(os.Getenv("BENCH_WORKER_ARGS"))...)
+	return startProgram(b, bin, []string{"FLUKSIO_WORKER_TOKEN=" + testToken}, args...)
 }
 
 func BenchmarkDispatch(b *testing.B) {

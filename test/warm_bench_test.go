@@ -47,7 +47,7 @@ func pythonKinds(b *testing.B) []pythonKind {
 	if _, err := os.Stat(benchPython); err != nil {
 		b.Skip("no", benchPython)
 	}
-	goWorker := func(extra ...string) func(b *testing.B, eng *enginetest.Engine, parallel int, numpy bool) *worker {
+	goWorker := func(bin string, extra ...string) func(b *testing.B, eng *enginetest.Engine, parallel int, numpy bool) *worker {
 		return func(b *testing.B, eng *enginetest.Engine, parallel int, numpy bool) *worker {
 			args := []string{"run", "--url", eng.AttachURL(), "--python", benchPython, "--runtime", "embedded",
 				"--state-dir", b.TempDir(), "--parallel", strconv.Itoa(parallel), "--log-level", "warn"}
@@ -59,10 +59,17 @@ func pythonKinds(b *testing.B) []pythonKind {
 			if len(extra) == 0 {
 				args = append(args, "--warm", strconv.Itoa(parallel))
 			}
-			return startProgram(b, releaseWorkerBin(b), []string{"FLUKSIO_WORKER_TOKEN=" + testToken}, args...)
+			if bin == "" {
+				bin = releaseWorkerBin(b)
+			}
+			return startProgram(b, bin, []string{"FLUKSIO_WORKER_TOKEN=" + testToken}, args...)
 		}
 	}
-	kinds := []pythonKind{{"go-warm", goWorker()}, {"go-cold", goWorker("--warm", "0")}}
+	kinds := []pythonKind{{"go-warm", goWorker("")}, {"go-cold", goWorker("", "--warm", "0")}}
+	// BENCH_BEFORE_BIN: an older build with spares too, side by side.
+	if before := os.Getenv("BENCH_BEFORE_BIN"); before != "" {
+		kinds = append(kinds, pythonKind{"before-warm", goWorker(before)})
+	}
 	ref, err := filepath.Abs("../../shared/reference/agent.py")
 	if err == nil && exec.Command(benchPython, "-c", "import websockets").Run() == nil {
 		if _, err := os.Stat(ref); err == nil {

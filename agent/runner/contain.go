@@ -127,13 +127,23 @@ func (b *box) prepare(cmd *exec.Cmd, env []string) {
 	}
 }
 
-// make gives the box its cookie and, in cgroup mode, its cgroup; it
-// returns the runner's environment: env and the cookie.
+// make gives the box its cookie and, in cgroup mode, its cgroup, unless
+// it has them (made ahead); it returns the runner's environment: env and
+// the cookie.
 func (b *box) make(env []string) []string {
+	if b.cookie == "" {
+		b.makeAhead()
+	}
+	b.began = time.Now()
+	// env may share its array with the worker's base environment.
+	return append(slices.Clip(env), cookieEnv+"="+b.cookie)
+}
+
+// makeAhead gives the box its cookie and, in cgroup mode, its cgroup.
+func (b *box) makeAhead() {
 	var r [16]byte
 	rand.Read(r[:])
 	b.cookie = hex.EncodeToString(r[:])
-	b.began = time.Now()
 	if cgroups != nil {
 		g, err := cgroups.New(b.cookie[:16])
 		if err != nil {
@@ -142,8 +152,6 @@ func (b *box) make(env []string) []string {
 			b.cg = g
 		}
 	}
-	// env may share its array with the worker's base environment.
-	return append(slices.Clip(env), cookieEnv+"="+b.cookie)
 }
 
 // start starts the runner in its own process group, registered so that
@@ -239,19 +247,20 @@ func (b *box) anyAlive() bool {
 	return false
 }
 
-// sweep runs once the group is stopped: it kills whatever still carries
-// the cookie (started while the group was stopping), waits for what it
-// killed to exit, and reaps the orphans this worker adopted.
+// sweep runs once the group is stopped: it kills whatever is still there
+// (started while the group was stopping), waits for what it killed to
+// exit, and reaps the orphans this worker adopted. With a cgroup it then
+// reads what the call cost, before teardown removes the cgroup.
 func (b *box) sweep() {
 	if g := b.cg; g != nil {
 		if g.Populated() {
 			b.leftover("processes of the call were still running after it was stopped; killing its cgroup")
 			g.Kill()
+			if !g.WaitEmpty(reapWait) {
+				b.log.Warn("processes of the call's cgroup did not exit after SIGKILL", "cgroup", g.Dir(), "waited", reapWait.String())
+			}
 		}
 		b.cgCPU, b.cgPeak = g.CPU(), g.PeakMemory()
-		if err := g.Remove(reapWait); err != nil {
-			b.log.Warn("could not remove the call's cgroup", "cgroup", g.Dir(), "error", err)
-		}
 		platform.ReapOrphans()
 		return
 	}
@@ -275,6 +284,21 @@ func (b *box) sweep() {
 		b.leftover("processes of the call were still running after it was stopped; killed them")
 		settle()
 	}
+}
+
+// teardown removes the call's cgroup once sweep found it empty: the
+// kernel refuses the removal (EBUSY) until it let go of the exited
+// processes, which takes from nothing to tens of milliseconds, so it is
+// retried; nothing of the call runs meanwhile.
+func (b *box) teardown() {
+	g := b.cg
+	if g == nil {
+		return
+	}
+	if err := g.Remove(reapWait); err != nil {
+		b.log.Warn("could not remove the call's cgroup", "cgroup", g.Dir(), "error", err)
+	}
+	platform.ReapOrphans()
 }
 
 // deathMessage says why a runner ended without answering, when the worker

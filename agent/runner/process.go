@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"sync"
 	"syscall"
 	"time"
 
@@ -71,18 +72,31 @@ type Runtime struct {
 type Pool struct {
 	cfg  Config
 	warm *warmPool // nil without spares
+	// behind counts the cleanup that ended calls left to finish off their
+	// path (Process.End): removing their cgroups and directories; and the
+	// making of boxes ahead.
+	behind sync.WaitGroup
+	boxes  *boxesAhead
 }
 
 // NewPool starts keeping cfg.Spares spare runners.
 func NewPool(cfg Config) *Pool {
 	p := &Pool{cfg: cfg}
 	p.warm = newWarmPool(&p.cfg)
+	p.boxes = &boxesAhead{cfg: &p.cfg, behind: &p.behind}
 	return p
 }
 
-// Close stops every spare and waits until all of them are gone. Runners
-// started from the pool are their callers' to end.
-func (p *Pool) Close() { p.warm.close() }
+// Close stops every spare and waits until all of them are gone, and until
+// the cleanup of the calls that ended is done: nothing of the pool's is
+// left when it returns. Runners started from the pool are their callers'
+// to end, before Close.
+func (p *Pool) Close() {
+	p.warm.close()
+	p.boxes.close()
+	p.behind.Wait()
+	p.boxes.discard()
+}
 
 // Spec is one call's runner.
 type Spec struct {
@@ -141,7 +155,9 @@ type Process struct {
 	pipes    *nodePipes  // the node's output pipes (embedded runtime only)
 	out      *nodeOutput // their relay; nil without them
 	dir      *callDir
-	warmDone func() // tells the warm pool the call ended
+	warmDone func()          // tells the warm pool the call ended
+	behind   *sync.WaitGroup // the pool's cleanup after calls (End)
+	boxes    *boxesAhead     // the pool's boxes made ahead, for a cold start
 
 	halted context.Context         // done once the stop ladder is due
 	halt   context.CancelCauseFunc // makes it due, for the worker's own reasons
@@ -200,6 +216,8 @@ func (pl *Pool) Start(ctx context.Context, spec Spec) (*Process, error) {
 	p := &Process{
 		cfg:        &pl.cfg,
 		log:        spec.Log,
+		behind:     &pl.behind,
+		boxes:      pl.boxes,
 		exited:     make(chan struct{}),
 		stopped:    make(chan struct{}),
 		outputs:    make(chan Output, 1),
@@ -252,7 +270,7 @@ func (p *Process) startCold(spec Spec) (*os.File, error) {
 		stdoutW.Close()
 		return nil, fmt.Errorf("creating the runner's pipes: %w", err)
 	}
-	dir, err := newCallDir(p.cfg.StateDir)
+	b, dir, err := p.boxes.take(p.log)
 	if err != nil {
 		stdoutR.Close()
 		stdoutW.Close()
@@ -269,12 +287,12 @@ func (p *Process) startCold(spec Spec) (*os.File, error) {
 			stdoutW.Close()
 			stderrR.Close()
 			stderrW.Close()
+			b.teardown()
 			dir.remove()
 			return nil, err
 		}
 		args, extra = pipes.pass(args, extra)
 	}
-	b := &box{log: p.log}
 	cmd := exec.Command(p.cfg.Python, args...)
 	b.prepare(cmd, dir.env(p.cfg.env(spec.Env), p.cfg.CancelGrace))
 	cmd.Dir = dir.cwd
@@ -395,10 +413,13 @@ func (p *Process) Kill() { p.box.signalAll(syscall.SIGKILL) }
 func (p *Process) DeathMessage() string { return p.box.deathMessage(p.exited) }
 
 // End ends the runner once its call is over for the engine, and returns
-// only when nothing of it is left: every process of the call gone, every
-// pipe closed, its call directory removed; then it says what the runner
-// cost, for the call's end record. answered gives a runner that answered
-// the grace period to exit by itself.
+// as soon as no process of it is left: every process of the call gone (its
+// cgroup empty), every pipe closed; then it says what the runner cost, for
+// the call's end record. What is only cleanup, the cgroup's removal (the
+// kernel lets it go some milliseconds after its last process) and the call
+// directory's, goes on behind, off the path of the call that takes the
+// slot next; Pool.Close waits for it. answered gives a runner that
+// answered the grace period to exit by itself.
 func (p *Process) End(answered bool) Usage {
 	p.stdin.Close()
 	if answered {
@@ -418,11 +439,15 @@ func (p *Process) End(answered bool) Usage {
 	p.out.stop()
 	p.pipes.close()
 	<-p.exited
-	if err := p.dir.remove(); err != nil {
-		p.log.Warn("could not remove the call's directory", "dir", p.dir.path, "error", err)
-	}
+	usage := p.box.usage()
+	p.behind.Go(func() {
+		p.box.teardown()
+		if err := p.dir.remove(); err != nil {
+			p.log.Warn("could not remove the call's directory", "dir", p.dir.path, "error", err)
+		}
+	})
 	p.warmDone()
-	return p.box.usage()
+	return usage
 }
 
 func exitStatus(err error) string {

@@ -34,6 +34,13 @@ func TestMain(m *testing.M) {
 	if runnertest.Enabled() {
 		runnertest.Main()
 	}
+	if os.Getenv(containedEnv) == "1" {
+		// Not passed on: containment set up here starts this executable
+		// (a probe), which must not set it up again.
+		os.Unsetenv(containedEnv)
+		containedChild = true
+		SetupContainment(slog.New(slog.NewTextHandler(os.Stderr, nil)), "cgroup")
+	}
 	os.Exit(m.Run())
 }
 
@@ -72,17 +79,23 @@ func newRig(t *testing.T, change func(*Config)) *rig {
 		MaxLine:     1 << 20,
 		Log:         slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
+	r.open(change)
+	return r
+}
+
+// open makes the rig's pool once change adjusted its configuration, and
+// closes it with the test.
+func (r *rig) open(change func(*Config)) {
 	if change != nil {
 		change(&r.cfg)
 	}
 	r.pool = NewPool(r.cfg)
-	t.Cleanup(func() {
+	r.t.Cleanup(func() {
 		r.pool.Close()
-		if t.Failed() {
-			t.Logf("the runner's log:\n%s", r.log.String())
+		if r.t.Failed() {
+			r.t.Logf("the runner's log:\n%s", r.log.String())
 		}
 	})
-	return r
 }
 
 // call is one started runner and the events it sent.
@@ -184,12 +197,24 @@ func pidOf(m map[string]any, key string) int {
 	return int(n)
 }
 
-// callDirs lists the call directories left in the state directory.
+// callDirs lists the call directories in the state directory, but for
+// those of boxes made ahead: nothing ran in them. It waits for the work the
+// pool does in the background first (a call's cleanup, a box being made),
+// so it must not be called while a call ends.
 func (r *rig) callDirs() []string {
+	r.pool.behind.Wait()
+	ahead := map[string]bool{}
+	r.pool.boxes.mu.Lock()
+	for _, m := range r.pool.boxes.ready {
+		ahead[filepath.Base(m.dir.path)] = true
+	}
+	r.pool.boxes.mu.Unlock()
 	entries, _ := os.ReadDir(filepath.Join(r.cfg.StateDir, callDirsName))
 	var names []string
 	for _, e := range entries {
-		names = append(names, e.Name())
+		if !ahead[e.Name()] {
+			names = append(names, e.Name())
+		}
 	}
 	return names
 }

@@ -24,6 +24,7 @@ package runner
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -71,6 +72,13 @@ const spareReadyTimeout = 2 * time.Minute
 // replacement starts, if it has not ended by then: most short calls have.
 const replaceDelay = 10 * time.Millisecond
 
+// forkedSparesAhead is how many spares an environment forked from a zygote
+// keeps beyond one for each of its calls that ran at once: a forked spare
+// costs little memory of its own (its pages are the zygote's until
+// written), and with one more a call that comes back to back finds one
+// ready even while the last one's replacement is being forked.
+const forkedSparesAhead = 1
+
 // maxSpareFailures is how many spares of one environment may die without
 // serving a call before the pool forgets the environment (a broken
 // interpreter must not be restarted in a loop); its next call teaches it
@@ -82,6 +90,8 @@ type warmPool struct {
 	cfg     *Config
 	max     int
 	preload string // comma-joined --preload, for the embedded runtime only
+	// forkTimeout is the const, but for tests that keep a fork in flight.
+	forkTimeout time.Duration
 
 	mu       sync.Mutex
 	envs     []*warmEnv // most recently used first
@@ -117,6 +127,7 @@ type spare struct {
 	began          time.Time // when it was started, for freshness and age
 
 	started chan struct{} // closed once started
+	readied chan struct{} // closed once ready (a spare ahead of its call)
 	exited  chan struct{} // closed once reaped; box holds its state
 	exitErr error         // how it exited; set before exited closes
 	zyg     *zygoteOf     // set for a zygote, which forks calls and serves none
@@ -141,7 +152,7 @@ func newWarmPool(cfg *Config) *warmPool {
 	if n <= 0 {
 		return nil
 	}
-	p := &warmPool{cfg: cfg, max: n, janitor: make(chan struct{}), reported: map[string]bool{}}
+	p := &warmPool{cfg: cfg, max: n, forkTimeout: forkTimeout, janitor: make(chan struct{}), reported: map[string]bool{}}
 	if len(cfg.Preload) > 0 {
 		p.preload = strings.Join(cfg.Preload, ",")
 	}
@@ -183,10 +194,30 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 	we.running++
 	we.want = max(we.want, we.running)
 	forked := false
+	// A spare forked from a zygote is replaced at once: a fork costs the
+	// call next to it little, and back-to-back calls find one ready.
+	forking := we.zyg != nil && we.zyg.ready && !we.zyg.retired
+	waitUntil := time.Now().Add(callForkTimeout)
 	for s == nil {
 		s = p.readyLocked(we)
 		if s == nil {
-			break
+			// A spare being forked is ready in a millisecond or two: wait
+			// for it rather than start cold, but not beyond
+			// callForkTimeout (a wedged zygote holds it up to forkTimeout).
+			f := p.forkingLocked(we)
+			if f == nil || !time.Now().Before(waitUntil) {
+				break
+			}
+			p.mu.Unlock()
+			wait := time.NewTimer(time.Until(waitUntil))
+			select {
+			case <-f.readied:
+			case <-f.exited:
+			case <-wait.C:
+			}
+			wait.Stop()
+			p.mu.Lock()
+			continue
 		}
 		// Taken out of the pool before it is checked, so that no other
 		// call and not the janitor can have it meanwhile.
@@ -217,9 +248,12 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 		if why == "" {
 			s = &spare{pool: p, we: we, started: make(chan struct{}), exited: make(chan struct{})}
 			s.box = &box{log: z.box.log}
-			if err := z.fork(s); err != nil {
+			switch err := z.fork(s, true); {
+			case errors.Is(err, errZygoteBusy):
+				s = nil
+			case err != nil:
 				why, s = err.Error(), nil
-			} else {
+			default:
 				forked = true
 			}
 		}
@@ -234,7 +268,7 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 			we.failures = 0
 		}
 	}
-	if s == nil || forked {
+	if s == nil || forked || forking {
 		p.fillLocked()
 	}
 	p.publishLocked()
@@ -244,6 +278,9 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 		return nil, func() { p.ended(we) }
 	}
 	p.cfg.Metrics.WarmHit()
+	if forking || forked {
+		return s, func() { p.ended(we) }
+	}
 	// The replacement starts once the call ended or replaceDelay after
 	// it started, whichever comes first: an interpreter starting beside a
 	// short call would take the CPU it answers with.
@@ -280,6 +317,19 @@ func (p *warmPool) learnLocked(key string, rt Runtime, env []string) *warmEnv {
 	return we
 }
 
+// forkingLocked is a spare of we being forked from its zygote, or nil.
+func (p *warmPool) forkingLocked(we *warmEnv) *spare {
+	if z := we.zyg; z == nil || !z.ready || z.retired {
+		return nil
+	}
+	for _, s := range we.spares {
+		if !s.ready && !s.retired {
+			return s
+		}
+	}
+	return nil
+}
+
 // readyLocked is the oldest ready spare of we, or nil.
 func (p *warmPool) readyLocked(we *warmEnv) *spare {
 	for _, s := range we.spares {
@@ -305,7 +355,9 @@ func (p *warmPool) fillLocked() {
 		}
 		left -= allowed
 		waiting := false // for the zygote to be ready, to fork spares
+		keep := allowed
 		if we.rt.Embedded && forksHere() {
+			keep = allowed + forkedSparesAhead
 			// A zygote forks the environment's spares.
 			waiting = we.zyg == nil || !we.zyg.ready
 			if allowed == 0 && we.zyg != nil {
@@ -317,12 +369,12 @@ func (p *warmPool) fillLocked() {
 				p.startLocked(we, true)
 			}
 		}
-		for len(we.spares) > allowed {
+		for len(we.spares) > keep {
 			s := we.spares[len(we.spares)-1]
 			p.retireLocked(s)
 			p.discardLater(s)
 		}
-		for len(we.spares) < allowed && !waiting {
+		for len(we.spares) < keep && !waiting {
 			p.startLocked(we, false)
 		}
 	}
@@ -369,7 +421,7 @@ func (we *warmEnv) ownLocked() []*spare {
 // startLocked adds a starting spare (or zygote) to we; its goroutine
 // starts it.
 func (p *warmPool) startLocked(we *warmEnv, zygote bool) {
-	s := &spare{pool: p, we: we, started: make(chan struct{}), exited: make(chan struct{})}
+	s := &spare{pool: p, we: we, started: make(chan struct{}), exited: make(chan struct{}), readied: make(chan struct{})}
 	s.box = &box{log: p.cfg.Log.With("spare_of", "warm")}
 	var from *spare // the zygote it is forked from, when one is ready
 	if zygote {
@@ -442,6 +494,7 @@ func (s *spare) run() {
 	alive := decodeErr == nil && !closed(s.exited)
 	if alive && !s.retired {
 		s.ready, s.watch = true, watch
+		close(s.readied)
 		if s.zyg != nil {
 			p.fillLocked() // its spares are forked now
 		}
@@ -458,7 +511,7 @@ func (s *spare) run() {
 // that cannot fork is replaced, and the spare with it.
 func (s *spare) runForked(z *spare) {
 	p := s.pool
-	if err := z.fork(s); err != nil {
+	if err := z.fork(s, false); err != nil {
 		s.box.log.Info("a zygote could not fork a spare; replacing it", "error", err)
 		p.mu.Lock()
 		p.retireLocked(s)
@@ -475,6 +528,7 @@ func (s *spare) runForked(z *spare) {
 	if !s.retired {
 		// Its code is its zygote's: as fresh as the zygote, as old.
 		s.ready, s.watch, s.began = true, z.watch, z.began
+		close(s.readied)
 		p.publishLocked()
 	}
 	p.mu.Unlock()
@@ -492,7 +546,14 @@ func (s *spare) waitServed() {
 		// It died while waiting: never handed a call, replaced.
 		p.retireLocked(s)
 		s.we.failures++
-		if s.we.failures >= maxSpareFailures {
+		limit := maxSpareFailures
+		if s.we.rt.Embedded && forksHere() {
+			// The forks and their zygote die together when something
+			// kills them all (the OOM killer, a user): that is not a
+			// broken interpreter.
+			limit *= forkedSparesAhead + 2
+		}
+		if s.we.failures >= limit {
 			s.box.log.Warn("spare runners of an environment keep dying before they serve a call; its calls start cold until one teaches it again", "spares", s.we.failures)
 			p.forgetLocked(s.we)
 		}
@@ -690,6 +751,7 @@ func (p *warmPool) discard(s *spare) {
 	// Killed by the worker (or dead already): nothing to report above debug.
 	s.box.log.Debug("spare runner removed", "pid", s.box.pid)
 	s.box.sweep()
+	s.box.teardown()
 	s.stdin.Close()
 	s.stdout.Close()
 	s.stderr.Close()

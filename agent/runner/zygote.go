@@ -42,9 +42,20 @@ import (
 // `RUNTIME --fluksio-zygote REPORT CONTROL [MOD,MOD]`.
 const zygoteFlag = "--fluksio-zygote"
 
-// forkTimeout bounds one fork: a zygote that does not answer in this time
-// is wedged; it is replaced and the call starts cold.
+// forkTimeout bounds one fork of a spare ahead of its call: a zygote that
+// does not answer in this time is wedged; it is replaced. Calls do not wait
+// for it meanwhile (callForkTimeout).
 const forkTimeout = 5 * time.Second
+
+// callForkTimeout bounds a fork a call waits for (no spare was ready): a
+// fork takes a millisecond or two on an idle machine and tens on a loaded
+// one, a cold start tens to hundreds, so a zygote that has not answered by
+// then is taken for wedged: it is replaced and the call starts cold.
+const callForkTimeout = 250 * time.Millisecond
+
+// errZygoteBusy: the zygote is forking a spare; a call does not queue
+// behind it (a wedged zygote would hold it for forkTimeout), it starts cold.
+var errZygoteBusy = errors.New("the zygote is busy forking a spare")
 
 // forksHere reports whether calls of this worker can be forked from
 // zygotes: a cgroup per call, and orphans adopted by this process.
@@ -91,10 +102,20 @@ type forkRequest struct {
 }
 
 // fork makes s, a spare of z's environment, by forking it from the
-// zygote z: started, in its own box, waiting for its request.
-func (z *spare) fork(s *spare) error {
+// zygote z: started, in its own box, waiting for its request. forCall is
+// a fork a call waits for: it does not wait for a fork in flight
+// (errZygoteBusy), and gives the zygote callForkTimeout to answer.
+func (z *spare) fork(s *spare, forCall bool) error {
 	p := z.pool
-	z.zyg.mu.Lock()
+	timeout := p.forkTimeout
+	if forCall {
+		timeout = callForkTimeout
+		if !z.zyg.mu.TryLock() {
+			return errZygoteBusy
+		}
+	} else {
+		z.zyg.mu.Lock()
+	}
 	defer z.zyg.mu.Unlock()
 	if z.zyg.ctl == nil {
 		return errors.New("the zygote was stopped")
@@ -149,7 +170,7 @@ func (z *spare) fork(s *spare) error {
 	}
 	pid, err := platform.Adopt(func() (int, error) {
 		ctl := z.zyg.ctl
-		ctl.SetDeadline(time.Now().Add(forkTimeout))
+		ctl.SetDeadline(time.Now().Add(timeout))
 		if _, _, err := ctl.WriteMsgUnix(msg, unix.UnixRights(fds...), nil); err != nil {
 			return 0, fmt.Errorf("asking the zygote to fork: %w", err)
 		}

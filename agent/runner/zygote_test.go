@@ -1,0 +1,393 @@
+//go:build linux
+
+package runner
+
+// Zygotes driven for real: Debian's /usr/bin/python3 running the embedded
+// runtime (../runtime/worker_main.py) in zygote mode, in a test process
+// that contains calls in cgroups. Containment is a property of the whole
+// process (a subreaper, the cgroups made for calls), and the other tests
+// of this package run the fake runner, which has no zygote mode: so
+// TestZygotes runs itself again in a child test process that sets
+// containment up first (the helper-process pattern), and its subtests run
+// there.
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
+	"github.com/fluksio/fluksio-worker/agent/frame"
+	"github.com/fluksio/fluksio-worker/agent/metrics"
+	"github.com/fluksio/fluksio-worker/platform"
+)
+
+// containedEnv marks the child test process that contains calls in
+// cgroups (TestMain sets containment up there).
+const containedEnv = "FLUKSIO_RUNNER_TEST_CONTAINED"
+
+const systemPython = "/usr/bin/python3"
+
+// containedChild is set in that child process.
+var containedChild bool
+
+// inContainedChild runs the test again in a child process with a cgroup per
+// call, and reports true in that child: only there does the test go on.
+// It skips where zygotes cannot be used (not root, no writable cgroup v2,
+// no /usr/bin/python3).
+func inContainedChild(t *testing.T) bool {
+	t.Helper()
+	if containedChild {
+		if !forksHere() {
+			t.Fatal("the contained child test process cannot fork calls from zygotes")
+		}
+		return true
+	}
+	switch {
+	case os.Geteuid() != 0 || platform.ProbeCgroups() != nil:
+		t.Skip("zygotes need a cgroup per call (root with a writable cgroup v2)")
+	case !fileExists(systemPython):
+		t.Skip("zygote tests run " + systemPython)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), containedEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the contained test process failed: %v\n%s", err, out)
+	}
+	t.Logf("the contained test process:\n%s", out)
+	return false
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// zygoteRig is a pool whose runners are the embedded runtime on
+// /usr/bin/python3, forked from zygotes.
+type zygoteRig struct {
+	*rig
+	m *metrics.Metrics
+}
+
+func newZygoteRig(t *testing.T, spares int, change func(*Config)) *zygoteRig {
+	t.Helper()
+	rt, err := filepath.Abs("../runtime/worker_main.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	m := metrics.New("test", 1)
+	r := &rig{t: t, log: &enginetest.Buffer{}, runtime: rt}
+	r.cfg = Config{
+		Python:      systemPython,
+		StateDir:    filepath.Join(dir, "state"),
+		BaseEnv:     []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir},
+		CancelGrace: testGrace,
+		MaxLine:     1 << 20,
+		Spares:      spares,
+		Metrics:     m,
+		Log:         slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+	r.open(change)
+	return &zygoteRig{rig: r, m: m}
+}
+
+// pidNode answers with the pid of the process that ran it.
+const pidNode = `import os
+def f():
+    return {"pid": os.getpid()}
+`
+
+// lingeringNode answers with its pid and that of a process it leaves
+// running: in a session of its own, ignoring SIGTERM.
+const lingeringNode = `import os, subprocess, sys
+def f():
+    child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(600)"],
+                             start_new_session=True, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    child.stdout.readline()  # it ignores SIGTERM from here on
+    return {"pid": os.getpid(), "child": child.pid}
+`
+
+// run starts a call of the node that reports its pid.
+func (z *zygoteRig) run(ctx context.Context, id string) (*call, error) {
+	return z.runNode(ctx, id, pidNode)
+}
+
+// runNode starts a call of a node whose function is f.
+func (z *zygoteRig) runNode(ctx context.Context, id, source string) (*call, error) {
+	req, _ := json.Marshal(map[string]any{
+		"op": "run", "call_id": id, "function": "f", "inputs": map[string]any{}, "settings": map[string]any{},
+		"node": map[string]any{"source": source, "filename": "pipeline.py"},
+	})
+	c := &call{id: id, events: make(chan []byte, 1024)}
+	p, err := z.pool.Start(ctx, Spec{
+		CallID:  id,
+		Runtime: Runtime{Path: z.runtime, Embedded: true},
+		Request: append(req, '\n'),
+		Log:     z.cfg.Log.With("call_id", id),
+		Send:    func(msg []byte) { c.events <- append([]byte(nil), msg...); frame.Put(msg) },
+	})
+	c.Process = p
+	return c, err
+}
+
+// runPID runs one call to its end and returns the pid that answered.
+func (z *zygoteRig) runPID(t *testing.T, id string) int {
+	t.Helper()
+	c, err := z.run(context.Background(), id)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	a := answer(t, c.output(t))
+	if ok, _ := a["ok"].(bool); !ok {
+		t.Fatalf("call %s failed: %s", id, c.outputLine(a))
+	}
+	c.end(t, true)
+	return pidOf(a["outputs"].(map[string]any), "pid")
+}
+
+func (c *call) outputLine(a map[string]any) string {
+	b, _ := json.Marshal(a)
+	return string(b)
+}
+
+// zygote waits for the pool's ready zygote and returns its pid.
+func (z *zygoteRig) zygote(t *testing.T, not ...int) int {
+	t.Helper()
+	deadline := time.Now().Add(waitLong)
+	for time.Now().Before(deadline) {
+		p := z.pool.warm
+		p.mu.Lock()
+		pid := 0
+		for _, we := range p.envs {
+			if we.zyg != nil && we.zyg.ready && !we.zyg.retired {
+				pid = we.zyg.box.pid
+			}
+		}
+		p.mu.Unlock()
+		if pid != 0 && !containsInt(not, pid) {
+			return pid
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("no zygote ready within %s", waitLong)
+	return 0
+}
+
+func containsInt(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// parentOf is the parent pid of a process, from /proc.
+func parentOf(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	ppid, _ := strconv.Atoi(fields[1])
+	return ppid
+}
+
+// readyForked lists the pids of the ready spares (forks of the zygote).
+func (z *zygoteRig) readyForked() []int { return z.readySpares() }
+
+// waitForked waits until n forked spares are ready.
+func (z *zygoteRig) waitForked(t *testing.T, n int) []int {
+	t.Helper()
+	deadline := time.Now().Add(waitLong)
+	for time.Now().Before(deadline) {
+		if pids := z.readyForked(); len(pids) >= n {
+			return pids
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("fewer than %d forked spares ready within %s: %v", n, waitLong, z.readyForked())
+	return nil
+}
+
+// zygoteState says whether the zygote with pid is still the pool's, ready.
+func (z *zygoteRig) zygoteIs(pid int) bool {
+	p := z.pool.warm
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, we := range p.envs {
+		if we.zyg != nil && we.zyg.box.pid == pid && we.zyg.ready && !we.zyg.retired {
+			return true
+		}
+	}
+	return false
+}
+
+// forkInFlight reports whether the zygote's one fork at a time is taken.
+func (z *zygoteRig) forkInFlight() bool {
+	p := z.pool.warm
+	p.mu.Lock()
+	var zyg *zygoteOf
+	for _, we := range p.envs {
+		if we.zyg != nil {
+			zyg = we.zyg.zyg
+		}
+	}
+	p.mu.Unlock()
+	if zyg == nil || !zyg.mu.TryLock() {
+		return zyg != nil
+	}
+	zyg.mu.Unlock()
+	return false
+}
+
+func TestZygotes(t *testing.T) {
+	t.Parallel()
+	if !inContainedChild(t) {
+		return
+	}
+	t.Run("WedgedZygoteDoesNotDelayACall", func(t *testing.T) {
+		t.Parallel()
+		z := newZygoteRig(t, 1, nil)
+		z.pool.warm.forkTimeout = 2 * waitLong // a fork ahead stays in flight for the whole test
+		z.runPID(t, "teach")
+		zyg := z.zygote(t)
+		z.waitForked(t, 1+forkedSparesAhead)
+		stopped, _ := os.FindProcess(zyg)
+		stopped.Signal(syscall.SIGSTOP)
+		defer stopped.Signal(syscall.SIGCONT)
+		// A call takes a spare; its replacement's fork then waits on the
+		// stopped zygote, holding it.
+		z.runPID(t, "takes-a-spare")
+		deadline := time.Now().Add(waitLong)
+		for !z.forkInFlight() && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if !z.forkInFlight() {
+			t.Fatal("no fork in flight on the stopped zygote")
+		}
+		// Calls take the spares left, then start cold: none waits for
+		// the fork in flight, which gives up only after forkTimeout.
+		for i := range 1 + forkedSparesAhead + 1 {
+			z.runPID(t, "while-wedged-"+strconv.Itoa(i))
+		}
+		// Nor does the end of a call whose orphan the worker must reap
+		// (the reaper and a fork in flight share a lock).
+		c, err := z.runNode(context.Background(), "orphan-while-wedged", lingeringNode)
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		killLater(t, pidOf(answer(t, c.output(t))["outputs"].(map[string]any), "child"))
+		c.end(t, true)
+		if !z.forkInFlight() || !z.zygoteIs(zyg) {
+			t.Fatal("a call waited for the wedged zygote's fork to give up")
+		}
+		if misses := metric(t, z.m, "fluksio_worker_warm_runner_misses_total"); misses < 2 {
+			t.Errorf("%v calls started cold; want the teaching one and at least one while the zygote was wedged", misses)
+		}
+	})
+	t.Run("ForkedSpareServesACall", func(t *testing.T) {
+		t.Parallel()
+		z := newZygoteRig(t, 1, nil)
+		first := z.runPID(t, "teach")
+		zyg := z.zygote(t)
+		spares := z.waitForked(t, 1+forkedSparesAhead)
+		if containsInt(spares, first) || containsInt(spares, zyg) {
+			t.Fatalf("the spares %v include the first call's runner (%d) or the zygote (%d)", spares, first, zyg)
+		}
+		if parentOf(spares[0]) != os.Getpid() {
+			t.Errorf("a forked spare's parent is %d; want the worker %d, which reaps it", parentOf(spares[0]), os.Getpid())
+		}
+		if got := z.runPID(t, "warm"); !containsInt(spares, got) {
+			t.Errorf("the call ran in %d; want one of the forked spares %v", got, spares)
+		}
+		// Back to back, every call finds a forked spare ready: the
+		// replacement is forked as soon as a spare is taken.
+		for i := range 10 {
+			z.runPID(t, "back-to-back-"+strconv.Itoa(i))
+		}
+		if misses := metric(t, z.m, "fluksio_worker_warm_runner_misses_total"); misses != 1 {
+			t.Errorf("%v calls started cold; want only the one that taught the environment", misses)
+		}
+	})
+	t.Run("KilledZygoteIsReplaced", func(t *testing.T) {
+		t.Parallel()
+		z := newZygoteRig(t, 1, nil)
+		z.runPID(t, "teach")
+		zyg := z.zygote(t)
+		z.waitForked(t, 1)
+		killed, _ := os.FindProcess(zyg)
+		killed.Kill()
+		// Calls go on, from the spares forked before or cold, while a
+		// new zygote starts.
+		for i := 0; ; i++ {
+			z.runPID(t, "meanwhile-"+strconv.Itoa(i))
+			if next := z.zygote(t, zyg); next != 0 {
+				break
+			}
+		}
+		next := z.zygote(t, zyg)
+		spares := z.waitForked(t, 1)
+		if got := z.runPID(t, "after"); !containsInt(spares, got) {
+			t.Errorf("the call ran in %d; want a spare forked from the new zygote %d: %v", got, next, spares)
+		}
+		gone(t, "the killed zygote", zyg)
+	})
+}
+
+// End returns, and the slot passes to the next call, only once every
+// process of the call is gone, one that escaped its group and ignores
+// SIGTERM included: never more than --parallel calls' processes at once.
+// Removing its cgroup and directory goes on behind, and is over once
+// Pool.Close returns.
+func TestZygoteCallHandsItsSlotOnOnceItsProcessesAreGone(t *testing.T) {
+	t.Parallel()
+	if !inContainedChild(t) {
+		return
+	}
+	z := newZygoteRig(t, 1, nil)
+	var left []string // the calls' cgroups and directories
+	for i := range 2 {
+		c, err := z.runNode(context.Background(), "lingering-"+strconv.Itoa(i), lingeringNode)
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		if c.box.cg == nil {
+			t.Fatal("the call has no cgroup")
+		}
+		left = append(left, c.box.cg.Dir(), c.dir.path)
+		out := answer(t, c.output(t))["outputs"].(map[string]any)
+		runner, child := pidOf(out, "pid"), pidOf(out, "child")
+		killLater(t, child)
+		u := c.end(t, true)
+		// The slot is free now: nothing of the call may run any more.
+		gone(t, "after End", runner, child)
+		if !c.box.cg.WaitEmpty(0) {
+			t.Errorf("call %d: its cgroup still holds processes after End", i)
+		}
+		if u.CPU <= 0 || u.PeakRSSByte <= 0 {
+			t.Errorf("call %d: End says it cost %+v; want its CPU and peak memory", i, u)
+		}
+	}
+	z.pool.Close()
+	for _, path := range left {
+		if fileExists(path) {
+			t.Errorf("%s is left after Pool.Close", path)
+		}
+	}
+	if log := z.log.String(); !strings.Contains(log, "still running after it was stopped") && !strings.Contains(log, "did not stop within --cancel-grace") {
+		t.Errorf("the log does not say the lingering process was killed:\n%s", log)
+	}
+}
