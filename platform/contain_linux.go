@@ -147,7 +147,7 @@ func ReapOrphans() int {
 	defer starting.Unlock()
 	self, ownGroup := os.Getpid(), syscall.Getpgrp()
 	reaped := 0
-	forEachProc(func(pid int, _ string) {
+	forEachChild(self, func(pid int) {
 		s, ok := readStat(pid)
 		if !ok || s.state != 'Z' || s.ppid != self || s.pgid == ownGroup {
 			return
@@ -199,6 +199,39 @@ func readStat(pid int) (procStat, bool) {
 	pgid, _ := strconv.Atoi(f[2])
 	return procStat{state: f[0][0], ppid: ppid, pgid: pgid}, true
 }
+
+// forEachChild calls fn with each child of process self, as its threads'
+// children files list them (an orphan adopted by a subreaper becomes the
+// child of one of its threads): a handful of reads where the whole of
+// /proc is one a process on the machine. Without those files (a kernel
+// built without them) it calls fn with every process.
+func forEachChild(self int, fn func(pid int)) {
+	if !childrenListed() {
+		forEachProc(func(pid int, _ string) { fn(pid) })
+		return
+	}
+	dir := "/proc/" + strconv.Itoa(self) + "/task/"
+	tasks, _ := os.ReadDir(dir)
+	for _, task := range tasks {
+		b, err := os.ReadFile(dir + task.Name() + "/children")
+		if err != nil {
+			continue // the thread ended meanwhile
+		}
+		for _, field := range bytes.Fields(b) {
+			if pid, err := strconv.Atoi(string(field)); err == nil {
+				fn(pid)
+			}
+		}
+	}
+}
+
+// childrenListed reports whether this kernel lists a thread's children
+// in /proc (CONFIG_PROC_CHILDREN).
+var childrenListed = sync.OnceValue(func() bool {
+	self := strconv.Itoa(os.Getpid())
+	_, err := os.Stat("/proc/" + self + "/task/" + self + "/children")
+	return err == nil
+})
 
 func forEachProc(fn func(pid int, dir string)) {
 	d, err := os.Open("/proc")
