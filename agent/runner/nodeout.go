@@ -162,6 +162,14 @@ type nodeOutput struct {
 
 // relayNodeOutput starts reading np for p's call.
 func relayNodeOutput(p *Process, np *nodePipes, callID string, send func([]byte)) *nodeOutput {
+	o := newNodeOutput(p, np, callID, send)
+	for _, s := range o.streams {
+		go o.read(s)
+	}
+	return o
+}
+
+func newNodeOutput(p *Process, np *nodePipes, callID string, send func([]byte)) *nodeOutput {
 	o := &nodeOutput{p: p, callID: callID, send: send, tokens: logBurst, refilled: time.Now(),
 		mark:    []byte("\x00fluksio:" + np.token + "\x00"),
 		journal: logging.NewBudget(p.log, "node stderr lines were not logged", logLinesPerSecond)}
@@ -171,7 +179,6 @@ func relayNodeOutput(p *Process, np *nodePipes, callID string, send func([]byte)
 			rc.Control(func(fd uintptr) { s.fd = int(fd) })
 		}
 		o.streams = append(o.streams, s)
-		go o.read(s)
 	}
 	return o
 }
@@ -193,7 +200,7 @@ func (o *nodeOutput) read(s *nodeStream) {
 				n = 0
 				return true
 			}
-			n, rerr = o.readLocked(s, buf)
+			n, rerr = o.turnLocked(s, buf)
 			return !errors.Is(rerr, syscall.EAGAIN)
 		})
 		if err != nil || n <= 0 && !errors.Is(rerr, syscall.EINTR) {
@@ -212,6 +219,21 @@ func (o *nodeOutput) readLocked(s *nodeStream, buf []byte) (int, error) {
 		o.feedLocked(s, buf[:n])
 	}
 	return n, err
+}
+
+// turnLocked is one turn of s's reader: it reads once from the other pipe,
+// then from s. What the other pipe already holds may well be older than
+// what s holds: a line on stderr ahead of a flood on stdout must not wait
+// for its own reader to be scheduled while the flood spends the budget
+// (the flood's first lines would go out and the earlier line be dropped
+// with the flood's middle).
+func (o *nodeOutput) turnLocked(s *nodeStream, buf []byte) (int, error) {
+	for _, peer := range o.streams {
+		if peer != s {
+			o.readLocked(peer, buf)
+		}
+	}
+	return o.readLocked(s, buf)
 }
 
 // drainLocked reads what both pipes hold now, without waiting for more.
