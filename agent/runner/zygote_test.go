@@ -222,6 +222,19 @@ func (z *zygoteRig) waitForked(t *testing.T, n int) []int {
 	return nil
 }
 
+// sparesKept counts the spares of the pool's environments, ready or
+// being forked.
+func (z *zygoteRig) sparesKept() int {
+	p := z.pool.warm
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, we := range p.envs {
+		n += len(we.spares)
+	}
+	return n
+}
+
 // zygoteState says whether the zygote with pid is still the pool's, ready.
 func (z *zygoteRig) zygoteIs(pid int) bool {
 	p := z.pool.warm
@@ -313,13 +326,39 @@ func TestZygotes(t *testing.T) {
 		if got := z.runPID(t, "warm"); !containsInt(spares, got) {
 			t.Errorf("the call ran in %d; want one of the forked spares %v", got, spares)
 		}
-		// Back to back, every call finds a forked spare ready: the
-		// replacement is forked as soon as a spare is taken.
+		// Back to back, every call finds a forked spare ready: the one
+		// kept ahead, while the last call's replacement is forked.
 		for i := range 10 {
 			z.runPID(t, "back-to-back-"+strconv.Itoa(i))
 		}
 		if misses := metric(t, z.m, "fluksio_worker_warm_runner_misses_total"); misses != 1 {
 			t.Errorf("%v calls started cold; want only the one that taught the environment", misses)
+		}
+	})
+	t.Run("ReplacementIsForkedOnceTheCallEnded", func(t *testing.T) {
+		t.Parallel()
+		z := newZygoteRig(t, 1, nil)
+		z.pool.warm.replaceDelay = 2 * waitLong // only the call's end starts it
+		z.runPID(t, "teach")
+		z.zygote(t)
+		spares := z.waitForked(t, 1+forkedSparesAhead)
+		c, err := z.run(context.Background(), "running")
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		// The call has answered and its runner is still there: no fork
+		// beside it takes the CPU it answers with.
+		ran := pidOf(answer(t, c.output(t))["outputs"].(map[string]any), "pid")
+		if !containsInt(spares, ran) {
+			t.Fatalf("the call ran in %d; want one of the forked spares %v", ran, spares)
+		}
+		if n := z.sparesKept(); n != forkedSparesAhead {
+			t.Errorf("%d spares ready or being forked while the call runs; want the %d left, its replacement not yet forked", n, forkedSparesAhead)
+		}
+		c.end(t, true)
+		next := z.waitForked(t, 1+forkedSparesAhead)
+		if containsInt(next, ran) {
+			t.Errorf("the ended call's runner is among the spares %v", next)
 		}
 	})
 	t.Run("KilledZygoteIsReplaced", func(t *testing.T) {
