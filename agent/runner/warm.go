@@ -199,6 +199,7 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 	we.running++
 	we.want = max(we.want, we.running)
 	forked := false
+	forking := we.zyg != nil && we.zyg.ready && !we.zyg.retired
 	waitUntil := time.Now().Add(callForkTimeout)
 	for s == nil {
 		s = p.readyLocked(we)
@@ -270,8 +271,13 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 			we.failures = 0
 		}
 	}
-	if s == nil || forked {
-		// None was ready: the next call must not find none either.
+	// A spare is replaced at once where none was ready, or where the
+	// forked spares left no longer cover the environment's calls at once
+	// (calls come back to back: the zygote forks one at a time, and a
+	// replacement forked late leaves the next call none). Otherwise its
+	// replacement waits for the call (replaceDelay).
+	short := forking && p.countReadyLocked(we) < we.want
+	if s == nil || forked || short {
 		p.fillLocked()
 	}
 	p.publishLocked()
@@ -281,7 +287,7 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 		return nil, func() { p.ended(we) }
 	}
 	p.cfg.Metrics.WarmHit()
-	if forked {
+	if forked || short {
 		return s, func() { p.ended(we) }
 	}
 	// The replacement starts once the call ended or replaceDelay after
@@ -332,6 +338,17 @@ func (p *warmPool) forkingLocked(we *warmEnv) *spare {
 		}
 	}
 	return nil
+}
+
+// countReadyLocked counts the ready spares of we.
+func (p *warmPool) countReadyLocked(we *warmEnv) int {
+	n := 0
+	for _, s := range we.spares {
+		if s.ready && !s.retired {
+			n++
+		}
+	}
+	return n
 }
 
 // readyLocked is the oldest ready spare of we, or nil.

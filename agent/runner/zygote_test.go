@@ -335,9 +335,9 @@ func TestZygotes(t *testing.T) {
 			t.Errorf("%v calls started cold; want only the one that taught the environment", misses)
 		}
 	})
-	t.Run("ReplacementIsForkedOnceTheCallEnded", func(t *testing.T) {
+	t.Run("ReplacementWaitsForTheCallWhileSparesAreLeft", func(t *testing.T) {
 		t.Parallel()
-		z := newZygoteRig(t, 1, nil)
+		z := newZygoteRig(t, 2, nil) // --warm 2: two calls at once have spares
 		z.pool.warm.replaceDelay = 2 * waitLong // only the call's end starts it
 		z.runPID(t, "teach")
 		z.zygote(t)
@@ -355,8 +355,20 @@ func TestZygotes(t *testing.T) {
 		if n := z.sparesKept(); n != forkedSparesAhead {
 			t.Errorf("%d spares ready or being forked while the call runs; want the %d left, its replacement not yet forked", n, forkedSparesAhead)
 		}
+		// A second call while the first runs takes the last spare: the
+		// spares left no longer cover the calls at once, so they are
+		// forked at once, as many as now ran at once and one more.
+		second, err := z.run(context.Background(), "second")
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		if n := z.sparesKept(); n != 2+forkedSparesAhead {
+			t.Errorf("%d spares ready or being forked once the last was taken; want %d forked at once", n, 2+forkedSparesAhead)
+		}
+		answer(t, second.output(t))
+		second.end(t, true)
 		c.end(t, true)
-		next := z.waitForked(t, 1+forkedSparesAhead)
+		next := z.waitForked(t, 2+forkedSparesAhead)
 		if containsInt(next, ran) {
 			t.Errorf("the ended call's runner is among the spares %v", next)
 		}
