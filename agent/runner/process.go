@@ -195,7 +195,7 @@ const (
 
 	// stopPoll is how often a stopping group is checked for being gone,
 	// once its leader is: no event says when the rest of a process group
-	// is gone.
+	// is gone (one does for a cgroup: CallCgroup.WaitEmpty).
 	stopPoll = 10 * time.Millisecond
 
 	// reapWait bounds how long the end of a call waits for processes it
@@ -377,7 +377,8 @@ func (p *Process) stopLadder() {
 	if !p.box.signalAll(syscall.SIGTERM) {
 		return
 	}
-	deadline := time.NewTimer(p.cfg.CancelGrace + runnerAnswerMargin)
+	until := time.Now().Add(p.cfg.CancelGrace + runnerAnswerMargin)
+	deadline := time.NewTimer(time.Until(until))
 	defer deadline.Stop()
 	// While the runner lives its group does; only then is there anything
 	// to poll for.
@@ -385,6 +386,12 @@ func (p *Process) stopLadder() {
 	case <-p.exited:
 	case <-deadline.C:
 		p.kill()
+		return
+	}
+	// The kernel says when the call's cgroup is empty: the call's slot
+	// passes on at that moment, not at the next look of the poll below
+	// (which still finds a group member a root node moved out of it).
+	if g := p.box.cg; g != nil && g.WaitEmpty(time.Until(until)) && !p.box.anyAlive() {
 		return
 	}
 	tick := time.NewTicker(stopPoll)
