@@ -2164,6 +2164,7 @@ def rehearse_call() -> None:
             (_ENCODE(answer) + "\n").encode("ascii")
             flush_node_output()
             CANCEL.cancelled()
+            signal.signal(signal.SIGTERM, signal.getsignal(signal.SIGTERM))
         finally:
             SPECS.pop(id(fn), None)
             module.__dict__.clear()
