@@ -122,13 +122,13 @@ func (z *spare) fork(s *spare, forCall bool) error {
 		z.zyg.mu.Lock()
 	}
 	serving := true
-	done := func() {
+	served := func() { // the zygote is free for the next fork
 		if serving {
 			serving = false
 			z.zyg.mu.Unlock()
 		}
 	}
-	defer done()
+	defer served()
 	if z.zyg.ctl == nil {
 		return errors.New("the zygote was stopped")
 	}
@@ -197,7 +197,7 @@ func (z *spare) fork(s *spare, forCall bool) error {
 		}
 		return pid, nil
 	})
-	done()
+	served()
 	if err != nil {
 		return fail(err)
 	}

@@ -337,8 +337,10 @@ func TestZygotes(t *testing.T) {
 	})
 	t.Run("ReplacementWaitsForTheCallWhileSparesAreLeft", func(t *testing.T) {
 		t.Parallel()
-		z := newZygoteRig(t, 2, nil) // --warm 2: two calls at once have spares
-		z.pool.warm.replaceDelay = 2 * waitLong // only the call's end starts it
+		// --warm 2: two calls at once have spares. Only a call's end
+		// starts its replacement, never the delay.
+		z := newZygoteRig(t, 2, nil)
+		z.pool.warm.replaceDelay = 2 * waitLong
 		z.runPID(t, "teach")
 		z.zygote(t)
 		spares := z.waitForked(t, 1+forkedSparesAhead)
