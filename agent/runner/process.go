@@ -46,6 +46,8 @@ type Config struct {
 	Log             *slog.Logger
 	Metrics         *metrics.Metrics // nil-safe: nil without --listen
 	NodeLog         NodeLog          // how a node's stderr lines are logged (--node-log-level)
+
+	dirs *callDirs // the pool's call directories kept for reuse; set by NewPool
 }
 
 // NodeLog is the level a node's stderr lines are logged at, or Off: a
@@ -82,6 +84,7 @@ type Pool struct {
 // NewPool starts keeping cfg.Spares spare runners.
 func NewPool(cfg Config) *Pool {
 	p := &Pool{cfg: cfg}
+	p.cfg.dirs = &callDirs{stateDir: cfg.StateDir}
 	p.warm = newWarmPool(&p.cfg)
 	p.boxes = &boxesAhead{cfg: &p.cfg, behind: &p.behind}
 	return p
@@ -96,6 +99,7 @@ func (p *Pool) Close() {
 	p.boxes.close()
 	p.behind.Wait()
 	p.boxes.discard()
+	p.cfg.dirs.close()
 }
 
 // Spec is one call's runner.
@@ -447,9 +451,10 @@ func (p *Process) End(answered bool) Usage {
 	p.pipes.close()
 	<-p.exited
 	usage := p.box.usage()
+	reuse := p.box.emptied()
 	p.behind.Go(func() {
 		p.box.teardown()
-		if err := p.dir.remove(); err != nil {
+		if err := p.cfg.dirs.recycle(p.dir, reuse); err != nil {
 			p.log.Warn("could not remove the call's directory", "dir", p.dir.path, "error", err)
 		}
 	})

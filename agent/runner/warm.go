@@ -629,7 +629,7 @@ func (s *spare) start() (*os.File, error) {
 		closeAll()
 		return nil, fmt.Errorf("creating the runner's pipes: %w", err)
 	}
-	dir, err := newCallDir(p.cfg.StateDir)
+	dir, err := p.cfg.newCallDir()
 	if err != nil {
 		closeAll()
 		return nil, err

@@ -148,7 +148,7 @@ func (z *spare) fork(s *spare, forCall bool) error {
 		files = append(files, r, w)
 		ends[i] = [2]*os.File{r, w}
 	}
-	dir, err := newCallDir(p.cfg.StateDir)
+	dir, err := p.cfg.newCallDir()
 	if err != nil {
 		closeAll()
 		return err

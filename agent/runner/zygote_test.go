@@ -400,6 +400,65 @@ func TestZygotes(t *testing.T) {
 	})
 }
 
+// messyNode leaves files, a read-only directory and its call directory
+// opened to others; it answers with what it found in its call directory
+// when it began, and that directory's path and mode.
+const messyNode = `import os, stat
+def f():
+    d = os.environ["FLUKSIO_CALL_DIR"]
+    found = sorted(n for n in os.listdir(d) if n.startswith("left-"))
+    mode = stat.S_IMODE(os.stat(d).st_mode)
+    open(os.path.join(d, "left-file"), "w").write("secret of the last call")
+    os.makedirs(os.path.join(d, "left-dir", "sub"))
+    open(os.path.join(d, "left-dir", "sub", "f"), "w").write("x")
+    os.chmod(os.path.join(d, "left-dir"), 0o500)
+    os.chmod(d, 0o777)
+    return {"dir": d, "mode": mode, "found": found}
+`
+
+// With a cgroup per call, a call's directory is emptied once the call's
+// processes are gone and serves a later call: the same path, private
+// again, nothing of the earlier call in it.
+func TestZygoteCallDirIsReusedEmpty(t *testing.T) {
+	t.Parallel()
+	if !inContainedChild(t) {
+		return
+	}
+	z := newZygoteRig(t, 0, nil) // cold starts: boxes made ahead take the emptied directories
+	seen := map[string]bool{}
+	reused := false
+	for i := range 4 {
+		c, err := z.runNode(context.Background(), "messy-"+strconv.Itoa(i), messyNode)
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		a := answer(t, c.output(t))
+		if ok, _ := a["ok"].(bool); !ok {
+			t.Fatalf("call %d failed: %s", i, c.outputLine(a))
+		}
+		c.end(t, true)
+		out := a["outputs"].(map[string]any)
+		dir, _ := out["dir"].(string)
+		if found, _ := out["found"].([]any); len(found) > 0 {
+			t.Errorf("call %d found what an earlier call left in %s: %v", i, dir, found)
+		}
+		if mode, _ := out["mode"].(float64); mode != 0o700 {
+			t.Errorf("call %d: its directory %s had mode %o; want 0700", i, dir, int(mode))
+		}
+		reused = reused || seen[dir]
+		seen[dir] = true
+	}
+	if !reused {
+		t.Errorf("no call directory served a second call: %v", seen)
+	}
+	z.pool.Close()
+	for dir := range seen {
+		if fileExists(dir) {
+			t.Errorf("%s is left after Pool.Close", dir)
+		}
+	}
+}
+
 // End returns, and the slot passes to the next call, only once every
 // process of the call is gone, one that escaped its group and ignores
 // SIGTERM included: never more than --parallel calls' processes at once.
