@@ -525,7 +525,11 @@ class Cancel:
             # while the main thread is busy in C code and cannot run Python.
             signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
             self.wakeup = (read_fd, write_fd)
-            threading.Thread(target=self._watch, args=(read_fd,), name="fluksio-cancel", daemon=True).start()
+            # A bare thread: threading's would make this one wait until it
+            # runs (on a busy machine, a spare ready that much later), and
+            # node code never waits for it (as threading does not for a
+            # daemon thread).
+            _thread.start_new_thread(self._watch, (read_fd,))
         except (ValueError, OSError):
             pass
 
@@ -2553,9 +2557,13 @@ def spare_prepare() -> None:
 
 def preload_and_report(fd: int, preloads: list) -> None:
     """Imports the SDK and the preloads, and reports as spare_prepare says."""
-    # What every call needs (ctypes, for C stdio; the code cache's modules)
-    # is loaded now, not while the engine waits for the answer.
+    # What every call needs (ctypes, for C stdio; the code cache's modules;
+    # faulthandler and, for a zygote's forks, fcntl) is loaded now, not
+    # while the engine waits for the answer or in each fork (an import a
+    # fork makes costs it half a millisecond and a hundred pages copied).
     flush_node_output()
+    import faulthandler  # noqa: F401
+    import fcntl  # noqa: F401
     import importlib.util
     import marshal
     import zlib
