@@ -514,6 +514,10 @@ class Cancel:
         # cancelled() never misses a SIGTERM the watcher is taking.
         self.signalled = False
         self.pipe_lock = threading.Lock()
+        # The watcher thread's life, and the exit's watchdog it becomes
+        # once the call answered (watch_exit).
+        self.watching = False
+        self.at_exit = None
 
     def install(self) -> None:
         signal.signal(signal.SIGTERM, self._handler)
@@ -529,9 +533,10 @@ class Cancel:
             # runs (on a busy machine, a spare ready that much later), and
             # node code never waits for it (as threading does not for a
             # daemon thread).
+            self.watching = True
             _thread.start_new_thread(self._watch, (read_fd,))
-        except (ValueError, OSError):
-            pass
+        except (ValueError, OSError, RuntimeError):
+            self.watching = False
 
     def forget_in_child(self) -> None:
         """In a forked child: SIGTERM is the child's business again.
@@ -602,19 +607,42 @@ class Cancel:
                 self.signalled = True
             return bool(data)
 
+    def watch_exit(self, watchdog) -> bool:
+        """Makes the watcher thread run watchdog, as the runner's exit begins; False if it cannot.
+
+        One thread fewer to start after the answer, and to end at the
+        exit. It cannot when there is none, or when a cancel already took
+        it (SIGTERM is the default action by now: no other is coming).
+        """
+        with self.pipe_lock:
+            if not self.watching or self.signalled:
+                return False
+            self.at_exit = watchdog
+        try:
+            _WRITE(self.wakeup[1], b"\0")  # not a signal number: wakes the watcher only
+        except OSError:
+            return False
+        return True
+
     def _watch(self, read_fd: int) -> None:
-        while True:
-            try:
-                select.select([read_fd], [], [])
-            except (OSError, ValueError):
-                return
-            if not self._take_signals(read_fd):
-                return
-            if self.signalled:
-                time.sleep(cancel_grace())
-                if self.on_timeout is not None:
-                    self.on_timeout()
-                return
+        try:
+            while True:
+                try:
+                    select.select([read_fd], [], [])
+                except (OSError, ValueError):
+                    return
+                if not self._take_signals(read_fd):
+                    return
+                if self.at_exit is not None:
+                    self.at_exit()
+                    return
+                if self.signalled:
+                    time.sleep(cancel_grace())
+                    if self.on_timeout is not None:
+                        self.on_timeout()
+                    return
+        finally:
+            self.watching = False
 
 
 CANCEL = Cancel()
@@ -2252,9 +2280,10 @@ def exit_like_a_script(status: int, echo_fd: int) -> None:
         finally:
             _EXIT(status)
 
-    # A bare thread: threading's would make this one wait until it runs,
-    # and threading does not join it.
-    _thread.start_new_thread(watchdog, ())
+    if not CANCEL.watch_exit(watchdog):
+        # A bare thread: threading's would make this one wait until it
+        # runs, and threading does not join it.
+        _thread.start_new_thread(watchdog, ())
     try:
         shut_down_as_python_does()
         cache_code()
