@@ -155,7 +155,8 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 	if code := w.wait(10 * time.Second); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	if took := time.Since(start); took > 5*time.Second {
+	// Not the 60 s --cancel-grace the first signal gave the call.
+	if took := time.Since(start); took > 30*time.Second {
 		t.Errorf("second signal took %s", took)
 	}
 	// Killed calls may still log as the process exits: not the last line.

@@ -241,7 +241,8 @@ func checkArchives(t *testing.T, r release) {
 	for _, a := range archives {
 		names := tarNames(t, a.Path)
 		for _, want := range []string{"fluksio-worker", "README.md", "LICENSE", "config.example.toml", "fluksio-worker.sbatch",
-			"man/fluksio-worker.1.gz", "completions/fluksio-worker.bash", "completions/_fluksio-worker", "completions/fluksio-worker.fish"} {
+			"man/fluksio-worker.1.gz", "completions/fluksio-worker.bash",
+			"monitoring/fluksio-worker.rules.yaml", "monitoring/fluksio-worker-dashboard.json", "completions/_fluksio-worker", "completions/fluksio-worker.fish"} {
 			if !slices.Contains(names, want) {
 				t.Errorf("%s lacks %s (has %v)", a.Name, want, names)
 			}
@@ -322,6 +323,8 @@ var packagedFiles = []string{
 	"/usr/share/doc/fluksio-worker/config.example.toml",
 	"/usr/share/doc/fluksio-worker/CLUSTER.md",
 	"/usr/share/doc/fluksio-worker/examples/fluksio-worker.sbatch",
+	"/usr/share/doc/fluksio-worker/examples/monitoring/fluksio-worker.rules.yaml",
+	"/usr/share/doc/fluksio-worker/examples/monitoring/fluksio-worker-dashboard.json",
 	"/usr/share/man/man1/fluksio-worker.1.gz",
 	"/usr/share/bash-completion/completions/fluksio-worker",
 	"/usr/share/fish/vendor_completions.d/fluksio-worker.fish",

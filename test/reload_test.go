@@ -261,7 +261,8 @@ func TestReloadTimeout(t *testing.T) {
 	if ok, typ, msg := answerError(t, answer); ok || typ != "NodeCancelled" || !strings.Contains(msg, "--reload-timeout") {
 		t.Errorf("the call over --reload-timeout answered %s; want NodeCancelled naming --reload-timeout", answer.Raw)
 	}
-	if took < time.Second || took > 8*time.Second {
+	// Not before the bound; and not the node's own 60 s.
+	if took < time.Second || took > 30*time.Second {
 		t.Errorf("the call was stopped after %v; --reload-timeout is 1s", took)
 	}
 	gone(t, wk, 10*time.Second, "the stopped call")

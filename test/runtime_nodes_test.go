@@ -265,7 +265,8 @@ def train(tag, cleanup):
 		// the grace is over, before the worker's SIGKILL.
 		out, took = cancelAfterStart("slow", 30)
 		nodeError(t, out, "NodeCancelled", "did not stop in time")
-		if took < 3500*time.Millisecond || took > 8*time.Second {
+		// Not before the grace; and not the cleanup's own 30 s.
+		if took < 3500*time.Millisecond || took > 20*time.Second {
 			t.Errorf("the runtime gave up on the cleanup after %s, want about the 4 s grace", took)
 		}
 	})
