@@ -514,6 +514,10 @@ class Cancel:
         # cancelled() never misses a SIGTERM the watcher is taking.
         self.signalled = False
         self.pipe_lock = threading.Lock()
+        # The watcher thread's life, and the exit's watchdog it becomes
+        # once the call answered (watch_exit).
+        self.watching = False
+        self.at_exit = None
 
     def install(self) -> None:
         signal.signal(signal.SIGTERM, self._handler)
@@ -525,9 +529,14 @@ class Cancel:
             # while the main thread is busy in C code and cannot run Python.
             signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
             self.wakeup = (read_fd, write_fd)
-            threading.Thread(target=self._watch, args=(read_fd,), name="fluksio-cancel", daemon=True).start()
-        except (ValueError, OSError):
-            pass
+            # A bare thread: threading's would make this one wait until it
+            # runs (on a busy machine, a spare ready that much later), and
+            # node code never waits for it (as threading does not for a
+            # daemon thread).
+            self.watching = True
+            _thread.start_new_thread(self._watch, (read_fd,))
+        except (ValueError, OSError, RuntimeError):
+            self.watching = False
 
     def forget_in_child(self) -> None:
         """In a forked child: SIGTERM is the child's business again.
@@ -598,19 +607,42 @@ class Cancel:
                 self.signalled = True
             return bool(data)
 
+    def watch_exit(self, watchdog) -> bool:
+        """Makes the watcher thread run watchdog, as the runner's exit begins; False if it cannot.
+
+        One thread fewer to start after the answer, and to end at the
+        exit. It cannot when there is none, or when a cancel already took
+        it (SIGTERM is the default action by now: no other is coming).
+        """
+        with self.pipe_lock:
+            if not self.watching or self.signalled:
+                return False
+            self.at_exit = watchdog
+        try:
+            _WRITE(self.wakeup[1], b"\0")  # not a signal number: wakes the watcher only
+        except OSError:
+            return False
+        return True
+
     def _watch(self, read_fd: int) -> None:
-        while True:
-            try:
-                select.select([read_fd], [], [])
-            except (OSError, ValueError):
-                return
-            if not self._take_signals(read_fd):
-                return
-            if self.signalled:
-                time.sleep(cancel_grace())
-                if self.on_timeout is not None:
-                    self.on_timeout()
-                return
+        try:
+            while True:
+                try:
+                    select.select([read_fd], [], [])
+                except (OSError, ValueError):
+                    return
+                if not self._take_signals(read_fd):
+                    return
+                if self.at_exit is not None:
+                    self.at_exit()
+                    return
+                if self.signalled:
+                    time.sleep(cancel_grace())
+                    if self.on_timeout is not None:
+                        self.on_timeout()
+                    return
+        finally:
+            self.watching = False
 
 
 CANCEL = Cancel()
@@ -2127,6 +2159,21 @@ REHEARSAL = json.dumps(
 ).encode("ascii")
 
 
+# A forked spare rehearses its call (rehearse_call) once it has waited this
+# long for it: a spare is forked as the call before it starts, and its
+# rehearsal must not take the CPU that call answers with; a call that
+# arrives sooner pays the pages it writes itself, as without a rehearsal.
+REHEARSE_AFTER_S = 0.05
+
+
+def request_waiting(timeout: float) -> bool:
+    """Whether the request (or the end of stdin) arrives within timeout seconds."""
+    try:
+        return bool(select.select([0], [], [], timeout)[0])
+    except (OSError, ValueError):
+        return True  # read_request says what is wrong with stdin
+
+
 def rehearse_call() -> None:
     """Goes through a call's path on a node of its own, and leaves nothing of it behind.
 
@@ -2248,9 +2295,10 @@ def exit_like_a_script(status: int, echo_fd: int) -> None:
         finally:
             _EXIT(status)
 
-    # A bare thread: threading's would make this one wait until it runs,
-    # and threading does not join it.
-    _thread.start_new_thread(watchdog, ())
+    if not CANCEL.watch_exit(watchdog):
+        # A bare thread: threading's would make this one wait until it
+        # runs, and threading does not join it.
+        _thread.start_new_thread(watchdog, ())
     try:
         shut_down_as_python_does()
         cache_code()
@@ -2553,9 +2601,13 @@ def spare_prepare() -> None:
 
 def preload_and_report(fd: int, preloads: list) -> None:
     """Imports the SDK and the preloads, and reports as spare_prepare says."""
-    # What every call needs (ctypes, for C stdio; the code cache's modules)
-    # is loaded now, not while the engine waits for the answer.
+    # What every call needs (ctypes, for C stdio; the code cache's modules;
+    # faulthandler and, for a zygote's forks, fcntl) is loaded now, not
+    # while the engine waits for the answer or in each fork (an import a
+    # fork makes costs it half a millisecond and a hundred pages copied).
     flush_node_output()
+    import faulthandler  # noqa: F401
+    import fcntl  # noqa: F401
     import importlib.util
     import marshal
     import zlib
@@ -2831,7 +2883,7 @@ def main() -> None:
     )
     try:
         prepare_call(channel, echo_fd, worker_pipes)
-        if FORKED:
+        if FORKED and not request_waiting(REHEARSE_AFTER_S):
             rehearse_call()
         request = read_request(channel)
         # stdin stays open until the call ends; node code must not wait on it.

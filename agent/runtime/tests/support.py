@@ -192,9 +192,10 @@ class Zygote:
             os.close(fd)
         return pid, ends[0][1], ends[1][0], [ends[2][0], ends[3][0]]
 
-    def run(self, request, env, cwd=""):
-        """Runs request in a forked runner; returns its answer once the runner is gone (its stdout closed)."""
+    def run(self, request, env, cwd="", after=0.0):
+        """Runs request in a forked runner, written after that many seconds; returns its answer once the runner is gone."""
         pid, stdin_w, stdout_r, outputs = self.fork(env, cwd)
+        time.sleep(after)
         with os.fdopen(stdin_w, "wb") as stdin:
             stdin.write(json.dumps(request).encode() + b"\n")
         with os.fdopen(stdout_r, "rb") as stdout:

@@ -86,7 +86,8 @@ class ZygoteTest(unittest.TestCase):
         env = [k + "=" + v for k, v in os.environ.items() if k != "PYTHONPATH"]
         call_dir = tempfile.mkdtemp(prefix="fluksio-zygote-")
         self.addCleanup(shutil.rmtree, call_dir, True)
-        answer = self.zygote.run(run_request(probe, "f"), env + ["FLUKSIO_CALL_DIR=" + call_dir], call_dir)
+        # Written late: a spare rehearses only once it has waited a while.
+        answer = self.zygote.run(run_request(probe, "f"), env + ["FLUKSIO_CALL_DIR=" + call_dir], call_dir, after=0.5)
         self.assertTrue(answer.get("ok"), answer)
         self.assertEqual(answer["outputs"], {"modules": [], "lines": [], "specs": [], "functions": [], "files": ["pipeline.py"]})
 
