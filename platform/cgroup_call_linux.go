@@ -329,16 +329,37 @@ func (g *CallCgroup) Populated() bool {
 
 // WaitEmpty waits up to wait for the cgroup to hold no process, and
 // reports whether it is empty. Exited processes leave at once, before they
-// are reaped.
+// are reaped. The kernel wakes the wait: it marks cgroup.events changed
+// (POLLPRI) when the cgroup's last process leaves, so the wait ends then,
+// not at the next look of a poll loop, and costs nothing meanwhile.
 func (g *CallCgroup) WaitEmpty(wait time.Duration) bool {
 	deadline := time.Now().Add(wait)
-	for g.Populated() {
-		if time.Now().After(deadline) {
+	fd, err := unix.Open(filepath.Join(g.dir, "cgroup.events"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return !g.Populated() // gone already, or unreadable: as Populated says
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, 256)
+	for {
+		// Reading the file arms the notification: a change after this
+		// read wakes the poll below, one before it is read here.
+		n, err := unix.Pread(fd, buf, 0)
+		if err != nil {
+			return !g.Populated()
+		}
+		if keyedValueOf(buf[:n], "populated") == 0 {
+			return true
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
 			return false
 		}
-		time.Sleep(time.Millisecond)
+		ms := int((left + time.Millisecond - 1) / time.Millisecond)
+		_, err = unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLPRI}}, ms)
+		if err != nil && err != unix.EINTR {
+			return !g.Populated()
+		}
 	}
-	return true
 }
 
 // Kill kills everything in the cgroup: cgroup.kill (Linux 5.14), else
@@ -386,6 +407,11 @@ func keyedValue(path, key string) int64 {
 	if err != nil {
 		return 0
 	}
+	return keyedValueOf(b, key)
+}
+
+// keyedValueOf is key's value in "key value" lines.
+func keyedValueOf(b []byte, key string) int64 {
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, key+" "); ok {
 			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)

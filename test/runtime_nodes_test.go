@@ -550,9 +550,12 @@ def train():
 		if filepath.Base(filepath.Dir(cwd)) != "calls" || out["mode"] != float64(0o700) {
 			t.Fatalf("the node's working directory was %v (mode %o), want a private <state-dir>/calls/... one", cwd, int(out["mode"].(float64)))
 		}
-		eventually(t, 10*time.Second, "the call's directory to be removed", func() bool {
-			_, err := os.Stat(cwd)
-			return os.IsNotExist(err)
+		// Scratch: gone after the call (the directory itself may be kept,
+		// emptied, for a later call).
+		eventually(t, 10*time.Second, "what the node wrote in the call's directory to be removed", func() bool {
+			_, file := os.Stat(filepath.Join(cwd, "checkpoint.pt"))
+			_, dir := os.Stat(filepath.Join(cwd, "runs"))
+			return os.IsNotExist(file) && os.IsNotExist(dir)
 		})
 	})
 }

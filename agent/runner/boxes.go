@@ -49,7 +49,7 @@ func (a *boxesAhead) take(log *slog.Logger) (*box, *callDir, error) {
 		m.box.log = log
 		return m.box, m.dir, nil
 	}
-	dir, err := newCallDir(a.cfg.StateDir)
+	dir, err := a.cfg.newCallDir()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -59,7 +59,7 @@ func (a *boxesAhead) take(log *slog.Logger) (*box, *callDir, error) {
 // makeOne makes a box ahead. One that cannot be made is not: the cold
 // start that finds none makes its own, and says what failed.
 func (a *boxesAhead) makeOne() {
-	dir, err := newCallDir(a.cfg.StateDir)
+	dir, err := a.cfg.newCallDir()
 	if err != nil {
 		return
 	}

@@ -107,6 +107,18 @@ type box struct {
 	// stopped at shutdown), so what the sweep still finds is expected,
 	// not a node that outlived its call.
 	killed bool
+	// empty: the sweep found the call's cgroup empty; nothing of the call
+	// runs, or ever will again.
+	empty bool
+}
+
+// emptied reports whether the sweep found the call's cgroup empty: then,
+// and only then, nothing of the call can touch its directory again (a
+// process without the cookie that left its group could, without one).
+func (b *box) emptied() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.empty
 }
 
 // leftover says the sweep found processes still running: a warning about
@@ -253,14 +265,18 @@ func (b *box) anyAlive() bool {
 // reads what the call cost, before teardown removes the cgroup.
 func (b *box) sweep() {
 	if g := b.cg; g != nil {
-		if g.Populated() {
+		empty := !g.Populated()
+		if !empty {
 			b.leftover("processes of the call were still running after it was stopped; killing its cgroup")
 			g.Kill()
-			if !g.WaitEmpty(reapWait) {
+			if empty = g.WaitEmpty(reapWait); !empty {
 				b.log.Warn("processes of the call's cgroup did not exit after SIGKILL", "cgroup", g.Dir(), "waited", reapWait.String())
 			}
 		}
 		b.cgCPU, b.cgPeak = g.CPU(), g.PeakMemory()
+		b.mu.Lock()
+		b.empty = empty
+		b.mu.Unlock()
 		platform.ReapOrphans()
 		return
 	}

@@ -46,6 +46,8 @@ type Config struct {
 	Log             *slog.Logger
 	Metrics         *metrics.Metrics // nil-safe: nil without --listen
 	NodeLog         NodeLog          // how a node's stderr lines are logged (--node-log-level)
+
+	dirs *callDirs // the pool's call directories kept for reuse; set by NewPool
 }
 
 // NodeLog is the level a node's stderr lines are logged at, or Off: a
@@ -82,6 +84,7 @@ type Pool struct {
 // NewPool starts keeping cfg.Spares spare runners.
 func NewPool(cfg Config) *Pool {
 	p := &Pool{cfg: cfg}
+	p.cfg.dirs = &callDirs{stateDir: cfg.StateDir}
 	p.warm = newWarmPool(&p.cfg)
 	p.boxes = &boxesAhead{cfg: &p.cfg, behind: &p.behind}
 	return p
@@ -96,6 +99,7 @@ func (p *Pool) Close() {
 	p.boxes.close()
 	p.behind.Wait()
 	p.boxes.discard()
+	p.cfg.dirs.close()
 }
 
 // Spec is one call's runner.
@@ -195,7 +199,7 @@ const (
 
 	// stopPoll is how often a stopping group is checked for being gone,
 	// once its leader is: no event says when the rest of a process group
-	// is gone.
+	// is gone (one does for a cgroup: CallCgroup.WaitEmpty).
 	stopPoll = 10 * time.Millisecond
 
 	// reapWait bounds how long the end of a call waits for processes it
@@ -377,7 +381,8 @@ func (p *Process) stopLadder() {
 	if !p.box.signalAll(syscall.SIGTERM) {
 		return
 	}
-	deadline := time.NewTimer(p.cfg.CancelGrace + runnerAnswerMargin)
+	until := time.Now().Add(p.cfg.CancelGrace + runnerAnswerMargin)
+	deadline := time.NewTimer(time.Until(until))
 	defer deadline.Stop()
 	// While the runner lives its group does; only then is there anything
 	// to poll for.
@@ -385,6 +390,12 @@ func (p *Process) stopLadder() {
 	case <-p.exited:
 	case <-deadline.C:
 		p.kill()
+		return
+	}
+	// The kernel says when the call's cgroup is empty: the call's slot
+	// passes on at that moment, not at the next look of the poll below
+	// (which still finds a group member a root node moved out of it).
+	if g := p.box.cg; g != nil && g.WaitEmpty(time.Until(until)) && !p.box.anyAlive() {
 		return
 	}
 	tick := time.NewTicker(stopPoll)
@@ -440,9 +451,10 @@ func (p *Process) End(answered bool) Usage {
 	p.pipes.close()
 	<-p.exited
 	usage := p.box.usage()
+	reuse := p.box.emptied()
 	p.behind.Go(func() {
 		p.box.teardown()
-		if err := p.dir.remove(); err != nil {
+		if err := p.cfg.dirs.recycle(p.dir, reuse); err != nil {
 			p.log.Warn("could not remove the call's directory", "dir", p.dir.path, "error", err)
 		}
 	})

@@ -70,6 +70,9 @@ const spareReadyTimeout = 2 * time.Minute
 
 // replaceDelay is how long a call handed a spare runs before the spare's
 // replacement starts, if it has not ended by then: most short calls have.
+// A replacement made beside a short call takes the CPU the call answers
+// with: an interpreter start, and even a fork from a zygote (which put 2
+// to 3 ms on a trivial call's answer on two loaded cores).
 const replaceDelay = 10 * time.Millisecond
 
 // forkedSparesAhead is how many spares an environment forked from a zygote
@@ -90,8 +93,10 @@ type warmPool struct {
 	cfg     *Config
 	max     int
 	preload string // comma-joined --preload, for the embedded runtime only
-	// forkTimeout is the const, but for tests that keep a fork in flight.
-	forkTimeout time.Duration
+	// forkTimeout is the const, but for tests that keep a fork in flight;
+	// replaceDelay too, for tests that watch a call's spare replaced.
+	forkTimeout  time.Duration
+	replaceDelay time.Duration
 
 	mu       sync.Mutex
 	envs     []*warmEnv // most recently used first
@@ -152,7 +157,7 @@ func newWarmPool(cfg *Config) *warmPool {
 	if n <= 0 {
 		return nil
 	}
-	p := &warmPool{cfg: cfg, max: n, forkTimeout: forkTimeout, janitor: make(chan struct{}), reported: map[string]bool{}}
+	p := &warmPool{cfg: cfg, max: n, forkTimeout: forkTimeout, replaceDelay: replaceDelay, janitor: make(chan struct{}), reported: map[string]bool{}}
 	if len(cfg.Preload) > 0 {
 		p.preload = strings.Join(cfg.Preload, ",")
 	}
@@ -194,8 +199,6 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 	we.running++
 	we.want = max(we.want, we.running)
 	forked := false
-	// A spare forked from a zygote is replaced at once: a fork costs the
-	// call next to it little, and back-to-back calls find one ready.
 	forking := we.zyg != nil && we.zyg.ready && !we.zyg.retired
 	waitUntil := time.Now().Add(callForkTimeout)
 	for s == nil {
@@ -268,7 +271,13 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 			we.failures = 0
 		}
 	}
-	if s == nil || forked || forking {
+	// A spare is replaced at once where none was ready, or where the
+	// forked spares left no longer cover the environment's calls at once
+	// (calls come back to back: the zygote forks one at a time, and a
+	// replacement forked late leaves the next call none). Otherwise its
+	// replacement waits for the call (replaceDelay).
+	short := forking && p.countReadyLocked(we) < we.want
+	if s == nil || forked || short {
 		p.fillLocked()
 	}
 	p.publishLocked()
@@ -278,13 +287,14 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 		return nil, func() { p.ended(we) }
 	}
 	p.cfg.Metrics.WarmHit()
-	if forking || forked {
+	if forked || short {
 		return s, func() { p.ended(we) }
 	}
 	// The replacement starts once the call ended or replaceDelay after
-	// it started, whichever comes first: an interpreter starting beside a
-	// short call would take the CPU it answers with.
-	replace := time.AfterFunc(replaceDelay, func() {
+	// it started, whichever comes first (see replaceDelay). An environment
+	// forked from a zygote keeps a spare ahead meanwhile, so a call that
+	// comes back to back still finds one ready.
+	replace := time.AfterFunc(p.replaceDelay, func() {
 		p.mu.Lock()
 		p.fillLocked()
 		p.mu.Unlock()
@@ -328,6 +338,17 @@ func (p *warmPool) forkingLocked(we *warmEnv) *spare {
 		}
 	}
 	return nil
+}
+
+// countReadyLocked counts the ready spares of we.
+func (p *warmPool) countReadyLocked(we *warmEnv) int {
+	n := 0
+	for _, s := range we.spares {
+		if s.ready && !s.retired {
+			n++
+		}
+	}
+	return n
 }
 
 // readyLocked is the oldest ready spare of we, or nil.
@@ -608,7 +629,7 @@ func (s *spare) start() (*os.File, error) {
 		closeAll()
 		return nil, fmt.Errorf("creating the runner's pipes: %w", err)
 	}
-	dir, err := newCallDir(p.cfg.StateDir)
+	dir, err := p.cfg.newCallDir()
 	if err != nil {
 		closeAll()
 		return nil, err
@@ -742,7 +763,7 @@ func (p *warmPool) discard(s *spare) {
 		}
 	}
 	if s.zyg != nil {
-		s.closeControl() // no fork is in flight after this
+		s.closeControl() // the zygote serves no fork after this
 	}
 	// Nothing of a call ran in it: no grace is owed.
 	s.box.killed = true

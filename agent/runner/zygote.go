@@ -105,6 +105,11 @@ type forkRequest struct {
 // zygote z: started, in its own box, waiting for its request. forCall is
 // a fork a call waits for: it does not wait for a fork in flight
 // (errZygoteBusy), and gives the zygote callForkTimeout to answer.
+//
+// The zygote serves one fork at a time, up to its answer (the runner's
+// pid); taking the runner in (its move into the call's cgroup, which
+// waits for the kernel's RCU: 10 ms and more on a loaded machine) is the
+// worker's alone, and goes on while the zygote forks the next spare.
 func (z *spare) fork(s *spare, forCall bool) error {
 	p := z.pool
 	timeout := p.forkTimeout
@@ -116,7 +121,14 @@ func (z *spare) fork(s *spare, forCall bool) error {
 	} else {
 		z.zyg.mu.Lock()
 	}
-	defer z.zyg.mu.Unlock()
+	serving := true
+	served := func() { // the zygote is free for the next fork
+		if serving {
+			serving = false
+			z.zyg.mu.Unlock()
+		}
+	}
+	defer served()
 	if z.zyg.ctl == nil {
 		return errors.New("the zygote was stopped")
 	}
@@ -136,7 +148,7 @@ func (z *spare) fork(s *spare, forCall bool) error {
 		files = append(files, r, w)
 		ends[i] = [2]*os.File{r, w}
 	}
-	dir, err := newCallDir(p.cfg.StateDir)
+	dir, err := p.cfg.newCallDir()
 	if err != nil {
 		closeAll()
 		return err
@@ -185,6 +197,7 @@ func (z *spare) fork(s *spare, forCall bool) error {
 		}
 		return pid, nil
 	})
+	served()
 	if err != nil {
 		return fail(err)
 	}

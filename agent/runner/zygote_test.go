@@ -222,6 +222,19 @@ func (z *zygoteRig) waitForked(t *testing.T, n int) []int {
 	return nil
 }
 
+// sparesKept counts the spares of the pool's environments, ready or
+// being forked.
+func (z *zygoteRig) sparesKept() int {
+	p := z.pool.warm
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, we := range p.envs {
+		n += len(we.spares)
+	}
+	return n
+}
+
 // zygoteState says whether the zygote with pid is still the pool's, ready.
 func (z *zygoteRig) zygoteIs(pid int) bool {
 	p := z.pool.warm
@@ -313,13 +326,53 @@ func TestZygotes(t *testing.T) {
 		if got := z.runPID(t, "warm"); !containsInt(spares, got) {
 			t.Errorf("the call ran in %d; want one of the forked spares %v", got, spares)
 		}
-		// Back to back, every call finds a forked spare ready: the
-		// replacement is forked as soon as a spare is taken.
+		// Back to back, every call finds a forked spare ready: the one
+		// kept ahead, while the last call's replacement is forked.
 		for i := range 10 {
 			z.runPID(t, "back-to-back-"+strconv.Itoa(i))
 		}
 		if misses := metric(t, z.m, "fluksio_worker_warm_runner_misses_total"); misses != 1 {
 			t.Errorf("%v calls started cold; want only the one that taught the environment", misses)
+		}
+	})
+	t.Run("ReplacementWaitsForTheCallWhileSparesAreLeft", func(t *testing.T) {
+		t.Parallel()
+		// --warm 2: two calls at once have spares. Only a call's end
+		// starts its replacement, never the delay.
+		z := newZygoteRig(t, 2, nil)
+		z.pool.warm.replaceDelay = 2 * waitLong
+		z.runPID(t, "teach")
+		z.zygote(t)
+		spares := z.waitForked(t, 1+forkedSparesAhead)
+		c, err := z.run(context.Background(), "running")
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		// The call has answered and its runner is still there: no fork
+		// beside it takes the CPU it answers with.
+		ran := pidOf(answer(t, c.output(t))["outputs"].(map[string]any), "pid")
+		if !containsInt(spares, ran) {
+			t.Fatalf("the call ran in %d; want one of the forked spares %v", ran, spares)
+		}
+		if n := z.sparesKept(); n != forkedSparesAhead {
+			t.Errorf("%d spares ready or being forked while the call runs; want the %d left, its replacement not yet forked", n, forkedSparesAhead)
+		}
+		// A second call while the first runs takes the last spare: the
+		// spares left no longer cover the calls at once, so they are
+		// forked at once, as many as now ran at once and one more.
+		second, err := z.run(context.Background(), "second")
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		if n := z.sparesKept(); n != 2+forkedSparesAhead {
+			t.Errorf("%d spares ready or being forked once the last was taken; want %d forked at once", n, 2+forkedSparesAhead)
+		}
+		answer(t, second.output(t))
+		second.end(t, true)
+		c.end(t, true)
+		next := z.waitForked(t, 2+forkedSparesAhead)
+		if containsInt(next, ran) {
+			t.Errorf("the ended call's runner is among the spares %v", next)
 		}
 	})
 	t.Run("KilledZygoteIsReplaced", func(t *testing.T) {
@@ -345,6 +398,65 @@ func TestZygotes(t *testing.T) {
 		}
 		gone(t, "the killed zygote", zyg)
 	})
+}
+
+// messyNode leaves files, a read-only directory and its call directory
+// opened to others; it answers with what it found in its call directory
+// when it began, and that directory's path and mode.
+const messyNode = `import os, stat
+def f():
+    d = os.environ["FLUKSIO_CALL_DIR"]
+    found = sorted(n for n in os.listdir(d) if n.startswith("left-"))
+    mode = stat.S_IMODE(os.stat(d).st_mode)
+    open(os.path.join(d, "left-file"), "w").write("secret of the last call")
+    os.makedirs(os.path.join(d, "left-dir", "sub"))
+    open(os.path.join(d, "left-dir", "sub", "f"), "w").write("x")
+    os.chmod(os.path.join(d, "left-dir"), 0o500)
+    os.chmod(d, 0o777)
+    return {"dir": d, "mode": mode, "found": found}
+`
+
+// With a cgroup per call, a call's directory is emptied once the call's
+// processes are gone and serves a later call: the same path, private
+// again, nothing of the earlier call in it.
+func TestZygoteCallDirIsReusedEmpty(t *testing.T) {
+	t.Parallel()
+	if !inContainedChild(t) {
+		return
+	}
+	z := newZygoteRig(t, 0, nil) // cold starts: boxes made ahead take the emptied directories
+	seen := map[string]bool{}
+	reused := false
+	for i := range 4 {
+		c, err := z.runNode(context.Background(), "messy-"+strconv.Itoa(i), messyNode)
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		a := answer(t, c.output(t))
+		if ok, _ := a["ok"].(bool); !ok {
+			t.Fatalf("call %d failed: %s", i, c.outputLine(a))
+		}
+		c.end(t, true)
+		out := a["outputs"].(map[string]any)
+		dir, _ := out["dir"].(string)
+		if found, _ := out["found"].([]any); len(found) > 0 {
+			t.Errorf("call %d found what an earlier call left in %s: %v", i, dir, found)
+		}
+		if mode, _ := out["mode"].(float64); mode != 0o700 {
+			t.Errorf("call %d: its directory %s had mode %o; want 0700", i, dir, int(mode))
+		}
+		reused = reused || seen[dir]
+		seen[dir] = true
+	}
+	if !reused {
+		t.Errorf("no call directory served a second call: %v", seen)
+	}
+	z.pool.Close()
+	for dir := range seen {
+		if fileExists(dir) {
+			t.Errorf("%s is left after Pool.Close", dir)
+		}
+	}
 }
 
 // End returns, and the slot passes to the next call, only once every

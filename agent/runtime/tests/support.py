@@ -158,12 +158,17 @@ class Call:
 class Zygote:
     """The runtime in zygote mode (--fluksio-zygote REPORT CONTROL MODS), asked for runners as the worker asks."""
 
-    def __init__(self, preload=""):
+    def __init__(self, preload="", env=None):
         read_fd, write_fd = os.pipe()
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         args = [PYTHON, RUNTIME, "--fluksio-zygote", str(write_fd), str(theirs.fileno()), preload]
         self.proc = subprocess.Popen(
-            args, pass_fds=[write_fd, theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            args,
+            pass_fds=[write_fd, theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=dict(os.environ, **(env or {})),
         )
         os.close(write_fd)
         theirs.close()
@@ -186,6 +191,18 @@ class Zygote:
         for fd in theirs:
             os.close(fd)
         return pid, ends[0][1], ends[1][0], [ends[2][0], ends[3][0]]
+
+    def run(self, request, env, cwd="", after=0.0):
+        """Runs request in a forked runner, written after that many seconds; returns its answer once the runner is gone."""
+        pid, stdin_w, stdout_r, outputs = self.fork(env, cwd)
+        time.sleep(after)
+        with os.fdopen(stdin_w, "wb") as stdin:
+            stdin.write(json.dumps(request).encode() + b"\n")
+        with os.fdopen(stdout_r, "rb") as stdout:
+            lines = stdout.read().decode().splitlines()
+        for fd in outputs:
+            os.close(fd)
+        return json.loads(lines[-1])
 
     def close(self):
         self.proc.kill()

@@ -11,7 +11,7 @@ import zipfile
 from tests.support import Call, Zygote, run_request
 
 NODES = """
-import atexit, concurrent.futures, gzip, json, os, tempfile, time, zipfile
+import _thread, atexit, concurrent.futures, gzip, json, os, tempfile, threading, time, zipfile
 
 def leave_files_open(out):
     global ARCHIVE, SCRATCH
@@ -26,6 +26,28 @@ def leave_files_open(out):
     ARCHIVE.writestr("inside.txt", "zipped")
     SCRATCH = tempfile.NamedTemporaryFile(dir=out, prefix="scratch-")  # removed when it is freed
     return {}
+
+class SlowToFree:
+    # Freed while the module is cleared: its finalizer gives the daemon threads time to run.
+    def __del__(self, sleep=time.sleep):
+        sleep(0.2)
+
+
+def daemon_threads_at_exit(out):
+    global CALLS, HELD
+
+    def spin():
+        while True:  # `CALLS` and `time` are None once the module is cleared
+            CALLS.append(1)
+            del CALLS[:]
+            time.sleep(0.001)
+
+    CALLS = []
+    threading.Thread(target=spin, daemon=True).start()
+    _thread.start_new_thread(spin, ())
+    HELD = SlowToFree()
+    return {}
+
 
 def pool_and_atexit(out):
     pool = concurrent.futures.ThreadPoolExecutor(1)
@@ -110,6 +132,14 @@ class ExitLikeAScript(unittest.TestCase):
                 self.assertIn("RuntimeError: this exit handler failed", stderr, "printed as Python prints it")
                 for name in os.listdir(self.out):
                     os.unlink(os.path.join(self.out, name))
+
+    def test_daemon_threads_end_silently_while_the_module_is_cleared(self):
+        for forked in (False, True):
+            with self.subTest(forked=forked):
+                answer, stderr = self.run_to_exit("daemon_threads_at_exit", forked)
+                self.assertTrue(answer.get("ok"), answer)
+                self.assertNotIn("Traceback", stderr)
+                self.assertNotIn("Exception", stderr)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import socket
 import tempfile
 import unittest
@@ -65,6 +66,30 @@ class ZygoteTest(unittest.TestCase):
         self.assertNotEqual(first["pid"], second["pid"])
         self.assertNotEqual(first["draw"], second["draw"])
         self.assertIsNone(self.proc.poll(), "the zygote ended with its calls")
+
+    def test_the_rehearsal_of_a_call_leaves_nothing_behind(self):
+        # The zygote and each forked spare go through a call's path on a
+        # node of the runtime's own before the request: nothing of it may
+        # be seen by the call.
+        probe = (
+            "import gc, linecache, os, sys, types\n\n"
+            "def f():\n"
+            "    runtime = sys.modules['__main__']\n"
+            "    return {\n"
+            "        'modules': [m for m in sys.modules if 'rehearsal' in m],\n"
+            "        'lines': [n for n in linecache.cache if 'rehearsal' in n],\n"
+            "        'specs': [v[0].__name__ for v in runtime.SPECS.values() if 'rehearsal' in v[0].__name__],\n"
+            "        'functions': gc.unfreeze() or [o.__name__ for o in gc.get_objects() if isinstance(o, types.FunctionType) and o.__name__ == 'rehearsal'],\n"
+            "        'files': [n for d in sys.path[:1] for n in os.listdir(d)],\n"
+            "    }\n"
+        )
+        env = [k + "=" + v for k, v in os.environ.items() if k != "PYTHONPATH"]
+        call_dir = tempfile.mkdtemp(prefix="fluksio-zygote-")
+        self.addCleanup(shutil.rmtree, call_dir, True)
+        # Written late: a spare rehearses only once it has waited a while.
+        answer = self.zygote.run(run_request(probe, "f"), env + ["FLUKSIO_CALL_DIR=" + call_dir], call_dir, after=0.5)
+        self.assertTrue(answer.get("ok"), answer)
+        self.assertEqual(answer["outputs"], {"modules": [], "lines": [], "specs": [], "functions": [], "files": ["pipeline.py"]})
 
     def test_a_bad_request_is_refused_and_the_zygote_goes_on(self):
         self.control.send(b"not json")

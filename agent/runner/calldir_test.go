@@ -1,0 +1,118 @@
+package runner
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// dirsRig is a config whose call directories are kept for reuse, as a
+// pool's are.
+func dirsRig(t *testing.T) *Config {
+	t.Helper()
+	state := t.TempDir()
+	return &Config{StateDir: state, dirs: &callDirs{stateDir: state}}
+}
+
+// leaveMess writes into d what node code may leave: files, directories,
+// a read-only directory with a file in it, a file without permissions, a
+// link out of the directory, and the directory itself opened to others.
+func leaveMess(t *testing.T, d *callDir, outside string) {
+	t.Helper()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.WriteFile(filepath.Join(d.path, "result.txt"), []byte("secret of the last call"), 0o644))
+	must(os.MkdirAll(filepath.Join(d.path, "runs", "1"), 0o755))
+	must(os.WriteFile(filepath.Join(d.path, "runs", "1", "checkpoint.pt"), []byte("x"), 0o600))
+	must(os.Mkdir(filepath.Join(d.path, "locked"), 0o700))
+	must(os.WriteFile(filepath.Join(d.path, "locked", "kept.txt"), []byte("x"), 0o600))
+	must(os.Chmod(filepath.Join(d.path, "locked"), 0o500))
+	must(os.WriteFile(filepath.Join(d.path, "unreadable"), []byte("x"), 0))
+	must(os.Symlink(outside, filepath.Join(d.path, "link")))
+	must(os.Chmod(d.path, 0o777))
+}
+
+// A call directory whose call is gone is emptied and handed to the next
+// call: the same directory, with nothing of the last call left in it,
+// private again; what a link in it pointed to is untouched.
+func TestCallDirIsReusedEmptyAndPrivate(t *testing.T) {
+	cfg := dirsRig(t)
+	outside := t.TempDir()
+	os.WriteFile(filepath.Join(outside, "keep.txt"), []byte("not the call's"), 0o644)
+	d, err := cfg.newCallDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaveMess(t, d, outside)
+	if err := cfg.dirs.recycle(d, true); err != nil {
+		t.Fatalf("recycle: %v", err)
+	}
+	next, err := cfg.newCallDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.path != d.path {
+		t.Fatalf("the next call got %s; want the emptied %s", next.path, d.path)
+	}
+	entries, err := os.ReadDir(next.path)
+	if err != nil || len(entries) != 0 {
+		t.Errorf("the reused directory holds %v (%v); want nothing", entries, err)
+	}
+	st, err := os.Lstat(next.path)
+	if err != nil || !st.IsDir() || st.Mode().Perm() != 0o700 {
+		t.Errorf("the reused directory is %v (%v); want a directory with mode 0700", st.Mode(), err)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "keep.txt")); err != nil {
+		t.Errorf("emptying the call directory reached through a link: %v", err)
+	}
+	// Pool.Close removes what is kept.
+	cfg.dirs.recycle(next, true)
+	cfg.dirs.close()
+	if _, err := os.Lstat(d.path); !os.IsNotExist(err) {
+		t.Errorf("%s is left after close: %v", d.path, err)
+	}
+}
+
+// A directory is not reused when its call's processes may still reach it,
+// or when it is no longer a directory of its own (node code put a link in
+// its place): it is removed, and the next call gets a new one.
+func TestCallDirNotReused(t *testing.T) {
+	t.Run("CallNotGone", func(t *testing.T) {
+		cfg := dirsRig(t)
+		d, _ := cfg.newCallDir()
+		os.WriteFile(filepath.Join(d.path, "f"), []byte("x"), 0o644)
+		if err := cfg.dirs.recycle(d, false); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Lstat(d.path); !os.IsNotExist(err) {
+			t.Errorf("%s is left: %v", d.path, err)
+		}
+		if next, _ := cfg.newCallDir(); next.path == d.path {
+			t.Error("the next call got the directory of a call that may still run")
+		}
+	})
+	t.Run("ReplacedByALink", func(t *testing.T) {
+		cfg := dirsRig(t)
+		outside := t.TempDir()
+		os.WriteFile(filepath.Join(outside, "keep.txt"), []byte("not the call's"), 0o644)
+		d, _ := cfg.newCallDir()
+		os.Remove(d.path)
+		if err := os.Symlink(outside, d.path); err != nil {
+			t.Fatal(err)
+		}
+		cfg.dirs.recycle(d, true)
+		if next, _ := cfg.newCallDir(); next.path == d.path {
+			t.Error("the next call got a link in place of a call directory")
+		}
+		if _, err := os.Stat(filepath.Join(outside, "keep.txt")); err != nil {
+			t.Errorf("what the link pointed to was touched: %v", err)
+		}
+		if _, err := os.Lstat(d.path); !os.IsNotExist(err) {
+			t.Errorf("the link %s is left: %v", d.path, err)
+		}
+	})
+}

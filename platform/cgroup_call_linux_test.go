@@ -1,0 +1,93 @@
+package platform
+
+import (
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// testCgroup makes a call's cgroup for the test, or skips where this
+// process may not make one (not root, no writable cgroup v2).
+func testCgroup(t *testing.T, name string) *CallCgroup {
+	t.Helper()
+	mount, err := unifiedMount()
+	if err != nil || unix.Access(mount, unix.W_OK) != nil {
+		t.Skip("needs a writable cgroup v2 (root)")
+	}
+	cc := &CallCgroups{base: mount, prefix: "fluksio-call-" + strconv.Itoa(os.Getpid()) + "-"}
+	g, err := cc.New(name)
+	if err != nil {
+		t.Skipf("cannot make a cgroup here: %v", err)
+	}
+	t.Cleanup(func() {
+		g.Kill()
+		if err := g.Remove(5 * time.Second); err != nil {
+			t.Errorf("removing the test's cgroup: %v", err)
+		}
+	})
+	return g
+}
+
+// sleeperIn starts `sleep` and moves it into g; the test kills it.
+func sleeperIn(t *testing.T, g *CallCgroup) *exec.Cmd {
+	t.Helper()
+	cmd := startSleeper(t)
+	if err := g.Move(cmd.Process.Pid); err != nil {
+		t.Fatalf("moving the sleeper into the cgroup: %v", err)
+	}
+	if !g.Populated() {
+		t.Fatal("the cgroup holding the sleeper is not populated")
+	}
+	return cmd
+}
+
+// WaitEmpty returns as the cgroup's last process exits, woken by the
+// kernel: before the process is reaped (an exited process has left), and
+// long before the bound of the wait.
+func TestWaitEmptyReturnsWhenTheLastProcessExits(t *testing.T) {
+	g := testCgroup(t, "wait-empty")
+	cmd := sleeperIn(t, g)
+	result := make(chan bool, 1)
+	go func() { result <- g.WaitEmpty(time.Hour) }()
+	// Not reaped: only killed, so it is a zombie of this process.
+	syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
+	select {
+	case empty := <-result:
+		if !empty {
+			t.Error("WaitEmpty reported the cgroup populated after its last process exited")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitEmpty did not return after the cgroup's last process exited")
+	}
+}
+
+// A cgroup that does not empty ends the wait at its bound, saying so.
+func TestWaitEmptyEndsAtItsBound(t *testing.T) {
+	g := testCgroup(t, "wait-populated")
+	sleeperIn(t, g)
+	if g.WaitEmpty(50 * time.Millisecond) {
+		t.Error("WaitEmpty reported a cgroup empty while its process runs")
+	}
+	if g.WaitEmpty(0) {
+		t.Error("WaitEmpty(0) reported a cgroup empty while its process runs")
+	}
+}
+
+// An empty cgroup, or one already removed, is empty at once.
+func TestWaitEmptyOfAnEmptyCgroup(t *testing.T) {
+	g := testCgroup(t, "wait-empty-at-once")
+	if !g.WaitEmpty(0) {
+		t.Error("WaitEmpty(0) reported an empty cgroup populated")
+	}
+	if err := g.Remove(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if !g.WaitEmpty(time.Hour) {
+		t.Error("WaitEmpty reported a removed cgroup populated")
+	}
+}
