@@ -159,6 +159,23 @@ func startCommand(t testing.TB, cmd *exec.Cmd) *worker {
 	return w
 }
 
+// stopAtCleanup has w stopped as a service manager stops it, before the
+// directories made before it are removed (cleanups run last first). A
+// worker with spares killed outright leaves them to notice alone: until
+// they do, a runner may still write its code cache after its answer or a
+// spare rehearse in its call directory, and the directories' removal
+// fails ("directory not empty").
+func stopAtCleanup(w *worker) {
+	w.t.Cleanup(func() {
+		select {
+		case <-w.exited:
+		default:
+			w.cmd.Process.Signal(syscall.SIGTERM)
+			w.wait(60 * time.Second)
+		}
+	})
+}
+
 // cleanEnv is this process's environment without anything that would
 // change the worker's inventory or configuration behind a test's back.
 func cleanEnv() []string {

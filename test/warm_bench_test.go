@@ -62,7 +62,9 @@ func pythonKinds(b *testing.B) []pythonKind {
 			if bin == "" {
 				bin = releaseWorkerBin(b)
 			}
-			return startProgram(b, bin, []string{"FLUKSIO_WORKER_TOKEN=" + testToken}, args...)
+			w := startProgram(b, bin, []string{"FLUKSIO_WORKER_TOKEN=" + testToken}, args...)
+			stopAtCleanup(w)
+			return w
 		}
 	}
 	kinds := []pythonKind{{"go-warm", goWorker("")}, {"go-cold", goWorker("", "--warm", "0")}}
@@ -189,6 +191,7 @@ func BenchmarkPythonWarmMemory(b *testing.B) {
 				args = append(args, "--preload", "numpy")
 			}
 			w := startProgram(b, releaseWorkerBin(b), []string{"FLUKSIO_WORKER_TOKEN=" + testToken}, args...)
+			stopAtCleanup(w)
 			wk := attach(b, eng)
 			var perSlot float64
 			for i := 0; i < b.N; i++ {

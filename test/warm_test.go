@@ -38,18 +38,7 @@ func warmWorker(t *testing.T, extraEnv []string, args ...string) (*enginetest.En
 	}
 	env := append([]string{"FLUKSIO_WORKER_TOKEN=" + testToken, "FLUKSIO_ARTIFACT_CACHE=" + t.TempDir()}, extraEnv...)
 	w := startBinary(t, env, append(base, args...)...)
-	// Stopped before the directories above are removed: a call's runner
-	// writes the code cache after its answer, and killed outright the
-	// worker would not wait for it (the removal then fails, "directory
-	// not empty").
-	t.Cleanup(func() {
-		select {
-		case <-w.exited:
-		default:
-			w.cmd.Process.Signal(syscall.SIGTERM)
-			w.wait(60 * time.Second)
-		}
-	})
+	stopAtCleanup(w)
 	wk := attach(t, eng)
 	return eng, wk, w, state
 }
