@@ -86,8 +86,6 @@ func (d *callDir) remove() error {
 // call can reach any more is kept (its cgroup was found empty), and only
 // while it is still this user's private, plain directory.
 type callDirs struct {
-	stateDir string
-
 	mu     sync.Mutex
 	free   []*callDir
 	closed bool
@@ -148,25 +146,18 @@ func (cd *callDirs) close() {
 // its place), this user's, mode 0700, without an ACL (one node code set
 // would outlive it), nothing in it.
 func (d *callDir) empty() bool {
-	private := func() bool {
-		var st unix.Stat_t
-		if unix.Lstat(d.path, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR ||
-			int(st.Uid) != os.Geteuid() || st.Mode&0o7777 != 0o700 {
-			return false
-		}
-		for _, acl := range []string{"system.posix_acl_access", "system.posix_acl_default"} {
-			if _, err := unix.Lgetxattr(d.path, acl, nil); err == nil {
-				return false
-			}
-		}
-		return true
-	}
+	// Checked before the chmod, which would follow a link.
 	var st unix.Stat_t
 	if unix.Lstat(d.path, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Geteuid() {
 		return false
 	}
 	if os.Chmod(d.path, 0o700) != nil {
 		return false
+	}
+	for _, acl := range []string{"system.posix_acl_access", "system.posix_acl_default"} {
+		if _, err := unix.Lgetxattr(d.path, acl, nil); err == nil {
+			return false
+		}
 	}
 	entries, err := os.ReadDir(d.path)
 	if err != nil {
@@ -180,9 +171,6 @@ func (d *callDir) empty() bool {
 		if os.RemoveAll(path) != nil {
 			return false
 		}
-	}
-	if !private() {
-		return false
 	}
 	left, err := os.ReadDir(d.path)
 	return err == nil && len(left) == 0

@@ -11,7 +11,7 @@ import (
 func dirsRig(t *testing.T) *Config {
 	t.Helper()
 	state := t.TempDir()
-	return &Config{StateDir: state, dirs: &callDirs{stateDir: state}}
+	return &Config{StateDir: state, dirs: &callDirs{}}
 }
 
 // leaveMess writes into d what node code may leave: files, directories,

@@ -84,7 +84,7 @@ type Pool struct {
 // NewPool starts keeping cfg.Spares spare runners.
 func NewPool(cfg Config) *Pool {
 	p := &Pool{cfg: cfg}
-	p.cfg.dirs = &callDirs{stateDir: cfg.StateDir}
+	p.cfg.dirs = &callDirs{}
 	p.warm = newWarmPool(&p.cfg)
 	p.boxes = &boxesAhead{cfg: &p.cfg, behind: &p.behind}
 	return p
