@@ -46,14 +46,33 @@ func startedNow(t *testing.T) time.Time {
 	return time.Now()
 }
 
-// testWatcher is a watcher of the test's own, closed with it: inotify
-// instances are few (fs.inotify.max_user_instances) and shared by the user.
+// testWatcher is an inotify watcher of the test's own, closed with it:
+// inotify instances are few (fs.inotify.max_user_instances) and shared by
+// the user. The test is skipped where none can be had.
 func testWatcher(t *testing.T) *changeWatcher {
+	t.Helper()
 	w := newChangeWatcher(true)
-	if w.fd >= 0 {
-		t.Cleanup(func() { unix.Close(w.fd) })
+	if w.fd < 0 {
+		t.Skip("no inotify instance here (fs.inotify.max_user_instances)")
 	}
+	t.Cleanup(func() { unix.Close(w.fd) })
 	return w
+}
+
+// wantStale fails the test with what unless cw's runner is stale.
+func wantStale(t *testing.T, w *changeWatcher, cw *codeWatch, what string) {
+	t.Helper()
+	if cw.staleness(w) == "" {
+		t.Error(what)
+	}
+}
+
+// wantFresh stops the test if cw's runner is stale.
+func wantFresh(t *testing.T, w *changeWatcher, cw *codeWatch) {
+	t.Helper()
+	if why := cw.staleness(w); why != "" {
+		t.Fatalf("stale before any change of code: %s", why)
+	}
 }
 
 func writeFile(t *testing.T, path, text string) {
@@ -107,9 +126,6 @@ func TestCodeWatchFollowsChangesByNotification(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			w := testWatcher(t)
-			if w.fd < 0 {
-				t.Skip("no inotify instance here (fs.inotify.max_user_instances)")
-			}
 			lib, paths := codeTree(t)
 			cw := w.follow(paths, startedNow(t))
 			if len(cw.polled) != 0 {
@@ -118,13 +134,9 @@ func TestCodeWatchFollowsChangesByNotification(t *testing.T) {
 			// A node writing into a directory on sys.path is no change
 			// of code.
 			writeFile(t, filepath.Join(lib, "data.log"), "a line\n")
-			if why := cw.staleness(w); why != "" {
-				t.Fatalf("stale before any change of code: %s", why)
-			}
+			wantFresh(t, w, cw)
 			change(t, lib)
-			if why := cw.staleness(w); why == "" {
-				t.Error("the change was not seen")
-			}
+			wantStale(t, w, cw, "the change was not seen")
 			w.release(cw)
 			if len(w.nodes) != 0 || len(w.byPath) != 0 {
 				t.Errorf("watches left after the last release: %d", len(w.nodes))
@@ -160,13 +172,9 @@ func TestCodeWatchWithoutNotifications(t *testing.T) {
 		if len(cw.polled) != len(paths) {
 			t.Fatalf("%d of %d paths followed by status", len(cw.polled), len(paths))
 		}
-		if why := cw.staleness(w); why != "" {
-			t.Fatalf("stale before any change: %s", why)
-		}
+		wantFresh(t, w, cw)
 		change(lib)
-		if why := cw.staleness(w); why == "" {
-			t.Error("the change was not seen by status")
-		}
+		wantStale(t, w, cw, "the change was not seen by status")
 	}
 }
 
@@ -194,9 +202,7 @@ func TestCodeWatchFollowsLinksByStatus(t *testing.T) {
 	if err := os.Symlink(other, link); err != nil {
 		t.Fatal(err)
 	}
-	if why := cw.staleness(w); why == "" {
-		t.Error("a link pointed at other code was not seen")
-	}
+	wantStale(t, w, cw, "a link pointed at other code was not seen")
 }
 
 // A zygote's code is held by the spares it forks: its watches stay while
@@ -204,9 +210,6 @@ func TestCodeWatchFollowsLinksByStatus(t *testing.T) {
 func TestCodeWatchHeldUntilTheLastRelease(t *testing.T) {
 	t.Parallel()
 	w := testWatcher(t)
-	if w.fd < 0 {
-		t.Skip("no inotify instance here (fs.inotify.max_user_instances)")
-	}
 	lib, paths := codeTree(t)
 	zygote := w.follow(paths, startedNow(t))
 	if !w.hold(zygote) {
@@ -214,9 +217,7 @@ func TestCodeWatchHeldUntilTheLastRelease(t *testing.T) {
 	}
 	w.release(zygote) // the zygote is discarded; its fork waits on
 	writeFile(t, filepath.Join(lib, "mod.py"), "V = 2\n")
-	if why := zygote.staleness(w); why == "" {
-		t.Error("the fork's code changed unseen after its zygote went")
-	}
+	wantStale(t, w, zygote, "the fork's code changed unseen after its zygote went")
 	w.release(zygote)
 	if len(w.nodes) != 0 {
 		t.Errorf("%d watches left after the last release", len(w.nodes))
