@@ -3,6 +3,7 @@
 package runner
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -224,5 +225,48 @@ func TestCodeWatchHeldUntilTheLastRelease(t *testing.T) {
 	}
 	if w.hold(zygote) {
 		t.Error("a released code watch was held again")
+	}
+}
+
+// BenchmarkStaleness: a warm call's freshness check of a runner whose
+// code came from 150 paths (a plain interpreter's runtime reports about
+// as many), with inotify and by status alone:
+//
+//	go test ./agent/runner -run '^$' -bench Staleness
+func BenchmarkStaleness(b *testing.B) {
+	lib := b.TempDir()
+	paths := []reportedPath{{lib, true}}
+	for d := range 30 {
+		dir := filepath.Join(lib, fmt.Sprintf("pkg%d", d))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		paths = append(paths, reportedPath{dir, true})
+		for f := range 4 {
+			path := filepath.Join(dir, fmt.Sprintf("mod%d.py", f))
+			if err := os.WriteFile(path, nil, 0o644); err != nil {
+				b.Fatal(err)
+			}
+			paths = append(paths, reportedPath{path, true})
+		}
+	}
+	time.Sleep(2 * changeSlack)
+	for _, inotify := range []bool{true, false} {
+		b.Run(fmt.Sprintf("inotify=%v", inotify), func(b *testing.B) {
+			w := newChangeWatcher(inotify)
+			if inotify && w.fd < 0 {
+				b.Skip("no inotify instance here (fs.inotify.max_user_instances)")
+			}
+			if w.fd >= 0 {
+				defer unix.Close(w.fd)
+			}
+			cw := w.follow(paths, time.Now())
+			defer w.release(cw)
+			for b.Loop() {
+				if why := cw.staleness(w); why != "" {
+					b.Fatal(why)
+				}
+			}
+		})
 	}
 }
