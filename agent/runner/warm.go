@@ -188,13 +188,12 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 	if p == nil {
 		return nil, func() {}
 	}
-	key := envKey(rt.Path, p.cfg.env(env))
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		return nil, func() {}
 	}
-	we := p.learnLocked(key, rt, env)
+	we := p.learnLocked(p.keyLocked(rt, env), rt, env)
 	we.running++
 	we.want = max(we.want, we.running)
 	forked := false
@@ -311,6 +310,19 @@ func (p *warmPool) ended(we *warmEnv) {
 	we.running--
 	p.fillLocked()
 	p.mu.Unlock()
+}
+
+// keyLocked is the environment key of a call of env on rt: a known
+// environment's, learned from a call with the same request env, else made
+// (which copies, sorts and joins the worker's whole environment: the most
+// a warm call allocated).
+func (p *warmPool) keyLocked(rt Runtime, env []string) string {
+	for _, we := range p.envs {
+		if we.rt.Path == rt.Path && slices.Equal(we.env, env) {
+			return we.key
+		}
+	}
+	return envKey(rt.Path, p.cfg.env(env))
 }
 
 // learnLocked finds or adds the environment, and makes it the most recent.
