@@ -13,7 +13,11 @@ package runner
 //   - a path created, removed or replaced (pip's upgrade, a module that
 //     shadows another): its directory's watch, naming it; where it did not
 //     exist, the watch of its nearest existing ancestor, naming the next
-//     component, so creating any directory on the way to it counts.
+//     component, so creating any directory on the way to it counts;
+//   - a directory on the way to a path replaced (a virtual environment
+//     moved aside and deployed anew): the path now names another file,
+//     which the status check saw by its change time; here each ancestor's
+//     watch names the next component, up to /.
 //
 // A directory's watch does not report writes to its files, so a node that
 // writes into a directory on sys.path (its working directory) queues
@@ -113,17 +117,23 @@ func (w *changeWatcher) add(cw *codeWatch, paths []reportedPath) (unfollowed []r
 	// What changed before is no concern of this runner's: the status
 	// check after its watches are in place covers its start.
 	w.syncLocked()
-	plain := map[string]bool{} // directories reached without a link
+	seen := &addition{plain: map[string]bool{}, named: map[string]bool{}}
 	for _, rp := range paths {
-		if !w.addLocked(cw, rp, plain) {
+		if !w.addLocked(cw, rp, seen) {
 			unfollowed = append(unfollowed, rp)
 		}
 	}
 	return unfollowed
 }
 
+// addition is what one runner's paths share as they are added.
+type addition struct {
+	plain map[string]bool // directories reached without a link, or not
+	named map[string]bool // directory "\x00" entry: listened to already
+}
+
 // addLocked follows one path for cw; false if it cannot be followed.
-func (w *changeWatcher) addLocked(cw *codeWatch, rp reportedPath, plain map[string]bool) bool {
+func (w *changeWatcher) addLocked(cw *codeWatch, rp reportedPath, seen *addition) bool {
 	path := rp.path
 	if !filepath.IsAbs(path) || filepath.Clean(path) != path || path == "/" {
 		return false
@@ -143,14 +153,27 @@ func (w *changeWatcher) addLocked(cw *codeWatch, rp reportedPath, plain map[stri
 			dir, name = filepath.Dir(dir), filepath.Base(dir)
 		}
 	}
-	if !w.plain(dir, plain) {
+	if !w.plain(dir, seen.plain) {
 		return false
 	}
-	parent := w.nodeLocked(dir)
-	if parent == nil {
-		return false
+	// The path's entry in its directory, and each directory's on the way
+	// up: a directory on the way renamed away and another put in its
+	// place (a virtual environment deployed anew) is other code at the
+	// same path, and no watch below it would say so.
+	for {
+		if key := dir + "\x00" + name; !seen.named[key] {
+			parent := w.nodeLocked(dir)
+			if parent == nil {
+				return false
+			}
+			w.listenLocked(cw, interest{node: parent, kind: 'n', name: name})
+			seen.named[key] = true
+		}
+		if dir == "/" {
+			break
+		}
+		dir, name = filepath.Dir(dir), filepath.Base(dir)
 	}
-	w.listenLocked(cw, interest{node: parent, kind: 'n', name: name})
 	if !exists {
 		return true
 	}

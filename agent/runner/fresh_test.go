@@ -159,6 +159,32 @@ func TestCodeWatchSeesAChangeBeforeItsWatches(t *testing.T) {
 	}
 }
 
+// A directory on the way to the code renamed away and another put in its
+// place (an environment deployed anew) is other code at the same paths.
+func TestCodeWatchSeesADirectoryOnTheWayReplaced(t *testing.T) {
+	t.Parallel()
+	w := testWatcher(t)
+	env := filepath.Join(t.TempDir(), "venv")
+	lib := filepath.Join(env, "lib", "site-packages")
+	deploy := func(version string) {
+		if err := os.MkdirAll(lib, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(lib, "mod.py"), "V = "+version+"\n")
+	}
+	deploy("1")
+	cw := w.follow([]reportedPath{{lib, true}, {filepath.Join(lib, "mod.py"), true}}, startedNow(t))
+	if len(cw.polled) != 0 {
+		t.Fatalf("paths left to a status check: %v", cw.polled)
+	}
+	wantFresh(t, w, cw)
+	if err := os.Rename(env, env+".old"); err != nil {
+		t.Fatal(err)
+	}
+	deploy("2")
+	wantStale(t, w, cw, "an environment deployed anew at the same path was not seen")
+}
+
 // Without inotify (no instance could be had), every path is followed by
 // status, and changes are still seen.
 func TestCodeWatchWithoutNotifications(t *testing.T) {
