@@ -26,20 +26,21 @@ type reportedPath struct {
 	existed bool
 }
 
-// watchedPath is a path checked by its status: its change time once the
-// runner was ready.
+// watchedPath is a reported path, its change time once the runner was
+// ready, and whether notifications follow it.
 type watchedPath struct {
 	reportedPath
-	change unix.Timespec
+	change   unix.Timespec
+	followed bool
 }
 
 // codeWatch is what a warm runner's code came from and whether it changed
 // since the runner started. A zygote's is shared with the spares it forks
 // (their code is its code).
 type codeWatch struct {
-	began  time.Time
-	polled []watchedPath // followed by no notification: checked by status
-	stale  atomic.Pointer[string]
+	began time.Time
+	paths []watchedPath
+	stale atomic.Pointer[string]
 	// Guarded by the changeWatcher's mutex.
 	refs      int
 	interests []interest
@@ -65,6 +66,7 @@ func (w *changeWatcher) follow(paths []reportedPath, began time.Time) *codeWatch
 	for _, rp := range unfollowed {
 		polled[rp.path] = true
 	}
+	cw.paths = make([]watchedPath, 0, len(paths))
 	since := unix.NsecToTimespec(began.Add(-changeSlack).UnixNano())
 	for _, rp := range paths {
 		var st unix.Stat_t
@@ -75,27 +77,28 @@ func (w *changeWatcher) follow(paths []reportedPath, began time.Time) *codeWatch
 		case err == nil && timespecAfter(st.Ctim, since):
 			cw.markStale("changed since it started: " + rp.path)
 		}
-		if polled[rp.path] {
-			wp := watchedPath{reportedPath: rp}
-			if err == nil {
-				wp.change = st.Ctim
-			}
-			cw.polled = append(cw.polled, wp)
+		wp := watchedPath{reportedPath: rp, followed: !polled[rp.path]}
+		if err == nil {
+			wp.change = st.Ctim
 		}
+		cw.paths = append(cw.paths, wp)
 	}
 	return cw
 }
 
 // staleness says why cw's runner must not serve a call, or "": what the
 // notifications said so far, and the status of the paths they do not
-// follow.
+// follow (of every path, where what they said cannot be read now).
 func (cw *codeWatch) staleness(w *changeWatcher) string {
-	w.sync()
+	synced := w.sync()
 	if why := cw.stale.Load(); why != nil {
 		return *why
 	}
 	since := unix.NsecToTimespec(cw.began.Add(-changeSlack).UnixNano())
-	for _, wp := range cw.polled {
+	for _, wp := range cw.paths {
+		if synced && wp.followed {
+			continue
+		}
 		var st unix.Stat_t
 		err := unix.Stat(wp.path, &st)
 		switch {

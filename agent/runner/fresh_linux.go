@@ -36,6 +36,7 @@ package runner
 import (
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -61,6 +62,10 @@ var localFileSystems = map[int64]bool{
 // changeWatcher owns the inotify instance and what each watch is for. Its
 // mutex guards everything, and every codeWatch's refs and interests.
 type changeWatcher struct {
+	// adding counts the additions in flight (add), which hold mu for as
+	// long as adding their watches takes: tens of milliseconds for a
+	// directory with many entries cached (/tmp), as the kernel marks each.
+	adding atomic.Int32
 	mu     sync.Mutex
 	fd     int // -1: no instance; every path is followed by status
 	nodes  map[int32]*watchedNode
@@ -112,6 +117,8 @@ func (w *changeWatcher) add(cw *codeWatch, paths []reportedPath) (unfollowed []r
 	if w.fd < 0 {
 		return paths
 	}
+	w.adding.Add(1)
+	defer w.adding.Add(-1)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	// What changed before is no concern of this runner's: the status
@@ -306,14 +313,23 @@ func (w *changeWatcher) forgetLocked(n *watchedNode) {
 	}
 }
 
-// sync reads what changed so far and marks the runners it concerns.
-func (w *changeWatcher) sync() {
+// sync reads what changed so far and marks the runners it concerns. It
+// reports false where it could not: without inotify, or while watches are
+// being added, which a call does not wait for (its check reads every
+// path's status instead).
+func (w *changeWatcher) sync() bool {
 	if w == nil || w.fd < 0 {
-		return
+		return false
 	}
-	w.mu.Lock()
+	if !w.mu.TryLock() {
+		if w.adding.Load() > 0 {
+			return false
+		}
+		w.mu.Lock()
+	}
 	w.syncLocked()
 	w.mu.Unlock()
+	return true
 }
 
 func (w *changeWatcher) syncLocked() {

@@ -12,6 +12,6 @@ var systemChanges = func() *changeWatcher { return nil }
 func (w *changeWatcher) add(cw *codeWatch, paths []reportedPath) []reportedPath { return paths }
 func (w *changeWatcher) hold(cw *codeWatch) bool                                { return true }
 func (w *changeWatcher) release(cw *codeWatch)                                  {}
-func (w *changeWatcher) sync()                                                  {}
+func (w *changeWatcher) sync() bool                                             { return false }
 
 type interest struct{}

@@ -76,6 +76,27 @@ func wantFresh(t *testing.T, w *changeWatcher, cw *codeWatch) {
 	}
 }
 
+// polled lists cw's paths that no notification follows.
+func polled(cw *codeWatch) []string {
+	var paths []string
+	for _, wp := range cw.paths {
+		if !wp.followed {
+			paths = append(paths, wp.path)
+		}
+	}
+	return paths
+}
+
+// followedTree is codeTree followed by an inotify watcher of the test's,
+// for a runner started now; the test runs in parallel.
+func followedTree(t *testing.T) (*changeWatcher, string, *codeWatch) {
+	t.Helper()
+	t.Parallel()
+	w := testWatcher(t)
+	lib, paths := codeTree(t)
+	return w, lib, w.follow(paths, startedNow(t))
+}
+
 func writeFile(t *testing.T, path, text string) {
 	t.Helper()
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
@@ -129,8 +150,8 @@ func TestCodeWatchFollowsChangesByNotification(t *testing.T) {
 			w := testWatcher(t)
 			lib, paths := codeTree(t)
 			cw := w.follow(paths, startedNow(t))
-			if len(cw.polled) != 0 {
-				t.Fatalf("paths left to a status check: %v", cw.polled)
+			if p := polled(cw); len(p) != 0 {
+				t.Fatalf("paths left to a status check: %v", p)
 			}
 			// A node writing into a directory on sys.path is no change
 			// of code.
@@ -174,8 +195,8 @@ func TestCodeWatchSeesADirectoryOnTheWayReplaced(t *testing.T) {
 	}
 	deploy("1")
 	cw := w.follow([]reportedPath{{lib, true}, {filepath.Join(lib, "mod.py"), true}}, startedNow(t))
-	if len(cw.polled) != 0 {
-		t.Fatalf("paths left to a status check: %v", cw.polled)
+	if p := polled(cw); len(p) != 0 {
+		t.Fatalf("paths left to a status check: %v", p)
 	}
 	wantFresh(t, w, cw)
 	if err := os.Rename(env, env+".old"); err != nil {
@@ -183,6 +204,38 @@ func TestCodeWatchSeesADirectoryOnTheWayReplaced(t *testing.T) {
 	}
 	deploy("2")
 	wantStale(t, w, cw, "an environment deployed anew at the same path was not seen")
+}
+
+// While another runner's watches are being added (which holds the
+// watcher for as long as the kernel takes to mark a big directory's
+// entries), a call's check does not wait: it reads every path's status,
+// and still sees a change.
+func TestCodeWatchCheckDoesNotWaitForAnAddition(t *testing.T) {
+	w, lib, cw := followedTree(t)
+	w.adding.Add(1) // an addition in flight, holding the watcher
+	w.mu.Lock()
+	defer func() {
+		w.mu.Unlock()
+		w.adding.Add(-1)
+	}()
+	check := func() string {
+		checked := make(chan string, 1)
+		go func() { checked <- cw.staleness(w) }()
+		select {
+		case why := <-checked:
+			return why
+		case <-time.After(waitLong):
+			t.Fatal("a call's check waited for another runner's watches to be added")
+			return ""
+		}
+	}
+	if why := check(); why != "" {
+		t.Fatalf("stale before any change: %s", why)
+	}
+	writeFile(t, filepath.Join(lib, "mod.py"), "V = 2\n")
+	if check() == "" {
+		t.Error("a change was not seen while the notifications could not be read")
+	}
 }
 
 // Without inotify (no instance could be had), every path is followed by
@@ -196,8 +249,8 @@ func TestCodeWatchWithoutNotifications(t *testing.T) {
 		w := newChangeWatcher(false)
 		lib, paths := codeTree(t)
 		cw := w.follow(paths, startedNow(t))
-		if len(cw.polled) != len(paths) {
-			t.Fatalf("%d of %d paths followed by status", len(cw.polled), len(paths))
+		if p := polled(cw); len(p) != len(paths) {
+			t.Fatalf("%d of %d paths followed by status", len(p), len(paths))
 		}
 		wantFresh(t, w, cw)
 		change(lib)
@@ -219,8 +272,8 @@ func TestCodeWatchFollowsLinksByStatus(t *testing.T) {
 	}
 	linked := reportedPath{filepath.Join(link, "mod.py"), true}
 	cw := w.follow(append(paths, linked), startedNow(t))
-	if len(cw.polled) != 1 || cw.polled[0].path != linked.path {
-		t.Fatalf("followed by status: %v; want only %s", cw.polled, linked.path)
+	if p := polled(cw); len(p) != 1 || p[0] != linked.path {
+		t.Fatalf("followed by status: %v; want only %s", p, linked.path)
 	}
 	// Pointed elsewhere, as a deployment that switches versions does.
 	if err := os.Remove(link); err != nil {
@@ -235,10 +288,7 @@ func TestCodeWatchFollowsLinksByStatus(t *testing.T) {
 // A zygote's code is held by the spares it forks: its watches stay while
 // any of them does, and go with the last.
 func TestCodeWatchHeldUntilTheLastRelease(t *testing.T) {
-	t.Parallel()
-	w := testWatcher(t)
-	lib, paths := codeTree(t)
-	zygote := w.follow(paths, startedNow(t))
+	w, lib, zygote := followedTree(t)
 	if !w.hold(zygote) {
 		t.Fatal("a held code watch refused a fork")
 	}
