@@ -211,7 +211,10 @@ func TestWarmFreshness(t *testing.T) {
 	if err := runPython(runtimePython(t), "-m", "compileall", "-q", lib); err != nil {
 		t.Fatal(err)
 	}
-	_, wk, w, _ := warmWorker(t, []string{"PYTHONPATH=" + lib}, "--warm", "1", "--preload", "warmpkg")
+	// An earlier sys.path entry, empty at first: a module made there
+	// shadows the package.
+	first := t.TempDir()
+	_, wk, w, _ := warmWorker(t, []string{"PYTHONPATH=" + first + ":" + lib}, "--warm", "1", "--preload", "warmpkg")
 	addr := monitorAddr(t, w)
 	call := func(id string) map[string]any {
 		t.Helper()
@@ -253,6 +256,14 @@ func TestWarmFreshness(t *testing.T) {
 	write("warmpkg/__init__.py", "VERSION = 3\n")
 	if v := call("pkg-upgraded"); v["pkg"] != 3.0 {
 		t.Errorf("after the preloaded package was upgraded, the call ran %v; want pkg 3", v)
+	}
+
+	waitSpares(t, addr, 1)
+	if err := os.WriteFile(filepath.Join(first, "warmpkg.py"), []byte("VERSION = 4\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if v := call("pkg-shadowed"); v["pkg"] != 4.0 {
+		t.Errorf("after a module that shadows the preloaded package was made, the call ran %v; want pkg 4", v)
 	}
 }
 

@@ -33,7 +33,16 @@ func (e *lineTooLongError) Error() string {
 }
 
 func newLineReader(r io.Reader, max int64) *lineReader {
-	return &lineReader{r: bufio.NewReaderSize(r, lineBufferSize), max: max}
+	return &lineReader{r: stdoutReaders.get(r), max: max}
+}
+
+// release gives the read buffer back for another call's reader: no line
+// it returned may be used after.
+func (lr *lineReader) release() {
+	if lr.r != nil {
+		stdoutReaders.put(lr.r)
+		lr.r = nil
+	}
 }
 
 // Next returns the next line without its newline. The slice is valid until

@@ -156,8 +156,11 @@ type nodeOutput struct {
 	held     []heldLine // over the budget, oldest first; at most logTail
 	dropped  int        // lines dropped since the last one sent
 	journal  *logging.Budget
-	done     bool   // finished: nothing more is read or sent
-	buf      []byte // what sync and finish read into
+	done     bool // finished: nothing more is read or sent
+	// buf is what every read of both pipes goes into: they all hold mu,
+	// and what is read is copied out before mu is let go. Taken from
+	// nodeReadBuffers at the first read, given back once done.
+	buf *[nodeReadSize]byte
 }
 
 // relayNodeOutput starts reading np for p's call.
@@ -189,7 +192,6 @@ func (o *nodeOutput) read(s *nodeStream) {
 	if err != nil {
 		return
 	}
-	buf := make([]byte, 64<<10)
 	for {
 		var n int
 		var rerr error
@@ -200,7 +202,7 @@ func (o *nodeOutput) read(s *nodeStream) {
 				n = 0
 				return true
 			}
-			n, rerr = o.turnLocked(s, buf)
+			n, rerr = o.turnLocked(s)
 			return !errors.Is(rerr, syscall.EAGAIN)
 		})
 		if err != nil || n <= 0 && !errors.Is(rerr, syscall.EINTR) {
@@ -210,10 +212,14 @@ func (o *nodeOutput) read(s *nodeStream) {
 }
 
 // readLocked reads once from s and takes the lines it finishes.
-func (o *nodeOutput) readLocked(s *nodeStream, buf []byte) (int, error) {
+func (o *nodeOutput) readLocked(s *nodeStream) (int, error) {
 	if s.fd < 0 {
 		return 0, nil
 	}
+	if o.buf == nil {
+		o.buf = nodeReadBuffers.Get().(*[nodeReadSize]byte)
+	}
+	buf := o.buf[:]
 	n, err := syscall.Read(s.fd, buf)
 	if n > 0 {
 		o.feedLocked(s, buf[:n])
@@ -227,25 +233,21 @@ func (o *nodeOutput) readLocked(s *nodeStream, buf []byte) (int, error) {
 // for its own reader to be scheduled while the flood spends the budget
 // (the flood's first lines would go out and the earlier line be dropped
 // with the flood's middle).
-func (o *nodeOutput) turnLocked(s *nodeStream, buf []byte) (int, error) {
+func (o *nodeOutput) turnLocked(s *nodeStream) (int, error) {
 	for _, peer := range o.streams {
 		if peer != s {
-			o.readLocked(peer, buf)
+			o.readLocked(peer)
 		}
 	}
-	return o.readLocked(s, buf)
+	return o.readLocked(s)
 }
 
 // drainLocked reads what both pipes hold now, without waiting for more.
 // Bounded, so a process writing flat out cannot hold the relay.
 func (o *nodeOutput) drainLocked() {
-	if o.buf == nil {
-		o.buf = make([]byte, 64<<10)
-	}
-	buf := o.buf
 	for _, s := range o.streams {
 		for read := 0; read < 4<<20; {
-			n, err := o.readLocked(s, buf)
+			n, err := o.readLocked(s)
 			if errors.Is(err, syscall.EINTR) {
 				continue
 			}
@@ -320,8 +322,17 @@ func (o *nodeOutput) settleLocked(final bool) {
 		o.emitLocked(h.stream, h.line)
 	}
 	o.held = nil
-	o.done = true
+	o.doneLocked()
 	o.journal.Close()
+}
+
+// doneLocked ends the reading: nothing reads into buf after it.
+func (o *nodeOutput) doneLocked() {
+	o.done = true
+	if o.buf != nil {
+		nodeReadBuffers.Put(o.buf)
+		o.buf = nil
+	}
 }
 
 // stop ends the relay without sending more, before the pipes are closed.
@@ -330,7 +341,7 @@ func (o *nodeOutput) stop() {
 		return
 	}
 	o.mu.Lock()
-	o.done = true
+	o.doneLocked()
 	o.mu.Unlock()
 }
 

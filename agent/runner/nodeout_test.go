@@ -168,7 +168,7 @@ func TestNodeOutputALineBeforeAFloodOnTheOtherPipeIsKept(t *testing.T) {
 	io.WriteString(np.w[0], flood.String())
 
 	o.mu.Lock()
-	n, err := o.turnLocked(o.streams[0], make([]byte, 64<<10))
+	n, err := o.turnLocked(o.streams[0])
 	o.mu.Unlock()
 	if n != flood.Len() || err != nil {
 		t.Fatalf("read %d bytes of stdout (%v), want %d", n, err, flood.Len())

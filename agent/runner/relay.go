@@ -49,6 +49,12 @@ func (o *output) drain() {
 // what it wrote after an event, after it.
 func (p *Process) relayStdout(send func([]byte)) Output {
 	lines := newLineReader(p.stdout, p.cfg.MaxLine)
+	keep := false // the answer is a slice of the reader's buffer
+	defer func() {
+		if !keep {
+			lines.release()
+		}
+	}()
 	garbage := logging.NewBudget(p.log, "the runner wrote lines that are not JSON objects; they were not forwarded", logLinesPerSecond)
 	for {
 		raw, err := lines.Next()
@@ -76,6 +82,7 @@ func (p *Process) relayStdout(send func([]byte)) Output {
 			// MiB, at times) is sent from the reader's buffer without a
 			// copy; it is too large for the frame pool to keep.
 			if len(line) > frame.MaxPooled && utf8.Valid(line) {
+				keep = true
 				return Output{Answer: line}
 			}
 			return Output{Answer: textFrame(line)}
@@ -92,7 +99,8 @@ func (p *Process) relayStdout(send func([]byte)) Output {
 // relayStderr logs what the runner writes on stderr (the node's log),
 // one log record a line, tagged with the call.
 func (p *Process) relayStderr() {
-	br := bufio.NewReaderSize(p.stderr, 16<<10)
+	br := stderrReaders.get(p.stderr)
+	defer stderrReaders.put(br)
 	budget := logging.NewBudget(p.log, "node stderr lines were not logged", logLinesPerSecond)
 	for {
 		line, err := br.ReadSlice('\n')

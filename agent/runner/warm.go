@@ -33,10 +33,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // spareFlag starts the runtime in spare mode (the embedded runtime's
@@ -97,6 +96,9 @@ type warmPool struct {
 	// replaceDelay too, for tests that watch a call's spare replaced.
 	forkTimeout  time.Duration
 	replaceDelay time.Duration
+	// changes follows what warm runners' code came from (fresh.go): the
+	// process's watcher, or one without notifications in a test.
+	changes *changeWatcher
 
 	mu       sync.Mutex
 	envs     []*warmEnv // most recently used first
@@ -137,19 +139,15 @@ type spare struct {
 	exitErr error         // how it exited; set before exited closes
 	zyg     *zygoteOf     // set for a zygote, which forks calls and serves none
 
+	// code is what its code came from, set (under pool.mu) once it is
+	// ready; released once it serves a call or is discarded.
+	code     *codeWatch
+	released atomic.Bool
+
 	// Guarded by pool.mu.
 	ready   bool
 	taken   bool
 	retired bool
-	watch   []watchedPath
-}
-
-// watchedPath is a file or directory a spare's code came from, as it was
-// once the spare was ready.
-type watchedPath struct {
-	path    string
-	existed bool
-	change  unix.Timespec
 }
 
 func newWarmPool(cfg *Config) *warmPool {
@@ -157,7 +155,8 @@ func newWarmPool(cfg *Config) *warmPool {
 	if n <= 0 {
 		return nil
 	}
-	p := &warmPool{cfg: cfg, max: n, forkTimeout: forkTimeout, replaceDelay: replaceDelay, janitor: make(chan struct{}), reported: map[string]bool{}}
+	p := &warmPool{cfg: cfg, max: n, forkTimeout: forkTimeout, replaceDelay: replaceDelay, changes: systemChanges(),
+		janitor: make(chan struct{}), reported: map[string]bool{}}
 	if len(cfg.Preload) > 0 {
 		p.preload = strings.Join(cfg.Preload, ",")
 	}
@@ -189,13 +188,12 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 	if p == nil {
 		return nil, func() {}
 	}
-	key := envKey(rt.Path, p.cfg.env(env))
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		return nil, func() {}
 	}
-	we := p.learnLocked(key, rt, env)
+	we := p.learnLocked(p.keyLocked(rt, env), rt, env)
 	we.running++
 	we.want = max(we.want, we.running)
 	forked := false
@@ -239,6 +237,7 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 			s = nil
 			continue
 		}
+		s.releaseCode() // its call's code is what it has now
 		we.failures = 0
 	}
 	// No spare ready: one forked now still beats a cold start.
@@ -311,6 +310,19 @@ func (p *warmPool) ended(we *warmEnv) {
 	we.running--
 	p.fillLocked()
 	p.mu.Unlock()
+}
+
+// keyLocked is the environment key of a call of env on rt: a known
+// environment's, learned from a call with the same request env, else made
+// (which copies, sorts and joins the worker's whole environment: the most
+// a warm call allocated).
+func (p *warmPool) keyLocked(rt Runtime, env []string) string {
+	for _, we := range p.envs {
+		if we.rt.Path == rt.Path && slices.Equal(we.env, env) {
+			return we.key
+		}
+	}
+	return envKey(rt.Path, p.cfg.env(env))
 }
 
 // learnLocked finds or adds the environment, and makes it the most recent.
@@ -494,16 +506,15 @@ func (s *spare) run() {
 	decodeErr := json.NewDecoder(report).Decode(&r)
 	report.Close()
 	notReady.Stop()
-	watch := make([]watchedPath, 0, len(r.Watch))
+	paths := make([]reportedPath, 0, len(r.Watch))
 	for _, w := range r.Watch {
 		path, _ := w[0].(string)
 		existed, _ := w[1].(bool)
-		wp := watchedPath{path: path, existed: existed}
-		var st unix.Stat_t
-		if existed && unix.Stat(path, &st) == nil {
-			wp.change = st.Ctim
-		}
-		watch = append(watch, wp)
+		paths = append(paths, reportedPath{path, existed})
+	}
+	var code *codeWatch
+	if decodeErr == nil {
+		code = p.changes.follow(paths, s.began)
 	}
 	p.mu.Lock()
 	for name, why := range r.Failed {
@@ -513,8 +524,9 @@ func (s *spare) run() {
 		}
 	}
 	alive := decodeErr == nil && !closed(s.exited)
-	if alive && !s.retired {
-		s.ready, s.watch = true, watch
+	kept := alive && !s.retired
+	if kept {
+		s.ready, s.code = true, code
 		close(s.readied)
 		if s.zyg != nil {
 			p.fillLocked() // its spares are forked now
@@ -522,6 +534,9 @@ func (s *spare) run() {
 		p.publishLocked()
 	}
 	p.mu.Unlock()
+	if !kept && code != nil {
+		p.changes.release(code)
+	}
 	if !alive {
 		s.box.log.Debug("spare runner did not get ready", "error", decodeErr)
 	}
@@ -548,7 +563,14 @@ func (s *spare) runForked(z *spare) {
 	p.mu.Lock()
 	if !s.retired {
 		// Its code is its zygote's: as fresh as the zygote, as old.
-		s.ready, s.watch, s.began = true, z.watch, z.began
+		s.ready, s.code, s.began = true, z.code, z.began
+		if !p.changes.hold(z.code) {
+			// The zygote was discarded meanwhile: nothing follows its
+			// code any more.
+			s.code = &codeWatch{}
+			s.code.markStale("its zygote was replaced")
+			s.released.Store(true)
+		}
 		close(s.readied)
 		p.publishLocked()
 	}
@@ -723,23 +745,17 @@ func (s *spare) staleness() string {
 	if time.Since(s.began) > spareMaxAge {
 		return "older than its maximum age"
 	}
-	since := unix.NsecToTimespec(s.began.Add(-changeSlack).UnixNano())
-	for _, w := range s.watch {
-		var st unix.Stat_t
-		err := unix.Stat(w.path, &st)
-		switch {
-		case (err == nil) != w.existed:
-			return "appeared or disappeared: " + w.path
-		case err != nil:
-		case st.Ctim != w.change || timespecAfter(st.Ctim, since):
-			return "changed since it started: " + w.path
-		}
+	if s.code == nil {
+		return ""
 	}
-	return ""
+	return s.code.staleness(s.pool.changes)
 }
 
-func timespecAfter(a, b unix.Timespec) bool {
-	return a.Sec > b.Sec || (a.Sec == b.Sec && a.Nsec > b.Nsec)
+// releaseCode stops following s's code, once.
+func (s *spare) releaseCode() {
+	if s.code != nil && s.released.CompareAndSwap(false, true) {
+		s.pool.changes.release(s.code)
+	}
 }
 
 // discardLater discards s off the caller's path; close waits for it. The
@@ -765,6 +781,7 @@ func (p *warmPool) discard(s *spare) {
 	if s.zyg != nil {
 		s.closeControl() // the zygote serves no fork after this
 	}
+	s.releaseCode()
 	// Nothing of a call ran in it: no grace is owed.
 	s.box.killed = true
 	s.box.signalAll(syscall.SIGKILL)

@@ -4,6 +4,7 @@ package runner
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -126,23 +127,49 @@ func TestWarmSpareServesTheNextCallOfItsEnvironment(t *testing.T) {
 }
 
 // A spare whose code changed on disk since it started is not handed a
-// call: it would run older code than a cold start.
+// call: it would run older code than a cold start. The change is seen by
+// inotify, and by a status check where the worker has no inotify.
 func TestStaleSpareIsNotUsed(t *testing.T) {
 	t.Parallel()
-	r, m := warmRig(t, 1)
-	r.runPID(t, "teach", nil)
-	spare := r.waitSpare(t, m)
-	// Any change of the file's inode (its ctime) counts.
-	if err := os.Chmod(r.runtime, 0o640); err != nil {
-		t.Fatal(err)
+	changes := map[string]func(path string) error{
+		// Any change of the file's inode (its ctime) counts.
+		"mode": func(path string) error { return os.Chmod(path, 0o640) },
+		"edited in place": func(path string) error {
+			f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+			if err == nil {
+				_, err = f.WriteString("# edited\n")
+				f.Close()
+			}
+			return err
+		},
 	}
-	if got := r.runPID(t, "after-change", nil); got == spare {
-		t.Error("a spare whose runtime changed after it started served a call")
+	for _, inotify := range []bool{true, false} {
+		for name, change := range changes {
+			t.Run(fmt.Sprintf("%s/inotify=%v", name, inotify), func(t *testing.T) {
+				t.Parallel()
+				r, m := warmRig(t, 1)
+				w := newChangeWatcher(false)
+				if inotify {
+					w = testWatcher(t)
+				}
+				r.pool.warm.mu.Lock()
+				r.pool.warm.changes = w
+				r.pool.warm.mu.Unlock()
+				r.runPID(t, "teach", nil)
+				spare := r.waitSpare(t, m)
+				if err := change(r.runtime); err != nil {
+					t.Fatal(err)
+				}
+				if got := r.runPID(t, "after-change", nil); got == spare {
+					t.Error("a spare whose runtime changed after it started served a call")
+				}
+				if hits := metric(t, m, "fluksio_worker_warm_runner_hits_total"); hits != 0 {
+					t.Errorf("%v hits; want none", hits)
+				}
+				r.waitSpare(t, m, spare) // and it is replaced
+			})
+		}
 	}
-	if hits := metric(t, m, "fluksio_worker_warm_runner_hits_total"); hits != 0 {
-		t.Errorf("%v hits; want none", hits)
-	}
-	r.waitSpare(t, m, spare) // and it is replaced
 }
 
 // A spare that dies while it waits is replaced.
