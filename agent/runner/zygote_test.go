@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
 	"github.com/fluksio/fluksio-worker/agent/frame"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
@@ -275,15 +277,33 @@ func TestZygotes(t *testing.T) {
 		t.Parallel()
 		z := newZygoteRig(t, 1, nil)
 		z.pool.warm.forkTimeout = 2 * waitLong // a fork ahead stays in flight for the whole test
+		// Nor is the stopped zygote replaced for the exits it cannot
+		// report (ZygoteStoppedWhileItsRunnersExitIsReplaced).
+		z.pool.warm.exitReportWait = 2 * waitLong
 		z.runPID(t, "teach")
 		zyg := z.zygote(t)
-		z.waitForked(t, 1+forkedSparesAhead)
+		spares := z.waitForked(t, 1+forkedSparesAhead)
 		stopped, _ := os.FindProcess(zyg)
 		stopped.Signal(syscall.SIGSTOP)
 		defer stopped.Signal(syscall.SIGCONT)
 		// A call takes a spare; its replacement's fork then waits on the
 		// stopped zygote, holding it.
-		z.runPID(t, "takes-a-spare")
+		var forked []*call // their ends wait for the zygote's reports
+		started := func(id, source string) (*call, map[string]any) {
+			c, err := z.runNode(context.Background(), id, source)
+			if err != nil {
+				t.Fatalf("Start: %v", err)
+			}
+			a := answer(t, c.output(t))
+			if ok, _ := a["ok"].(bool); !ok {
+				t.Fatalf("call %s failed: %s", id, c.outputLine(a))
+			}
+			if containsInt(spares, c.box.pid) {
+				forked = append(forked, c)
+			}
+			return c, a
+		}
+		started("takes-a-spare", pidNode)
 		deadline := time.Now().Add(waitLong)
 		for !z.forkInFlight() && time.Now().Before(deadline) {
 			time.Sleep(time.Millisecond)
@@ -294,21 +314,157 @@ func TestZygotes(t *testing.T) {
 		// Calls take the spares left, then start cold: none waits for
 		// the fork in flight, which gives up only after forkTimeout.
 		for i := range 1 + forkedSparesAhead + 1 {
-			z.runPID(t, "while-wedged-"+strconv.Itoa(i))
+			if c, _ := started("while-wedged-"+strconv.Itoa(i), pidNode); !containsInt(spares, c.box.pid) {
+				c.end(t, true)
+			}
 		}
 		// Nor does the end of a call whose orphan the worker must reap
 		// (the reaper and a fork in flight share a lock).
-		c, err := z.runNode(context.Background(), "orphan-while-wedged", lingeringNode)
-		if err != nil {
-			t.Fatalf("Start: %v", err)
-		}
-		killLater(t, pidOf(answer(t, c.output(t))["outputs"].(map[string]any), "child"))
+		c, a := started("orphan-while-wedged", lingeringNode)
+		killLater(t, pidOf(a["outputs"].(map[string]any), "child"))
 		c.end(t, true)
 		if !z.forkInFlight() || !z.zygoteIs(zyg) {
 			t.Fatal("a call waited for the wedged zygote's fork to give up")
 		}
 		if misses := metric(t, z.m, "fluksio_worker_warm_runner_misses_total"); misses < 2 {
 			t.Errorf("%v calls started cold; want the teaching one and at least one while the zygote was wedged", misses)
+		}
+		if len(forked) != len(spares) {
+			t.Fatalf("%d calls ran in the forked spares %v; want each", len(forked), spares)
+		}
+		// The forked runners exited while the zygote was stopped: once it
+		// goes on, it reaps them, and their calls end with how they ended.
+		stopped.Signal(syscall.SIGCONT)
+		for _, c := range forked {
+			c.end(t, true)
+			if e := c.box.exitState(); e == nil || e.err() != nil {
+				t.Errorf("call %s: its runner ended %+v; want exit status 0", c.id, e)
+			}
+		}
+	})
+	t.Run("ExitStatusReachesTheWorker", func(t *testing.T) {
+		t.Parallel()
+		// A forked runner is its zygote's child: how it ended reaches the
+		// worker in the zygote's report.
+		z := newZygoteRig(t, 1, nil)
+		z.runPID(t, "teach")
+		zyg := z.zygote(t)
+		for _, tc := range []struct{ name, source, want string }{
+			{"exits-7", "import os\ndef f():\n    os._exit(7)\n", "exited with code 7 without answering"},
+			{"killed", "import os, signal\ndef f():\n    os.kill(os.getpid(), signal.SIGUSR1)\n", "killed by SIGUSR1"},
+		} {
+			spares := z.waitForked(t, 1)
+			c, err := z.runNode(context.Background(), tc.name, tc.source)
+			if err != nil {
+				t.Fatalf("Start: %v", err)
+			}
+			if !containsInt(spares, c.box.pid) {
+				t.Fatalf("call %s ran in %d; want a spare forked from the zygote %d: %v", tc.name, c.box.pid, zyg, spares)
+			}
+			if out := c.output(t); out.Answer != nil {
+				t.Fatalf("call %s answered %s; want its runner to end first", tc.name, out.Answer)
+			}
+			if msg := c.DeathMessage(); !strings.Contains(msg, tc.want) {
+				t.Errorf("call %s: the death message is %q; want it to say %q", tc.name, msg, tc.want)
+			}
+			if u := c.end(t, false); u.CPU <= 0 || u.PeakRSSByte <= 0 {
+				t.Errorf("call %s: End says it cost %+v; want its CPU and peak memory", tc.name, u)
+			}
+		}
+	})
+	t.Run("ZygoteKilledWhileItsRunnerRuns", func(t *testing.T) {
+		t.Parallel()
+		// Its runner is re-parented to the worker, which waits for it
+		// itself: the call ends with how its runner ended, and nothing of
+		// it is left.
+		z := newZygoteRig(t, 1, nil)
+		z.runPID(t, "teach")
+		zyg := z.zygote(t)
+		spares := z.waitForked(t, 1)
+		fifo := filepath.Join(t.TempDir(), "go")
+		if err := unix.Mkfifo(fifo, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, err := z.runNode(context.Background(), "outlives-its-zygote",
+			"import os\ndef f():\n    open("+strconv.Quote(fifo)+").read()\n    os._exit(7)\n")
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		runner := c.box.pid
+		if !containsInt(spares, runner) {
+			t.Fatalf("the call ran in %d; want one of the forked spares %v", runner, spares)
+		}
+		killed, _ := os.FindProcess(zyg)
+		killed.Kill()
+		deadline := time.Now().Add(waitLong)
+		for parentOf(runner) != os.Getpid() && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if ppid := parentOf(runner); ppid != os.Getpid() {
+			t.Fatalf("the runner's parent is %d once its zygote was killed; want the worker %d", ppid, os.Getpid())
+		}
+		if err := os.WriteFile(fifo, []byte("go"), 0); err != nil { // the node goes on: it exits 7
+			t.Fatal(err)
+		}
+		if out := c.output(t); out.Answer != nil {
+			t.Fatalf("the call answered %s; want its runner to end first", out.Answer)
+		}
+		if msg := c.DeathMessage(); !strings.Contains(msg, "exited with code 7") {
+			t.Errorf("the death message is %q; want it to say the runner exited with code 7", msg)
+		}
+		if u := c.end(t, false); u.CPU <= 0 || u.PeakRSSByte <= 0 {
+			t.Errorf("End says it cost %+v; want its CPU and peak memory", u)
+		}
+		gone(t, "after End", runner, zyg)
+		// Calls go on, forked from a new zygote.
+		next := z.zygote(t, zyg)
+		spares = z.waitForked(t, 1)
+		if got := z.runPID(t, "after"); !containsInt(spares, got) {
+			t.Errorf("the call ran in %d; want a spare forked from the new zygote %d: %v", got, next, spares)
+		}
+	})
+	t.Run("ZygoteStoppedWhileItsRunnersExitIsReplaced", func(t *testing.T) {
+		t.Parallel()
+		// A zygote that does not report a runner's exit (stopped here) is
+		// replaced: its runners are left to the worker, which finds how
+		// they ended itself, and so does a spare that died waiting.
+		z := newZygoteRig(t, 1, nil)
+		z.runPID(t, "teach")
+		zyg := z.zygote(t)
+		spares := z.waitForked(t, 1+forkedSparesAhead)
+		stopped, _ := os.FindProcess(zyg)
+		stopped.Signal(syscall.SIGSTOP)
+		defer stopped.Signal(syscall.SIGCONT)
+		c, err := z.runNode(context.Background(), "exits-7", "import os\ndef f():\n    os._exit(7)\n")
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		if !containsInt(spares, c.box.pid) {
+			t.Fatalf("the call ran in %d; want one of the forked spares %v", c.box.pid, spares)
+		}
+		for _, pid := range spares {
+			if pid != c.box.pid {
+				syscall.Kill(pid, syscall.SIGKILL) // a spare that dies while it waits
+			}
+		}
+		c.output(t)
+		if msg := c.DeathMessage(); !strings.Contains(msg, "exited with code 7") {
+			t.Errorf("the death message is %q; want it to say the runner exited with code 7", msg)
+		}
+		c.end(t, false)
+		next := z.zygote(t, zyg)
+		for _, pid := range spares {
+			if platform.ProcessAlive(pid) {
+				t.Errorf("the forked spare %d outlived its zygote's replacement", pid)
+			}
+		}
+		gone(t, "the replaced zygote", zyg)
+		spares = z.waitForked(t, 1)
+		if got := z.runPID(t, "after"); !containsInt(spares, got) {
+			t.Errorf("the call ran in %d; want a spare forked from the new zygote %d: %v", got, next, spares)
+		}
+		if log := z.log.String(); !strings.Contains(log, "did not report a runner's exit") {
+			t.Errorf("the log does not say the zygote was replaced for an exit it did not report:\n%s", log)
 		}
 	})
 	t.Run("ForkedSpareServesACall", func(t *testing.T) {
@@ -320,8 +476,8 @@ func TestZygotes(t *testing.T) {
 		if containsInt(spares, first) || containsInt(spares, zyg) {
 			t.Fatalf("the spares %v include the first call's runner (%d) or the zygote (%d)", spares, first, zyg)
 		}
-		if parentOf(spares[0]) != os.Getpid() {
-			t.Errorf("a forked spare's parent is %d; want the worker %d, which reaps it", parentOf(spares[0]), os.Getpid())
+		if parentOf(spares[0]) != zyg {
+			t.Errorf("a forked spare's parent is %d; want its zygote %d, which reaps it", parentOf(spares[0]), zyg)
 		}
 		if got := z.runPID(t, "warm"); !containsInt(spares, got) {
 			t.Errorf("the call ran in %d; want one of the forked spares %v", got, spares)
