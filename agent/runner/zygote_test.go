@@ -158,6 +158,48 @@ func (z *zygoteRig) runPID(t *testing.T, id string) int {
 	return pidOf(a["outputs"].(map[string]any), "pid")
 }
 
+// stoppedZygote teaches z an environment, waits for its zygote and the
+// spares forked from it, and stops the zygote (SIGSTOP) until the test
+// ends or continues it.
+func (z *zygoteRig) stoppedZygote(t *testing.T) (zyg int, spares []int) {
+	t.Helper()
+	z.runPID(t, "teach")
+	zyg = z.zygote(t)
+	spares = z.waitForked(t, 1+forkedSparesAhead)
+	syscall.Kill(zyg, syscall.SIGSTOP)
+	t.Cleanup(func() { syscall.Kill(zyg, syscall.SIGCONT) })
+	return zyg, spares
+}
+
+// runForked starts a call of source that must run in one of the forked
+// spares.
+func (z *zygoteRig) runForked(t *testing.T, id, source string, spares []int) *call {
+	t.Helper()
+	c, err := z.runNode(context.Background(), id, source)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if !containsInt(spares, c.box.pid) {
+		t.Fatalf("call %s ran in %d; want one of the forked spares %v", id, c.box.pid, spares)
+	}
+	return c
+}
+
+// endsUnanswered checks that c's runner ended without an answer, that
+// its death message says how (want), and that End says what it cost.
+func endsUnanswered(t *testing.T, c *call, want string) {
+	t.Helper()
+	if out := c.output(t); out.Answer != nil {
+		t.Fatalf("call %s answered %s; want its runner to end first", c.id, out.Answer)
+	}
+	if msg := c.DeathMessage(); !strings.Contains(msg, want) {
+		t.Errorf("call %s: the death message is %q; want it to say %q", c.id, msg, want)
+	}
+	if u := c.end(t, false); u.CPU <= 0 || u.PeakRSSByte <= 0 {
+		t.Errorf("call %s: End says it cost %+v; want its CPU and peak memory", c.id, u)
+	}
+}
+
 func (c *call) outputLine(a map[string]any) string {
 	b, _ := json.Marshal(a)
 	return string(b)
@@ -280,12 +322,7 @@ func TestZygotes(t *testing.T) {
 		// Nor is the stopped zygote replaced for the exits it cannot
 		// report (ZygoteStoppedWhileItsRunnersExitIsReplaced).
 		z.pool.warm.exitReportWait = 2 * waitLong
-		z.runPID(t, "teach")
-		zyg := z.zygote(t)
-		spares := z.waitForked(t, 1+forkedSparesAhead)
-		stopped, _ := os.FindProcess(zyg)
-		stopped.Signal(syscall.SIGSTOP)
-		defer stopped.Signal(syscall.SIGCONT)
+		zyg, spares := z.stoppedZygote(t)
 		// A call takes a spare; its replacement's fork then waits on the
 		// stopped zygote, holding it.
 		var forked []*call // their ends wait for the zygote's reports
@@ -334,7 +371,7 @@ func TestZygotes(t *testing.T) {
 		}
 		// The forked runners exited while the zygote was stopped: once it
 		// goes on, it reaps them, and their calls end with how they ended.
-		stopped.Signal(syscall.SIGCONT)
+		syscall.Kill(zyg, syscall.SIGCONT)
 		for _, c := range forked {
 			c.end(t, true)
 			if e := c.box.exitState(); e == nil || e.err() != nil {
@@ -353,23 +390,11 @@ func TestZygotes(t *testing.T) {
 			{"exits-7", "import os\ndef f():\n    os._exit(7)\n", "exited with code 7 without answering"},
 			{"killed", "import os, signal\ndef f():\n    os.kill(os.getpid(), signal.SIGUSR1)\n", "killed by SIGUSR1"},
 		} {
-			spares := z.waitForked(t, 1)
-			c, err := z.runNode(context.Background(), tc.name, tc.source)
-			if err != nil {
-				t.Fatalf("Start: %v", err)
+			c := z.runForked(t, tc.name, tc.source, z.waitForked(t, 1))
+			if parent := parentOf(c.box.pid); parent != zyg && parent != 0 {
+				t.Errorf("call %s: its runner's parent is %d; want the zygote %d", tc.name, parent, zyg)
 			}
-			if !containsInt(spares, c.box.pid) {
-				t.Fatalf("call %s ran in %d; want a spare forked from the zygote %d: %v", tc.name, c.box.pid, zyg, spares)
-			}
-			if out := c.output(t); out.Answer != nil {
-				t.Fatalf("call %s answered %s; want its runner to end first", tc.name, out.Answer)
-			}
-			if msg := c.DeathMessage(); !strings.Contains(msg, tc.want) {
-				t.Errorf("call %s: the death message is %q; want it to say %q", tc.name, msg, tc.want)
-			}
-			if u := c.end(t, false); u.CPU <= 0 || u.PeakRSSByte <= 0 {
-				t.Errorf("call %s: End says it cost %+v; want its CPU and peak memory", tc.name, u)
-			}
+			endsUnanswered(t, c, tc.want)
 		}
 	})
 	t.Run("ZygoteKilledWhileItsRunnerRuns", func(t *testing.T) {
@@ -385,15 +410,8 @@ func TestZygotes(t *testing.T) {
 		if err := unix.Mkfifo(fifo, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		c, err := z.runNode(context.Background(), "outlives-its-zygote",
-			"import os\ndef f():\n    open("+strconv.Quote(fifo)+").read()\n    os._exit(7)\n")
-		if err != nil {
-			t.Fatalf("Start: %v", err)
-		}
+		c := z.runForked(t, "outlives-its-zygote", "import os\ndef f():\n    open("+strconv.Quote(fifo)+").read()\n    os._exit(7)\n", spares)
 		runner := c.box.pid
-		if !containsInt(spares, runner) {
-			t.Fatalf("the call ran in %d; want one of the forked spares %v", runner, spares)
-		}
 		killed, _ := os.FindProcess(zyg)
 		killed.Kill()
 		deadline := time.Now().Add(waitLong)
@@ -406,15 +424,7 @@ func TestZygotes(t *testing.T) {
 		if err := os.WriteFile(fifo, []byte("go"), 0); err != nil { // the node goes on: it exits 7
 			t.Fatal(err)
 		}
-		if out := c.output(t); out.Answer != nil {
-			t.Fatalf("the call answered %s; want its runner to end first", out.Answer)
-		}
-		if msg := c.DeathMessage(); !strings.Contains(msg, "exited with code 7") {
-			t.Errorf("the death message is %q; want it to say the runner exited with code 7", msg)
-		}
-		if u := c.end(t, false); u.CPU <= 0 || u.PeakRSSByte <= 0 {
-			t.Errorf("End says it cost %+v; want its CPU and peak memory", u)
-		}
+		endsUnanswered(t, c, "exited with code 7")
 		gone(t, "after End", runner, zyg)
 		// Calls go on, forked from a new zygote.
 		next := z.zygote(t, zyg)
@@ -429,29 +439,14 @@ func TestZygotes(t *testing.T) {
 		// replaced: its runners are left to the worker, which finds how
 		// they ended itself, and so does a spare that died waiting.
 		z := newZygoteRig(t, 1, nil)
-		z.runPID(t, "teach")
-		zyg := z.zygote(t)
-		spares := z.waitForked(t, 1+forkedSparesAhead)
-		stopped, _ := os.FindProcess(zyg)
-		stopped.Signal(syscall.SIGSTOP)
-		defer stopped.Signal(syscall.SIGCONT)
-		c, err := z.runNode(context.Background(), "exits-7", "import os\ndef f():\n    os._exit(7)\n")
-		if err != nil {
-			t.Fatalf("Start: %v", err)
-		}
-		if !containsInt(spares, c.box.pid) {
-			t.Fatalf("the call ran in %d; want one of the forked spares %v", c.box.pid, spares)
-		}
+		zyg, spares := z.stoppedZygote(t)
+		c := z.runForked(t, "exits-7", "import os\ndef f():\n    os._exit(7)\n", spares)
 		for _, pid := range spares {
 			if pid != c.box.pid {
 				syscall.Kill(pid, syscall.SIGKILL) // a spare that dies while it waits
 			}
 		}
-		c.output(t)
-		if msg := c.DeathMessage(); !strings.Contains(msg, "exited with code 7") {
-			t.Errorf("the death message is %q; want it to say the runner exited with code 7", msg)
-		}
-		c.end(t, false)
+		endsUnanswered(t, c, "exited with code 7")
 		next := z.zygote(t, zyg)
 		for _, pid := range spares {
 			if platform.ProcessAlive(pid) {
