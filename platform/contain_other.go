@@ -94,6 +94,9 @@ func WatchExit(pid int) *ExitWatch { return &ExitWatch{} }
 // Exited never closes.
 func (w *ExitWatch) Exited() <-chan struct{} { return nil }
 
+// HasExited says nothing exited.
+func (w *ExitWatch) HasExited() bool { return false }
+
 // WaitAdopted fails: nothing is re-parented to this process.
 func (w *ExitWatch) WaitAdopted() (syscall.WaitStatus, *syscall.Rusage, error) {
 	return 0, nil, errors.New("adopting processes needs Linux's child subreaper")

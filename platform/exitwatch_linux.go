@@ -53,6 +53,25 @@ func WatchExit(pid int) *ExitWatch {
 // where the kernel cannot say (no pidfd).
 func (w *ExitWatch) Exited() <-chan struct{} { return w.exited }
 
+// HasExited reports whether the process has exited (a zombie counts), as
+// the kernel says now, and true once the watch was closed; false where the
+// kernel cannot say (no pidfd, or no watch).
+func (w *ExitWatch) HasExited() bool {
+	if w == nil || w.pidfd == nil {
+		return false
+	}
+	rc, err := w.pidfd.SyscallConn()
+	if err != nil {
+		return true
+	}
+	exited := false
+	err = rc.Control(func(fd uintptr) {
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+		exited = err == nil && n > 0
+	})
+	return exited || err != nil
+}
+
 // WaitAdopted waits for the process as its parent, which this worker is
 // once the process was re-parented to it, and says how it ended and what
 // it cost. It fails with ECHILD where someone else reaped it (its former

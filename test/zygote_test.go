@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -270,11 +271,16 @@ func TestZygoteReplaced(t *testing.T) {
 				// their exits (it is replaced for that), and the next
 				// spare is asked of it (it is replaced when the fork
 				// times out), whichever comes first.
+				var killed []int
 				for _, pid := range sparePids(w) {
 					if pid != before[0] {
 						syscall.Kill(pid, syscall.SIGKILL)
+						killed = append(killed, pid)
 					}
 				}
+				eventually(t, 60*time.Second, "the killed spares to exit", func() bool {
+					return !slices.ContainsFunc(killed, platform.ProcessAlive)
+				})
 				fingerprint(t, wk, w, "while-wedged")
 			}
 			eventually(t, 60*time.Second, "a new zygote in place of the old one", func() bool {

@@ -37,6 +37,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/fluksio/fluksio-worker/platform"
 )
 
 // spareFlag starts the runtime in spare mode (the embedded runtime's
@@ -137,7 +139,11 @@ type spare struct {
 	readied chan struct{} // closed once ready (a spare ahead of its call)
 	exited  chan struct{} // closed once reaped; box holds its state
 	exitErr error         // how it exited; set before exited closes
-	zyg     *zygoteOf     // set for a zygote, which forks calls and serves none
+	// forked is a forked spare's process as the kernel sees it, which
+	// knows it exited before its zygote reports it (nil for a spare the
+	// worker started).
+	forked *platform.ExitWatch
+	zyg    *zygoteOf // set for a zygote, which forks calls and serves none
 
 	// Guarded by pool.mu.
 	ready   bool
@@ -230,7 +236,7 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 		we.spares = slices.DeleteFunc(we.spares, func(x *spare) bool { return x == s })
 		p.mu.Unlock()
 		why := s.staleness()
-		if why == "" && closed(s.exited) {
+		if why == "" && (closed(s.exited) || s.forked.HasExited()) {
 			why = "it died" // a dead spare is never handed a call
 		}
 		p.mu.Lock()

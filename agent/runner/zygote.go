@@ -212,6 +212,7 @@ func (z *spare) fork(s *spare, forCall bool) error {
 	// Its report may have come already: a runner can exit before this.
 	report := z.zyg.exits.expect(pid)
 	watch := platform.WatchExit(pid)
+	s.forked = watch
 	s.box.pid = pid
 	s.stdin, s.stdout, s.stderr = ends[0][1], ends[1][0], ends[2][0]
 	if s.box.cg != nil {

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -460,6 +461,24 @@ func TestZygotes(t *testing.T) {
 		}
 		if log := z.log.String(); !strings.Contains(log, "did not report a runner's exit") {
 			t.Errorf("the log does not say the zygote was replaced for an exit it did not report:\n%s", log)
+		}
+	})
+	t.Run("DeadSpareOfAStoppedZygoteIsNotHandedACall", func(t *testing.T) {
+		t.Parallel()
+		// The stopped zygote does not report its spares' deaths (nor is it
+		// replaced for that here): the kernel's word keeps them from calls.
+		z := newZygoteRig(t, 1, nil)
+		z.pool.warm.exitReportWait = 2 * waitLong
+		_, spares := z.stoppedZygote(t)
+		for _, pid := range spares {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		deadline := time.Now().Add(waitLong)
+		for slices.ContainsFunc(spares, platform.ProcessAlive) && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if got := z.runPID(t, "after-the-kill"); containsInt(spares, got) {
+			t.Errorf("the call ran in %d, one of the killed spares %v", got, spares)
 		}
 	})
 	t.Run("ForkedSpareServesACall", func(t *testing.T) {
