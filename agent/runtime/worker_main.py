@@ -2690,20 +2690,41 @@ class ExitReports:
     write does not block for long; one that fails (the worker is gone) is
     given up.
 
-    Reaping runs from the SIGCHLD handler, which Python calls in the main
-    thread between two instructions (recvmsg is interrupted and retried),
-    and after each fork's answer. A child that is no runner (one a preload
-    started) is reaped and not reported. A runner may be reaped before its
-    fork returned it to the zygote: it waits in unclaimed until forked()
-    claims it.
+    SIGCHLD only wakes the zygote's loop: its handler does nothing, and
+    Python writes a byte for it to a pipe (signal.set_wakeup_fd), which the
+    loop polls with the control socket. A handler that reaped would miss a
+    signal that came just before the loop blocked in recvmsg (no EINTR
+    then), and the exit would wait for the next fork. Reaping only in the
+    loop, a runner is always recorded (forked) before it can be reaped; a
+    child that is no runner (one a preload started) is reaped, not
+    reported.
     """
 
     def __init__(self, fd: int):
         self.fd = fd
         self.runners = set()
-        self.unclaimed = {}  # pid -> (status, peak memory)
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        self.poller = select.poll()
+        self.poller.register(self.wake_r, select.POLLIN)
 
-    def reap(self, *_) -> None:
+    def wait_for(self, fd: int) -> None:
+        """Returns once fd is readable; reaps and reports exits meanwhile."""
+        self.poller.register(fd, select.POLLIN)
+        while True:
+            try:
+                while os.read(self.wake_r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+            self.reap()  # after the pipe is emptied: a later exit wakes the poll
+            if any(ready == fd for ready, _ in self.poller.poll()):
+                return
+
+    def reap(self) -> None:
         while True:
             try:
                 pid, status, usage = os.wait4(-1, os.WNOHANG)
@@ -2713,29 +2734,21 @@ class ExitReports:
                 return
             if pid in self.runners:
                 self.runners.discard(pid)
-                self.report(pid, (status, usage.ru_maxrss))
-            else:
-                self.unclaimed[pid] = (status, usage.ru_maxrss)
+                self.report(pid, status, usage.ru_maxrss)
 
-    def forking(self) -> None:
-        """Before a fork: whatever is unclaimed now is no runner's."""
-        self.reap()
-        self.unclaimed.clear()
-
-    def forked(self, pid: int) -> None:
-        self.runners.add(pid)
-        end = self.unclaimed.pop(pid, None)
-        if end is not None:  # it was reaped before this line
-            self.runners.discard(pid)
-            self.report(pid, end)
-
-    def report(self, pid: int, end: tuple) -> None:
-        status, maxrss = end
+    def report(self, pid: int, status: int, maxrss: int) -> None:
         record = pid.to_bytes(4, sys.byteorder, signed=True) + status.to_bytes(4, sys.byteorder) + max(maxrss, 0).to_bytes(8, sys.byteorder)
         try:
             os.write(self.fd, record)
         except OSError:
             pass  # the worker is gone: nobody is left to tell
+
+    def in_child(self) -> None:
+        """In a forked runner: SIGCHLD's default, as a cold start has it, and none of this."""
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in (self.fd, self.wake_r, self.wake_w):
+            os.close(fd)
 
 
 def zygote_serve() -> None:
@@ -2759,13 +2772,11 @@ def zygote_serve() -> None:
         gc.freeze()
     trim_heap()
     exits = ExitReports(exits_fd)
-    signal.signal(signal.SIGCHLD, exits.reap)
     control = socket.socket(fileno=control_fd)
     while True:
+        exits.wait_for(control_fd)
         try:
             msg, ancdata, _, _ = control.recvmsg(1 << 20, socket.CMSG_SPACE(8 * 4))
-        except InterruptedError:
-            continue
         except OSError:
             os._exit(0)
         fds = []
@@ -2784,7 +2795,6 @@ def zygote_serve() -> None:
             control.send(b"0")
             continue
         remember_cached_code()
-        exits.forking()
         try:
             with warnings.catch_warnings():
                 # Python 3.12+ warns about forking with threads (a preloaded
@@ -2795,17 +2805,14 @@ def zygote_serve() -> None:
             runner = -1
         if runner == 0:
             try:
-                # What a cold start has: SIGCHLD's default, and none of the
-                # zygote's descriptors.
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                os.close(exits_fd)
+                exits.in_child()
                 control.detach()
                 zygote_child(request, fds, control_fd)
             except BaseException:
                 os._exit(70)  # the worker answers for a runner that died unanswered
             return
         if runner > 0:
-            exits.forked(runner)
+            exits.runners.add(runner)
             try:
                 os.setpgid(runner, runner)  # before the worker can signal its group
             except OSError:
@@ -2813,7 +2820,6 @@ def zygote_serve() -> None:
         for fd in fds:
             os.close(fd)
         control.send(b"%d" % max(runner, 0))
-        exits.reap()
 
 
 def trim_heap() -> None:

@@ -120,10 +120,9 @@ class ZygoteTest(unittest.TestCase):
         with open("/proc/%d/task/%d/children" % (self.proc.pid, self.proc.pid)) as f:
             self.assertEqual(f.read().split(), [])
 
-    def test_a_runner_reaped_before_its_fork_returned_is_reported(self):
-        # SIGCHLD's handler can reap a runner that exits at once before the
-        # zygote has recorded its pid: forked() must still report it, and a
-        # child that is no runner must never be reported.
+    def test_reports_the_exits_of_its_runners_only(self):
+        # While it waits for a request, the zygote reaps its children and
+        # reports those that are runners; one a preload started is not.
         script = (
             "import importlib.util, os, sys\n"
             "spec = importlib.util.spec_from_file_location('runtime', sys.argv[1])\n"
@@ -134,27 +133,28 @@ class ZygoteTest(unittest.TestCase):
             "other = os.fork()\n"
             "if other == 0:\n"
             "    os._exit(5)\n"
-            "os.waitid(os.P_PID, other, os.WEXITED | os.WNOWAIT)\n"
-            "reports.forking()\n"
-            "pid = os.fork()\n"
-            "if pid == 0:\n"
+            "runner = os.fork()\n"
+            "if runner == 0:\n"
             "    os._exit(3)\n"
-            "os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)\n"
-            "reports.reap()\n"
-            "os.set_blocking(r, False)\n"
-            "try:\n"
-            "    early = os.read(r, 16)\n"
-            "except BlockingIOError:\n"
-            "    early = b''\n"
-            "reports.forked(pid)\n"
-            "record = os.read(r, 16)\n"
-            "print(other, pid, len(early), int.from_bytes(record[:4], sys.byteorder, signed=True), int.from_bytes(record[4:8], sys.byteorder), int.from_bytes(record[8:], sys.byteorder))\n"
+            "reports.runners.add(runner)\n"
+            "for pid in (other, runner):\n"
+            "    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)\n"
+            "request_r, request_w = os.pipe()\n"
+            "os.write(request_w, b'x')\n"
+            "reports.wait_for(request_r)\n"
+            "os.close(w)\n"
+            "records = b''\n"
+            "while True:\n"
+            "    chunk = os.read(r, 64)\n"
+            "    if not chunk:\n"
+            "        break\n"
+            "    records += chunk\n"
+            "print(runner, len(records), int.from_bytes(records[:4], sys.byteorder, signed=True), int.from_bytes(records[4:8], sys.byteorder), int.from_bytes(records[8:16], sys.byteorder))\n"
         )
         out = subprocess.run([PYTHON, "-c", script, RUNTIME], stdout=subprocess.PIPE, check=True, timeout=60).stdout.split()
-        other, pid, early, reported, status, maxrss = (int(x) for x in out)
-        self.assertNotEqual(other, pid)
-        self.assertEqual(early, 0, "reported before its fork returned: its pid was not the zygote's yet")
-        self.assertEqual(reported, pid)
+        runner, size, reported, status, maxrss = (int(x) for x in out)
+        self.assertEqual(size, 16, "one report: the runner's, not the other child's")
+        self.assertEqual(reported, runner)
         self.assertTrue(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 3, status)
         self.assertGreater(maxrss, 0)  # its peak memory in KiB, from wait4
 
