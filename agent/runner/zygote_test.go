@@ -504,6 +504,11 @@ func TestZygotes(t *testing.T) {
 		if misses := metric(t, z.m, "fluksio_worker_warm_runner_misses_total"); misses != 1 {
 			t.Errorf("%v calls started cold; want only the one that taught the environment", misses)
 		}
+		// Each runner's exit was reported in time: a zygote that serves is
+		// never taken for wedged.
+		if log := z.log.String(); strings.Contains(log, "did not report a runner's exit") {
+			t.Errorf("the zygote was replaced for an exit it did not report:\n%s", log)
+		}
 	})
 	t.Run("ReplacementWaitsForTheCallWhileSparesAreLeft", func(t *testing.T) {
 		t.Parallel()
