@@ -9,16 +9,17 @@ package runner
 // forks share the zygote's pages copy-on-write.
 //
 // The forked runner is the zygote's child (one fork, the cheapest): the
-// zygote reaps it and reports its exit status to the worker on a pipe
+// zygote reaps it and reports how it ended to the worker on a pipe
 // (zygote_exits.go), and its call's cgroup says what it cost, so its
 // figures are the call's, not the zygote's start-up. Should the zygote die
 // first, its runners are re-parented to the worker (a child subreaper),
 // which waits for them itself. A runner gets the call's descriptors over
 // the control socket, its environment and working directory, a process
 // group of its own, and is moved into its call's cgroup before the worker
-// writes its request, so no node code runs outside it. Where there is no cgroup, spares are used: a forked runner
-// shows its zygote's environment in /proc, so the cookie would not find
-// what node code forks without an exec.
+// writes its request, so no node code runs outside it. Where there is no
+// cgroup, spares are used: a forked runner shows its zygote's environment
+// in /proc, so the cookie would not find what node code forks without an
+// exec.
 //
 // A zygote is watched like a spare: a stale one (code it loaded changed),
 // one too old, one that died or does not answer a fork is replaced, and
