@@ -159,14 +159,21 @@ func (z *zygoteRig) runPID(t *testing.T, id string) int {
 	return pidOf(a["outputs"].(map[string]any), "pid")
 }
 
+// forking teaches z an environment, and waits for its zygote and n spares
+// forked from it.
+func (z *zygoteRig) forking(t *testing.T, n int) (zyg int, spares []int) {
+	t.Helper()
+	z.runPID(t, "teach")
+	zyg = z.zygote(t)
+	return zyg, z.waitForked(t, n)
+}
+
 // stoppedZygote teaches z an environment, waits for its zygote and the
 // spares forked from it, and stops the zygote (SIGSTOP) until the test
 // ends or continues it.
 func (z *zygoteRig) stoppedZygote(t *testing.T) (zyg int, spares []int) {
 	t.Helper()
-	z.runPID(t, "teach")
-	zyg = z.zygote(t)
-	spares = z.waitForked(t, 1+forkedSparesAhead)
+	zyg, spares = z.forking(t, 1+forkedSparesAhead)
 	syscall.Kill(zyg, syscall.SIGSTOP)
 	t.Cleanup(func() { syscall.Kill(zyg, syscall.SIGCONT) })
 	return zyg, spares
@@ -404,9 +411,7 @@ func TestZygotes(t *testing.T) {
 		// itself: the call ends with how its runner ended, and nothing of
 		// it is left.
 		z := newZygoteRig(t, 1, nil)
-		z.runPID(t, "teach")
-		zyg := z.zygote(t)
-		spares := z.waitForked(t, 1)
+		zyg, spares := z.forking(t, 1)
 		fifo := filepath.Join(t.TempDir(), "go")
 		if err := unix.Mkfifo(fifo, 0o600); err != nil {
 			t.Fatal(err)
@@ -553,9 +558,7 @@ func TestZygotes(t *testing.T) {
 	t.Run("KilledZygoteIsReplaced", func(t *testing.T) {
 		t.Parallel()
 		z := newZygoteRig(t, 1, nil)
-		z.runPID(t, "teach")
-		zyg := z.zygote(t)
-		before := z.waitForked(t, 1)
+		zyg, before := z.forking(t, 1)
 		killed, _ := os.FindProcess(zyg)
 		killed.Kill()
 		// Calls go on while a new zygote starts: a spare forked before
