@@ -61,9 +61,10 @@ func StartContained(cmd *exec.Cmd) error {
 }
 
 // Adopt runs start, which makes a runner this process did not fork itself
-// (a zygote's fork, re-parented to this subreaper) and returns its pid,
-// and registers that pid as StartContained does: ReapOrphans leaves it to
-// whoever waits for it. Call Forget once it is waited for.
+// (a zygote's fork: the zygote's child, re-parented to this subreaper
+// should the zygote die first) and returns its pid, and registers that pid
+// as StartContained does: ReapOrphans leaves it to whoever waits for it.
+// Call Forget once it is waited for.
 func Adopt(start func() (int, error)) (int, error) {
 	starting.RLock()
 	defer starting.RUnlock()

@@ -84,3 +84,23 @@ func WatchOOM(pid int) *OOMWatch { return &OOMWatch{} }
 
 // Killed reports false: nothing says the OOM killer killed.
 func (w *OOMWatch) Killed() bool { return false }
+
+// ExitWatch follows nothing here: no process is ever adopted.
+type ExitWatch struct{}
+
+// WatchExit follows nothing.
+func WatchExit(pid int) *ExitWatch { return &ExitWatch{} }
+
+// Exited never closes.
+func (w *ExitWatch) Exited() <-chan struct{} { return nil }
+
+// HasExited says nothing exited.
+func (w *ExitWatch) HasExited() bool { return false }
+
+// WaitAdopted fails: nothing is re-parented to this process.
+func (w *ExitWatch) WaitAdopted() (syscall.WaitStatus, *syscall.Rusage, error) {
+	return 0, nil, errors.New("adopting processes needs Linux's child subreaper")
+}
+
+// Close does nothing.
+func (w *ExitWatch) Close() {}

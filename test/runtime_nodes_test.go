@@ -108,6 +108,9 @@ func nodeWorker(t *testing.T, python string, dir string, env []string, args ...s
 	}
 	cmd := append(base, args...)
 	w := startBinaryIn(t, dir, env, cmd...)
+	// Stopped before its state directory goes: a runner killed with the
+	// worker may still write its code cache after its answer.
+	stopAtCleanup(w)
 	return eng, attach(t, eng), w
 }
 

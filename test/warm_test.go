@@ -268,14 +268,18 @@ func TestWarmFreshness(t *testing.T) {
 }
 
 // sparePids lists the worker's live children started as spares or
-// zygotes. (A call's runner may still be exiting after its answer: atexit
-// handlers run; one forked from a zygote shows the zygote's command line.)
+// zygotes, and the zygotes' children: the spares forked from them. (A
+// call's runner may still be exiting after its answer: atexit handlers
+// run; one forked from a zygote shows the zygote's command line.)
 func sparePids(w *worker) []int {
 	var pids []int
 	for _, pid := range childrenOf(w.cmd.Process.Pid) {
 		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		if strings.Contains(string(cmdline), "--fluksio-spare") || strings.Contains(string(cmdline), "--fluksio-zygote") {
 			pids = append(pids, pid)
+		}
+		if strings.Contains(string(cmdline), "--fluksio-zygote") {
+			pids = append(pids, childrenOf(pid)...)
 		}
 	}
 	return pids

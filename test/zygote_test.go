@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -244,10 +245,10 @@ def gpu():
 }
 
 // TestZygoteReplaced: a zygote killed between calls, or one that stops
-// answering (SIGSTOP: given up after its fork timeout), is replaced; calls
-// meanwhile answer (forked from a spare made before, or cold); the calls
-// after are forked from the new zygote; and nothing of a forked call
-// outlives the worker.
+// (SIGSTOP: it neither reaps its runners nor answers a fork), is replaced;
+// calls meanwhile answer (forked from a spare made before or from the new
+// zygote, or cold); the calls after are forked from the new zygote; and
+// nothing of a forked call outlives the worker.
 func TestZygoteReplaced(t *testing.T) {
 	needZygotes(t)
 	for _, how := range []string{"killed", "wedged"} {
@@ -266,19 +267,21 @@ func TestZygoteReplaced(t *testing.T) {
 				fingerprint(t, wk, w, "right-after")
 			} else {
 				syscall.Kill(before[0], syscall.SIGSTOP)
-				// Its spare gone, the next is asked of the wedged zygote.
+				// Its spares killed: the stopped zygote does not report
+				// their exits (it is replaced for that), and the next
+				// spare is asked of it (it is replaced when the fork
+				// times out), whichever comes first.
+				var killed []int
 				for _, pid := range sparePids(w) {
 					if pid != before[0] {
 						syscall.Kill(pid, syscall.SIGKILL)
+						killed = append(killed, pid)
 					}
 				}
-				eventually(t, 60*time.Second, "the killed spare out of the pool", func() bool {
-					spares, _, _ := warmState(t, addr)
-					return spares == 0
+				eventually(t, 60*time.Second, "the killed spares to exit", func() bool {
+					return !slices.ContainsFunc(killed, platform.ProcessAlive)
 				})
-				if _, forked, _ := fingerprint(t, wk, w, "while-wedged"); forked {
-					t.Errorf("a call ran forked while the only zygote was stopped")
-				}
+				fingerprint(t, wk, w, "while-wedged")
 			}
 			eventually(t, 60*time.Second, "a new zygote in place of the old one", func() bool {
 				now := zygotePids(w)

@@ -3,6 +3,7 @@ package runner
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -99,7 +100,7 @@ type box struct {
 	mu      sync.Mutex
 	escaped map[int]struct{} // cookie carriers outside the group, signalled
 	found   bool             // anything of the call was ever signalled
-	state   *os.ProcessState // the runner's, once reaped
+	exit    *runnerExit      // the runner's, once reaped
 	// What the call's cgroup said it cost, read before it is removed.
 	cgCPU  time.Duration
 	cgPeak int64
@@ -195,17 +196,67 @@ func (b *box) start(cmd *exec.Cmd) error {
 
 // reaped records the runner's end; os/exec has waited for it.
 func (b *box) reaped(cmd *exec.Cmd) {
-	b.mu.Lock()
-	b.state = cmd.ProcessState
-	b.mu.Unlock()
+	b.setExit(exitOf(cmd.ProcessState))
 	platform.Forget(cmd.Process.Pid)
 }
 
-// exitState is the runner's state once reaped, else nil.
-func (b *box) exitState() *os.ProcessState {
+// setExit records how the runner ended.
+func (b *box) setExit(e *runnerExit) {
+	b.mu.Lock()
+	b.exit = e
+	b.mu.Unlock()
+}
+
+// exitState is how the runner ended once it was reaped, else nil.
+func (b *box) exitState() *runnerExit {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.state
+	return b.exit
+}
+
+// runnerExit is how a runner ended: its wait status, and what it cost as
+// its parent learnt when it reaped it. A runner forked from a zygote is the
+// zygote's child: the zygote reaps it and reports its status and peak
+// memory (its call's cgroup counts its CPU); lost: not even that is known.
+type runnerExit struct {
+	status  syscall.WaitStatus
+	cpu     time.Duration // user and system; 0 where the zygote reaped it
+	peakRSS int64         // bytes; 0 where not known
+	lost    bool          // its zygote reaped it, and died before it reported how it ended
+}
+
+// exitOf is what os/exec found when it waited for a runner.
+func exitOf(ps *os.ProcessState) *runnerExit {
+	if ps == nil {
+		return nil // it was never waited for
+	}
+	ws, _ := ps.Sys().(syscall.WaitStatus)
+	ru, _ := ps.SysUsage().(*syscall.Rusage)
+	return exitOfRusage(ws, ru)
+}
+
+// exitOfRusage is what wait4 found when the worker waited for a runner.
+func exitOfRusage(ws syscall.WaitStatus, ru *syscall.Rusage) *runnerExit {
+	e := &runnerExit{status: ws}
+	if ru != nil {
+		e.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		e.peakRSS = platform.MaxRSSBytes(int64(ru.Maxrss))
+	}
+	return e
+}
+
+// err is nil for a runner that exited 0, else says how it ended, as
+// os/exec's ExitError does ("exit status 7", "signal: killed").
+func (e *runnerExit) err() error {
+	switch ws := e.status; {
+	case e.lost:
+		return errors.New("its exit status is unknown")
+	case ws.Signaled():
+		return errors.New("signal: " + ws.Signal().String())
+	case ws.ExitStatus() != 0:
+		return fmt.Errorf("exit status %d", ws.ExitStatus())
+	}
+	return nil
 }
 
 // signalAll sends sig to the process group and to every process outside
@@ -338,10 +389,10 @@ func (b *box) deathCause(exited <-chan struct{}) string {
 	if state == nil {
 		return ""
 	}
-	ws, ok := state.Sys().(syscall.WaitStatus)
+	ws := state.status
 	switch {
-	case !ok:
-		return ""
+	case state.lost:
+		return "it ended, but how is unknown: the zygote it was forked from reaped it and died before it could report its exit status"
 	case ws.Signaled() && ws.Signal() == syscall.SIGKILL && b.oom != nil && b.oom.Killed():
 		// Only the memory controller's count says it was the OOM killer.
 		return "killed by SIGKILL from the kernel's out-of-memory killer (its memory cgroup counts an OOM kill): the node needs more memory than it may use here"
@@ -368,10 +419,7 @@ type Usage struct {
 func (b *box) usage() Usage {
 	u := Usage{Wall: time.Since(b.began)}
 	if state := b.exitState(); state != nil {
-		u.CPU = state.UserTime() + state.SystemTime()
-		if ru, ok := state.SysUsage().(*syscall.Rusage); ok {
-			u.PeakRSSByte = platform.MaxRSSBytes(int64(ru.Maxrss))
-		}
+		u.CPU, u.PeakRSSByte = state.cpu, state.peakRSS
 	}
 	if b.cgCPU > 0 {
 		u.CPU = b.cgCPU

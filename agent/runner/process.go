@@ -469,7 +469,7 @@ func exitStatus(err error) string {
 	return err.Error()
 }
 
-func closed(ch chan struct{}) bool {
+func closed(ch <-chan struct{}) bool {
 	select {
 	case <-ch:
 		return true

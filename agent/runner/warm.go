@@ -36,6 +36,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/fluksio/fluksio-worker/platform"
 )
 
 // spareFlag starts the runtime in spare mode (the embedded runtime's
@@ -93,9 +95,11 @@ type warmPool struct {
 	max     int
 	preload string // comma-joined --preload, for the embedded runtime only
 	// forkTimeout is the const, but for tests that keep a fork in flight;
-	// replaceDelay too, for tests that watch a call's spare replaced.
-	forkTimeout  time.Duration
-	replaceDelay time.Duration
+	// replaceDelay too, for tests that watch a call's spare replaced, and
+	// exitReportWait, for tests that keep a zygote stopped.
+	forkTimeout    time.Duration
+	replaceDelay   time.Duration
+	exitReportWait time.Duration
 	// changes follows what warm runners' code came from (fresh.go): the
 	// process's watcher, or one without notifications in a test.
 	changes *changeWatcher
@@ -137,7 +141,11 @@ type spare struct {
 	readied chan struct{} // closed once ready (a spare ahead of its call)
 	exited  chan struct{} // closed once reaped; box holds its state
 	exitErr error         // how it exited; set before exited closes
-	zyg     *zygoteOf     // set for a zygote, which forks calls and serves none
+	// forked is a forked spare's process as the kernel sees it, which
+	// knows it exited before its zygote reports it (nil for a spare the
+	// worker started).
+	forked *platform.ExitWatch
+	zyg    *zygoteOf // set for a zygote, which forks calls and serves none
 
 	// code is what its code came from, set (under pool.mu) once it is
 	// ready; released once it serves a call or is discarded.
@@ -155,8 +163,8 @@ func newWarmPool(cfg *Config) *warmPool {
 	if n <= 0 {
 		return nil
 	}
-	p := &warmPool{cfg: cfg, max: n, forkTimeout: forkTimeout, replaceDelay: replaceDelay, changes: systemChanges(),
-		janitor: make(chan struct{}), reported: map[string]bool{}}
+	p := &warmPool{cfg: cfg, max: n, forkTimeout: forkTimeout, replaceDelay: replaceDelay, exitReportWait: exitReportWait,
+		changes: systemChanges(), janitor: make(chan struct{}), reported: map[string]bool{}}
 	if len(cfg.Preload) > 0 {
 		p.preload = strings.Join(cfg.Preload, ",")
 	}
@@ -226,7 +234,7 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 		we.spares = slices.DeleteFunc(we.spares, func(x *spare) bool { return x == s })
 		p.mu.Unlock()
 		why := s.staleness()
-		if why == "" && closed(s.exited) {
+		if why == "" && (closed(s.exited) || s.forked.HasExited()) {
 			why = "it died" // a dead spare is never handed a call
 		}
 		p.mu.Lock()
@@ -262,10 +270,7 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 		p.mu.Lock()
 		if why != "" {
 			z.box.log.Info("zygote not used; replacing it, and the call starts cold", "reason", why)
-			if !z.retired {
-				p.retireLocked(z)
-				p.discardLater(z)
-			}
+			p.dropLocked(z)
 		} else {
 			we.failures = 0
 		}
@@ -422,6 +427,15 @@ func (p *warmPool) fillLocked() {
 	p.envs = kept
 }
 
+// dropLocked takes s out of the pool and discards it, unless it is out
+// already.
+func (p *warmPool) dropLocked(s *spare) {
+	if !s.retired {
+		p.retireLocked(s)
+		p.discardLater(s)
+	}
+}
+
 // retireLocked takes s out of the pool; its caller discards it.
 func (p *warmPool) retireLocked(s *spare) {
 	s.retired = true
@@ -551,10 +565,7 @@ func (s *spare) runForked(z *spare) {
 		s.box.log.Info("a zygote could not fork a spare; replacing it", "error", err)
 		p.mu.Lock()
 		p.retireLocked(s)
-		if !z.retired {
-			p.retireLocked(z)
-			p.discardLater(z)
-		}
+		p.dropLocked(z)
 		p.fillLocked()
 		p.mu.Unlock()
 		close(s.exited)
@@ -659,23 +670,28 @@ func (s *spare) start() (*os.File, error) {
 	args := []string{s.we.rt.Path, spareFlag, "3"}
 	extra := []*os.File{reportW}
 	var pipes *nodePipes
-	var ctlChild *os.File
+	var ctlChild, exitsR, exitsW *os.File
 	if s.zyg != nil {
 		// A zygote's own output goes nowhere: no call reads it.
 		stdoutW.Close()
 		stderrW.Close()
 		stdoutW, stderrW = nil, nil
+		if exitsR, exitsW, err = pipe(); err != nil {
+			closeAll()
+			dir.remove()
+			return nil, fmt.Errorf("creating the runner's pipes: %w", err)
+		}
 		if s.zyg.ctl, ctlChild, err = controlPair(); err != nil {
 			closeAll()
 			dir.remove()
 			return nil, err
 		}
 		files = append(files, ctlChild)
-		args = []string{s.we.rt.Path, zygoteFlag, "3", "4"}
+		args = []string{s.we.rt.Path, zygoteFlag, "3", "4", "5"}
 		if p.preload != "" {
 			args = append(args, p.preload)
 		}
-		extra = append(extra, ctlChild)
+		extra = append(extra, ctlChild, exitsW)
 	} else if s.we.rt.Embedded {
 		if p.preload != "" {
 			args = append(args, p.preload)
@@ -701,6 +717,7 @@ func (s *spare) start() (*os.File, error) {
 	}
 	if s.zyg != nil {
 		ctlChild.Close()
+		exitsW.Close()
 	} else {
 		stdoutW.Close()
 		stderrW.Close()
@@ -710,6 +727,7 @@ func (s *spare) start() (*os.File, error) {
 	if err != nil {
 		if s.zyg != nil {
 			s.closeControl()
+			exitsR.Close()
 		}
 		stdoutR.Close()
 		stderrR.Close()
@@ -719,6 +737,9 @@ func (s *spare) start() (*os.File, error) {
 		return nil, fmt.Errorf("starting %s: %w", p.cfg.Python, err)
 	}
 	s.cmd, s.stdin, s.stdout, s.stderr, s.pipes, s.dir = cmd, stdin, stdoutR, stderrR, pipes, dir
+	if s.zyg != nil {
+		s.zyg.exits = newRunnerExits(exitsR)
+	}
 	close(s.started)
 	return reportR, nil
 }
@@ -778,13 +799,15 @@ func (p *warmPool) discard(s *spare) {
 			return
 		}
 	}
-	if s.zyg != nil {
-		s.closeControl() // the zygote serves no fork after this
-	}
 	s.releaseCode()
 	// Nothing of a call ran in it: no grace is owed.
 	s.box.killed = true
 	s.box.signalAll(syscall.SIGKILL)
+	if s.zyg != nil {
+		// After the kill: a fork in flight holds the zygote's lock until
+		// it is answered, and a wedged zygote answers only by its end.
+		s.closeControl() // the zygote serves no fork after this
+	}
 	<-s.exited
 	// Killed by the worker (or dead already): nothing to report above debug.
 	s.box.log.Debug("spare runner removed", "pid", s.box.pid)
@@ -885,10 +908,7 @@ func (s *spare) handTo(log *slog.Logger, exited chan struct{}) (b *box, stdin io
 	b = &box{log: log, pid: s.box.pid, cookie: s.box.cookie, cg: s.box.cg, oom: s.box.oom, began: time.Now()}
 	go func() {
 		<-s.exited
-		state := s.box.exitState()
-		b.mu.Lock()
-		b.state = state
-		b.mu.Unlock()
+		b.setExit(s.box.exitState())
 		log.Debug("runner exited", "pid", b.pid)
 		close(exited)
 	}()

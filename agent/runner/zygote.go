@@ -8,15 +8,18 @@ package runner
 // interpreter start, so calls that come back to back are warm too, and the
 // forks share the zygote's pages copy-on-write.
 //
-// The forked runner is re-parented to the worker (the zygote forks twice),
-// which waits for it as for a runner it started: its exit status and what
-// it cost are the call's, not the zygote's start-up. It gets the call's
-// descriptors over the control socket, its environment and working
-// directory, a process group of its own, and is moved into its call's
-// cgroup before the worker writes its request, so no node code runs
-// outside it. Where there is no cgroup, spares are used: a forked runner
-// shows its zygote's environment in /proc, so the cookie would not find
-// what node code forks without an exec.
+// The forked runner is the zygote's child (one fork, the cheapest): the
+// zygote reaps it and reports how it ended to the worker on a pipe
+// (zygote_exits.go), and its call's cgroup says what it cost, so its
+// figures are the call's, not the zygote's start-up. Should the zygote die
+// first, its runners are re-parented to the worker (a child subreaper),
+// which waits for them itself. A runner gets the call's descriptors over
+// the control socket, its environment and working directory, a process
+// group of its own, and is moved into its call's cgroup before the worker
+// writes its request, so no node code runs outside it. Where there is no
+// cgroup, spares are used: a forked runner shows its zygote's environment
+// in /proc, so the cookie would not find what node code forks without an
+// exec.
 //
 // A zygote is watched like a spare: a stale one (code it loaded changed),
 // one too old, one that died or does not answer a fork is replaced, and
@@ -39,7 +42,7 @@ import (
 )
 
 // zygoteFlag starts the runtime as a zygote (worker_main.py's ZYGOTE_FLAG):
-// `RUNTIME --fluksio-zygote REPORT CONTROL [MOD,MOD]`.
+// `RUNTIME --fluksio-zygote REPORT CONTROL EXITS [MOD,MOD]`.
 const zygoteFlag = "--fluksio-zygote"
 
 // forkTimeout bounds one fork of a spare ahead of its call: a zygote that
@@ -63,10 +66,12 @@ var forksHere = sync.OnceValue(func() bool {
 	return cgroups != nil && platform.IsSubreaper()
 })
 
-// zygoteOf is what a zygote spare has beyond a spare: its control socket.
+// zygoteOf is what a zygote spare has beyond a spare: its control socket,
+// and its runners' exits as it reports them.
 type zygoteOf struct {
-	mu  sync.Mutex // one fork at a time; held while it is discarded
-	ctl *net.UnixConn
+	mu    sync.Mutex // one fork at a time; held while it is discarded
+	ctl   *net.UnixConn
+	exits *runnerExits
 }
 
 // controlPair makes the zygote's control socket: the worker's end and the
@@ -205,43 +210,37 @@ func (z *spare) fork(s *spare, forCall bool) error {
 		f.Close()
 	}
 	pipes.started()
+	// Its report may have come already: a runner can exit before this.
+	report := z.zyg.exits.expect(pid)
+	watch := platform.WatchExit(pid)
+	s.forked = watch
 	s.box.pid = pid
 	s.stdin, s.stdout, s.stderr = ends[0][1], ends[1][0], ends[2][0]
-	proc, findErr := os.FindProcess(pid)
-	var moveErr error
 	if s.box.cg != nil {
 		// Before the request is written: the runner waits for it, so no
 		// node code runs outside the call's cgroup.
-		moveErr = s.box.cg.Move(pid)
-	}
-	if findErr != nil || moveErr != nil {
-		// Nothing of a call ran in it yet: it goes, and the call starts cold.
-		platform.SignalGroup(pid, syscall.SIGKILL)
-		if findErr == nil {
-			proc.Wait()
-		}
-		platform.Forget(pid)
-		s.stdin.Close()
-		s.stdout.Close()
-		s.stderr.Close()
-		pipes.close()
-		if s.box.cg != nil {
+		if err := s.box.cg.Move(pid); err != nil {
+			// Nothing of a call ran in it yet: it goes, and the call starts cold.
+			platform.SignalGroup(pid, syscall.SIGKILL)
+			z.waitRunner(pid, report, watch)
+			watch.Close()
+			platform.Forget(pid)
+			s.stdin.Close()
+			s.stdout.Close()
+			s.stderr.Close()
+			pipes.close()
 			s.box.cg.Remove(reapWait)
+			dir.remove()
+			return fmt.Errorf("taking the forked runner in: %w", err)
 		}
-		dir.remove()
-		return fmt.Errorf("taking the forked runner in: %w", errors.Join(findErr, moveErr))
 	}
 	s.dir, s.pipes = dir, pipes
 	s.box.oom = platform.WatchOOM(pid) // in its call's cgroup now
 	go func() {
-		state, err := proc.Wait()
-		s.box.mu.Lock()
-		s.box.state = state
-		s.box.mu.Unlock()
-		s.exitErr = err
-		if err == nil && !state.Success() {
-			s.exitErr = errors.New(state.String())
-		}
+		e := z.waitRunner(pid, report, watch)
+		watch.Close()
+		s.box.setExit(e)
+		s.exitErr = e.err()
 		platform.Forget(pid)
 		close(s.exited)
 	}()

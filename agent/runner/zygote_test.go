@@ -18,11 +18,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
 	"github.com/fluksio/fluksio-worker/agent/frame"
@@ -156,6 +159,55 @@ func (z *zygoteRig) runPID(t *testing.T, id string) int {
 	return pidOf(a["outputs"].(map[string]any), "pid")
 }
 
+// forking teaches z an environment, and waits for its zygote and n spares
+// forked from it.
+func (z *zygoteRig) forking(t *testing.T, n int) (zyg int, spares []int) {
+	t.Helper()
+	z.runPID(t, "teach")
+	zyg = z.zygote(t)
+	return zyg, z.waitForked(t, n)
+}
+
+// stoppedZygote teaches z an environment, waits for its zygote and the
+// spares forked from it, and stops the zygote (SIGSTOP) until the test
+// ends or continues it.
+func (z *zygoteRig) stoppedZygote(t *testing.T) (zyg int, spares []int) {
+	t.Helper()
+	zyg, spares = z.forking(t, 1+forkedSparesAhead)
+	syscall.Kill(zyg, syscall.SIGSTOP)
+	t.Cleanup(func() { syscall.Kill(zyg, syscall.SIGCONT) })
+	return zyg, spares
+}
+
+// runForked starts a call of source that must run in one of the forked
+// spares.
+func (z *zygoteRig) runForked(t *testing.T, id, source string, spares []int) *call {
+	t.Helper()
+	c, err := z.runNode(context.Background(), id, source)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if !containsInt(spares, c.box.pid) {
+		t.Fatalf("call %s ran in %d; want one of the forked spares %v", id, c.box.pid, spares)
+	}
+	return c
+}
+
+// endsUnanswered checks that c's runner ended without an answer, that
+// its death message says how (want), and that End says what it cost.
+func endsUnanswered(t *testing.T, c *call, want string) {
+	t.Helper()
+	if out := c.output(t); out.Answer != nil {
+		t.Fatalf("call %s answered %s; want its runner to end first", c.id, out.Answer)
+	}
+	if msg := c.DeathMessage(); !strings.Contains(msg, want) {
+		t.Errorf("call %s: the death message is %q; want it to say %q", c.id, msg, want)
+	}
+	if u := c.end(t, false); u.CPU <= 0 || u.PeakRSSByte <= 0 {
+		t.Errorf("call %s: End says it cost %+v; want its CPU and peak memory", c.id, u)
+	}
+}
+
 func (c *call) outputLine(a map[string]any) string {
 	b, _ := json.Marshal(a)
 	return string(b)
@@ -275,15 +327,28 @@ func TestZygotes(t *testing.T) {
 		t.Parallel()
 		z := newZygoteRig(t, 1, nil)
 		z.pool.warm.forkTimeout = 2 * waitLong // a fork ahead stays in flight for the whole test
-		z.runPID(t, "teach")
-		zyg := z.zygote(t)
-		z.waitForked(t, 1+forkedSparesAhead)
-		stopped, _ := os.FindProcess(zyg)
-		stopped.Signal(syscall.SIGSTOP)
-		defer stopped.Signal(syscall.SIGCONT)
+		// Nor is the stopped zygote replaced for the exits it cannot
+		// report (ZygoteStoppedWhileItsRunnersExitIsReplaced).
+		z.pool.warm.exitReportWait = 2 * waitLong
+		zyg, spares := z.stoppedZygote(t)
 		// A call takes a spare; its replacement's fork then waits on the
 		// stopped zygote, holding it.
-		z.runPID(t, "takes-a-spare")
+		var forked []*call // their ends wait for the zygote's reports
+		started := func(id, source string) (*call, map[string]any) {
+			c, err := z.runNode(context.Background(), id, source)
+			if err != nil {
+				t.Fatalf("Start: %v", err)
+			}
+			a := answer(t, c.output(t))
+			if ok, _ := a["ok"].(bool); !ok {
+				t.Fatalf("call %s failed: %s", id, c.outputLine(a))
+			}
+			if containsInt(spares, c.box.pid) {
+				forked = append(forked, c)
+			}
+			return c, a
+		}
+		started("takes-a-spare", pidNode)
 		deadline := time.Now().Add(waitLong)
 		for !z.forkInFlight() && time.Now().Before(deadline) {
 			time.Sleep(time.Millisecond)
@@ -294,21 +359,131 @@ func TestZygotes(t *testing.T) {
 		// Calls take the spares left, then start cold: none waits for
 		// the fork in flight, which gives up only after forkTimeout.
 		for i := range 1 + forkedSparesAhead + 1 {
-			z.runPID(t, "while-wedged-"+strconv.Itoa(i))
+			if c, _ := started("while-wedged-"+strconv.Itoa(i), pidNode); !containsInt(spares, c.box.pid) {
+				c.end(t, true)
+			}
 		}
 		// Nor does the end of a call whose orphan the worker must reap
 		// (the reaper and a fork in flight share a lock).
-		c, err := z.runNode(context.Background(), "orphan-while-wedged", lingeringNode)
-		if err != nil {
-			t.Fatalf("Start: %v", err)
-		}
-		killLater(t, pidOf(answer(t, c.output(t))["outputs"].(map[string]any), "child"))
+		c, a := started("orphan-while-wedged", lingeringNode)
+		killLater(t, pidOf(a["outputs"].(map[string]any), "child"))
 		c.end(t, true)
 		if !z.forkInFlight() || !z.zygoteIs(zyg) {
 			t.Fatal("a call waited for the wedged zygote's fork to give up")
 		}
 		if misses := metric(t, z.m, "fluksio_worker_warm_runner_misses_total"); misses < 2 {
 			t.Errorf("%v calls started cold; want the teaching one and at least one while the zygote was wedged", misses)
+		}
+		if len(forked) != len(spares) {
+			t.Fatalf("%d calls ran in the forked spares %v; want each", len(forked), spares)
+		}
+		// The forked runners exited while the zygote was stopped: once it
+		// goes on, it reaps them, and their calls end with how they ended.
+		syscall.Kill(zyg, syscall.SIGCONT)
+		for _, c := range forked {
+			c.end(t, true)
+			if e := c.box.exitState(); e == nil || e.err() != nil {
+				t.Errorf("call %s: its runner ended %+v; want exit status 0", c.id, e)
+			}
+		}
+	})
+	t.Run("ExitStatusReachesTheWorker", func(t *testing.T) {
+		t.Parallel()
+		// A forked runner is its zygote's child: how it ended reaches the
+		// worker in the zygote's report.
+		z := newZygoteRig(t, 1, nil)
+		z.runPID(t, "teach")
+		zyg := z.zygote(t)
+		for _, tc := range []struct{ name, source, want string }{
+			{"exits-7", "import os\ndef f():\n    os._exit(7)\n", "exited with code 7 without answering"},
+			{"killed", "import os, signal\ndef f():\n    os.kill(os.getpid(), signal.SIGUSR1)\n", "killed by SIGUSR1"},
+		} {
+			c := z.runForked(t, tc.name, tc.source, z.waitForked(t, 1))
+			if parent := parentOf(c.box.pid); parent != zyg && parent != 0 {
+				t.Errorf("call %s: its runner's parent is %d; want the zygote %d", tc.name, parent, zyg)
+			}
+			endsUnanswered(t, c, tc.want)
+		}
+	})
+	t.Run("ZygoteKilledWhileItsRunnerRuns", func(t *testing.T) {
+		t.Parallel()
+		// Its runner is re-parented to the worker, which waits for it
+		// itself: the call ends with how its runner ended, and nothing of
+		// it is left.
+		z := newZygoteRig(t, 1, nil)
+		zyg, spares := z.forking(t, 1)
+		fifo := filepath.Join(t.TempDir(), "go")
+		if err := unix.Mkfifo(fifo, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c := z.runForked(t, "outlives-its-zygote", "import os\ndef f():\n    open("+strconv.Quote(fifo)+").read()\n    os._exit(7)\n", spares)
+		runner := c.box.pid
+		killed, _ := os.FindProcess(zyg)
+		killed.Kill()
+		deadline := time.Now().Add(waitLong)
+		for parentOf(runner) != os.Getpid() && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if ppid := parentOf(runner); ppid != os.Getpid() {
+			t.Fatalf("the runner's parent is %d once its zygote was killed; want the worker %d", ppid, os.Getpid())
+		}
+		if err := os.WriteFile(fifo, []byte("go"), 0); err != nil { // the node goes on: it exits 7
+			t.Fatal(err)
+		}
+		endsUnanswered(t, c, "exited with code 7")
+		gone(t, "after End", runner, zyg)
+		// Calls go on, forked from a new zygote.
+		next := z.zygote(t, zyg)
+		spares = z.waitForked(t, 1)
+		if got := z.runPID(t, "after"); !containsInt(spares, got) {
+			t.Errorf("the call ran in %d; want a spare forked from the new zygote %d: %v", got, next, spares)
+		}
+	})
+	t.Run("ZygoteStoppedWhileItsRunnersExitIsReplaced", func(t *testing.T) {
+		t.Parallel()
+		// A zygote that does not report a runner's exit (stopped here) is
+		// replaced: its runners are left to the worker, which finds how
+		// they ended itself, and so does a spare that died waiting.
+		z := newZygoteRig(t, 1, nil)
+		zyg, spares := z.stoppedZygote(t)
+		c := z.runForked(t, "exits-7", "import os\ndef f():\n    os._exit(7)\n", spares)
+		for _, pid := range spares {
+			if pid != c.box.pid {
+				syscall.Kill(pid, syscall.SIGKILL) // a spare that dies while it waits
+			}
+		}
+		endsUnanswered(t, c, "exited with code 7")
+		next := z.zygote(t, zyg)
+		for _, pid := range spares {
+			if platform.ProcessAlive(pid) {
+				t.Errorf("the forked spare %d outlived its zygote's replacement", pid)
+			}
+		}
+		gone(t, "the replaced zygote", zyg)
+		spares = z.waitForked(t, 1)
+		if got := z.runPID(t, "after"); !containsInt(spares, got) {
+			t.Errorf("the call ran in %d; want a spare forked from the new zygote %d: %v", got, next, spares)
+		}
+		if log := z.log.String(); !strings.Contains(log, "did not report a runner's exit") {
+			t.Errorf("the log does not say the zygote was replaced for an exit it did not report:\n%s", log)
+		}
+	})
+	t.Run("DeadSpareOfAStoppedZygoteIsNotHandedACall", func(t *testing.T) {
+		t.Parallel()
+		// The stopped zygote does not report its spares' deaths (nor is it
+		// replaced for that here): the kernel's word keeps them from calls.
+		z := newZygoteRig(t, 1, nil)
+		z.pool.warm.exitReportWait = 2 * waitLong
+		_, spares := z.stoppedZygote(t)
+		for _, pid := range spares {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		deadline := time.Now().Add(waitLong)
+		for slices.ContainsFunc(spares, platform.ProcessAlive) && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if got := z.runPID(t, "after-the-kill"); containsInt(spares, got) {
+			t.Errorf("the call ran in %d, one of the killed spares %v", got, spares)
 		}
 	})
 	t.Run("ForkedSpareServesACall", func(t *testing.T) {
@@ -320,8 +495,8 @@ func TestZygotes(t *testing.T) {
 		if containsInt(spares, first) || containsInt(spares, zyg) {
 			t.Fatalf("the spares %v include the first call's runner (%d) or the zygote (%d)", spares, first, zyg)
 		}
-		if parentOf(spares[0]) != os.Getpid() {
-			t.Errorf("a forked spare's parent is %d; want the worker %d, which reaps it", parentOf(spares[0]), os.Getpid())
+		if parentOf(spares[0]) != zyg {
+			t.Errorf("a forked spare's parent is %d; want its zygote %d, which reaps it", parentOf(spares[0]), zyg)
 		}
 		if got := z.runPID(t, "warm"); !containsInt(spares, got) {
 			t.Errorf("the call ran in %d; want one of the forked spares %v", got, spares)
@@ -333,6 +508,11 @@ func TestZygotes(t *testing.T) {
 		}
 		if misses := metric(t, z.m, "fluksio_worker_warm_runner_misses_total"); misses != 1 {
 			t.Errorf("%v calls started cold; want only the one that taught the environment", misses)
+		}
+		// Each runner's exit was reported in time: a zygote that serves is
+		// never taken for wedged.
+		if log := z.log.String(); strings.Contains(log, "did not report a runner's exit") {
+			t.Errorf("the zygote was replaced for an exit it did not report:\n%s", log)
 		}
 	})
 	t.Run("ReplacementWaitsForTheCallWhileSparesAreLeft", func(t *testing.T) {
@@ -378,18 +558,13 @@ func TestZygotes(t *testing.T) {
 	t.Run("KilledZygoteIsReplaced", func(t *testing.T) {
 		t.Parallel()
 		z := newZygoteRig(t, 1, nil)
-		z.runPID(t, "teach")
-		zyg := z.zygote(t)
-		z.waitForked(t, 1)
+		zyg, before := z.forking(t, 1)
 		killed, _ := os.FindProcess(zyg)
 		killed.Kill()
-		// Calls go on, from the spares forked before or cold, while a
-		// new zygote starts.
-		for i := 0; ; i++ {
-			z.runPID(t, "meanwhile-"+strconv.Itoa(i))
-			if next := z.zygote(t, zyg); next != 0 {
-				break
-			}
+		// Calls go on while a new zygote starts: a spare forked before
+		// serves the first (the worker waits for it itself now).
+		if got := z.runPID(t, "meanwhile"); !containsInt(before, got) {
+			t.Errorf("the call after the kill ran in %d; want one of the spares forked before it %v", got, before)
 		}
 		next := z.zygote(t, zyg)
 		spares := z.waitForked(t, 1)

@@ -2660,34 +2660,109 @@ def preload_and_report(fd: int, preloads: list) -> None:
         json.dump({"watch": watch, "failed": failed}, report)
 
 
-# `worker_main.py --fluksio-zygote REPORT CONTROL [MOD,MOD]` is a warm
+# `worker_main.py --fluksio-zygote REPORT CONTROL EXITS [MOD,MOD]` is a warm
 # interpreter that forks each call's runner (agent/runner/zygote.go). It
 # preloads and reports on REPORT as a spare does, then serves requests on
 # CONTROL, a unix socket: one JSON message {"env": [...], "cwd": DIR or "",
 # "token": TOKEN} with five descriptors (the call's stdin, stdout, stderr and
-# the node's two output pipes). For each it forks twice: the first child
-# forks the runner, puts it in a process group of its own and exits, so the
-# runner is re-parented to the worker (a child subreaper), which waits for
-# it; the zygote answers with the runner's pid. The runner then continues
-# in main() as a runner started cold with that environment would: the
-# worker moves it into its call's cgroup before it writes the request, so
-# no node code runs outside it. The zygote runs no thread and no node code.
+# the node's two output pipes). For each it forks once: the runner is its
+# child, in a process group of its own, and the zygote answers with the
+# runner's pid. The zygote reaps its runners and reports each one's exit to
+# the worker on EXITS, a pipe (ExitReports); should the zygote die first,
+# its runners are re-parented to the worker (a child subreaper), which
+# then waits for them itself. The runner continues in main() as a runner
+# started cold with that environment would: the worker moves it into its
+# call's cgroup before it writes the request, so no node code runs outside
+# it. The zygote runs no thread and no node code.
 ZYGOTE_FLAG = "--fluksio-zygote"
 # Set in a runner forked from the zygote (zygote_child).
 FORKED = []
 
 
+class ExitReports:
+    """Reaps the zygote's runners and reports each exit to the worker.
+
+    A report is 16 bytes in one write (atomic on a pipe, being under
+    PIPE_BUF), in native byte order: the runner's pid and its raw wait
+    status (32-bit integers), and its peak resident memory in KiB (64 bits,
+    from wait4: where the call's cgroup has no memory controller, this is
+    all the worker learns of it). The worker always reads the pipe, so a
+    write does not block for long; one that fails (the worker is gone) is
+    given up.
+
+    SIGCHLD only wakes the zygote's loop: its handler does nothing, and
+    Python writes a byte for it to a pipe (signal.set_wakeup_fd), which the
+    loop polls with the control socket. A handler that reaped would miss a
+    signal that came just before the loop blocked in recvmsg (no EINTR
+    then), and the exit would wait for the next fork. Reaping only in the
+    loop, a runner is always recorded (forked) before it can be reaped; a
+    child that is no runner (one a preload started) is reaped, not
+    reported.
+    """
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.runners = set()
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        self.poller = select.poll()
+        self.poller.register(self.wake_r, select.POLLIN)
+
+    def wait_for(self, fd: int) -> None:
+        """Returns once fd is readable; reaps and reports exits meanwhile."""
+        self.poller.register(fd, select.POLLIN)
+        while True:
+            try:
+                while os.read(self.wake_r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+            self.reap()  # after the pipe is emptied: a later exit wakes the poll
+            if any(ready == fd for ready, _ in self.poller.poll()):
+                return
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid in self.runners:
+                self.runners.discard(pid)
+                self.report(pid, status, usage.ru_maxrss)
+
+    def report(self, pid: int, status: int, maxrss: int) -> None:
+        record = pid.to_bytes(4, sys.byteorder, signed=True) + status.to_bytes(4, sys.byteorder) + max(maxrss, 0).to_bytes(8, sys.byteorder)
+        try:
+            os.write(self.fd, record)
+        except OSError:
+            pass  # the worker is gone: nobody is left to tell
+
+    def in_child(self) -> None:
+        """In a forked runner: SIGCHLD's default, as a cold start has it, and none of this."""
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in (self.fd, self.wake_r, self.wake_w):
+            os.close(fd)
+
+
 def zygote_serve() -> None:
     """In zygote mode, serves forks and returns only in a forked runner."""
-    if len(sys.argv) < 4 or sys.argv[1] != ZYGOTE_FLAG:
+    if len(sys.argv) < 5 or sys.argv[1] != ZYGOTE_FLAG:
         return
     import gc
     import socket
     import warnings
 
-    report_fd, control_fd = int(sys.argv[2]), int(sys.argv[3])
-    preloads = [m for m in (sys.argv[4] if len(sys.argv) > 4 else "").split(",") if m]
+    report_fd, control_fd, exits_fd = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    preloads = [m for m in (sys.argv[5] if len(sys.argv) > 5 else "").split(",") if m]
     del sys.argv[1:]
+    os.set_inheritable(exits_fd, False)  # the zygote's own: no runner holds it
     preload_and_report(report_fd, preloads)
     rehearse_call()
     # What is loaded now stays out of the collector's way in the forks: a
@@ -2696,12 +2771,12 @@ def zygote_serve() -> None:
         gc.collect()
         gc.freeze()
     trim_heap()
+    exits = ExitReports(exits_fd)
     control = socket.socket(fileno=control_fd)
     while True:
+        exits.wait_for(control_fd)
         try:
             msg, ancdata, _, _ = control.recvmsg(1 << 20, socket.CMSG_SPACE(8 * 4))
-        except InterruptedError:
-            continue
         except OSError:
             os._exit(0)
         fds = []
@@ -2720,44 +2795,31 @@ def zygote_serve() -> None:
             control.send(b"0")
             continue
         remember_cached_code()
-        pid_r, pid_w = os.pipe()
-        with warnings.catch_warnings():
-            # Python 3.12+ warns about forking with threads (a preloaded
-            # library's pool): in the zygote, never in the call.
-            warnings.simplefilter("ignore", DeprecationWarning)
-            first = os.fork()
-        if first == 0:
-            try:
-                os.close(pid_r)
+        try:
+            with warnings.catch_warnings():
+                # Python 3.12+ warns about forking with threads (a preloaded
+                # library's pool): in the zygote, never in the call.
+                warnings.simplefilter("ignore", DeprecationWarning)
                 runner = os.fork()
-            except BaseException:
-                os._exit(1)
-            if runner == 0:
-                os.close(pid_w)
+        except OSError:
+            runner = -1
+        if runner == 0:
+            try:
+                exits.in_child()
                 control.detach()
-                try:
-                    zygote_child(request, fds, control_fd)
-                except BaseException:
-                    os._exit(70)  # the worker answers for a runner that died unanswered
-                return
+                zygote_child(request, fds, control_fd)
+            except BaseException:
+                os._exit(70)  # the worker answers for a runner that died unanswered
+            return
+        if runner > 0:
+            exits.runners.add(runner)
             try:
                 os.setpgid(runner, runner)  # before the worker can signal its group
-                os.write(pid_w, b"%d" % runner)
             except OSError:
-                pass
-            os._exit(0)
-        os.close(pid_w)
+                pass  # it set its own group, or it has exited already
         for fd in fds:
             os.close(fd)
-        data = b""
-        while True:
-            chunk = os.read(pid_r, 32)
-            if not chunk:
-                break
-            data += chunk
-        os.close(pid_r)
-        os.waitpid(first, 0)
-        control.send(data or b"0")
+        control.send(b"%d" % max(runner, 0))
 
 
 def trim_heap() -> None:

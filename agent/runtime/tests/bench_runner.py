@@ -18,7 +18,9 @@ percentile of
 - exit: the answer read to the process gone (what a slot waits for before
   it is handed on);
 - exit CPU: the runner's CPU time after its answer (user + system, from
-  wait4, less what it had used when the answer came);
+  wait4, less what it had used when the answer came); for a runner cold
+  only: a forked runner is its zygote's child, which reaps it and reports
+  only its exit status;
 - USS: the memory the runner holds alone while it waits for its request.
 """
 
@@ -64,10 +66,14 @@ def cpu_of(pid):
     return total / 1e9
 
 
-def one_call(pid, stdin_w, stdout_r, source, n):
-    """Writes the request, reads the answer, waits for the exit; returns (call s, exit s, exit CPU s)."""
+def one_call(pid, stdin_w, stdout_r, source, n, exits=None):
+    """Writes the request, reads the answer, waits for the exit; returns (call s, exit s, exit CPU s).
+
+    exits(pid), when given, waits for the exit and returns its status (the
+    runner is not this process's child).
+    """
     try:
-        return _one_call(pid, stdin_w, stdout_r, source, n)
+        return _one_call(pid, stdin_w, stdout_r, source, n, exits)
     finally:
         shutil.rmtree(CALL_DIR, ignore_errors=True)
         os.mkdir(CALL_DIR, 0o700)
@@ -83,7 +89,7 @@ def uss_of(pid):
     return total
 
 
-def _one_call(pid, stdin_w, stdout_r, source, n):
+def _one_call(pid, stdin_w, stdout_r, source, n, exits):
     time.sleep(READY_S)
     uss = uss_of(pid)
     start = time.perf_counter()
@@ -99,13 +105,17 @@ def _one_call(pid, stdin_w, stdout_r, source, n):
     answer = json.loads(data.decode().splitlines()[-1])
     if not answer.get("ok"):
         raise SystemExit("call failed: %s" % answer)
-    _, status, usage = os.wait4(pid, 0)
+    if exits is None:
+        _, status, usage = os.wait4(pid, 0)
+        exit_cpu = usage.ru_utime + usage.ru_stime - cpu_at_answer
+    else:
+        status, exit_cpu = exits(pid), float("nan")
     gone = time.perf_counter()
     if status != 0:
         raise SystemExit("runner exited with status %d" % status)
     os.close(stdin_w)
     os.close(stdout_r)
-    return answered - start, gone - answered, usage.ru_utime + usage.ru_stime - cpu_at_answer, uss
+    return answered - start, gone - answered, exit_cpu, uss
 
 
 def cold(python, source, n):
@@ -130,15 +140,33 @@ class Zygote:
     def __init__(self, python, preload):
         report_r, report_w = os.pipe()
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.proc = subprocess.Popen([python, RUNTIME, "--fluksio-zygote", str(report_w), str(theirs.fileno()), preload],
-                                     pass_fds=[report_w, theirs.fileno()], stdin=subprocess.DEVNULL,
+        fds = [report_w, theirs.fileno()]
+        # A runtime that reaps its runners reports their exits on a pipe;
+        # an older one forks twice, and its runners are adopted here.
+        self.exits_r = None
+        with open(RUNTIME) as f:
+            if "class ExitReports" in f.read():
+                self.exits_r, exits_w = os.pipe()
+                fds.append(exits_w)
+        self.proc = subprocess.Popen([python, RUNTIME, "--fluksio-zygote"] + [str(fd) for fd in fds] + [preload],
+                                     pass_fds=fds, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        os.close(report_w)
+        for fd in fds[:1] + fds[2:]:
+            os.close(fd)
         theirs.close()
         with os.fdopen(report_r) as report:
             failed = json.load(report)["failed"]
         if failed:
             raise SystemExit("preload failed: %s" % failed)
+
+    def exit_of(self, pid):
+        """Waits for the zygote's report of pid's exit (16 bytes: pid, raw wait status, peak memory); returns the status."""
+        while True:
+            record = os.read(self.exits_r, 16)
+            if not record:
+                raise SystemExit("the zygote exited")
+            if int.from_bytes(record[:4], sys.byteorder, signed=True) == pid:
+                return int.from_bytes(record[4:8], sys.byteorder)
 
     def call(self, source, n):
         stdin_r, stdin_w = os.pipe()
@@ -152,7 +180,7 @@ class Zygote:
         pid = int(self.control.recv(32))
         for fd in theirs:
             os.close(fd)
-        result = one_call(pid, stdin_w, stdout_r, source, n)
+        result = one_call(pid, stdin_w, stdout_r, source, n, self.exit_of if self.exits_r is not None else None)
         os.close(out_r)
         os.close(err_r)
         return result
@@ -178,7 +206,7 @@ def main():
     parser.add_argument("--runtime", default=RUNTIME, help="another worker_main.py to measure (an older one, to compare)")
     args = parser.parse_args()
     RUNTIME = os.path.abspath(args.runtime)
-    # The forked runners are the zygote's grandchildren: adopt them, to wait for them.
+    # An older runtime's forked runners are the zygote's grandchildren: adopt them, to wait for them.
     if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise SystemExit("prctl(PR_SET_CHILD_SUBREAPER) failed")
     source = NUMPY if args.numpy else TRIVIAL

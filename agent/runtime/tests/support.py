@@ -10,6 +10,7 @@ import http.server
 import json
 import os
 import queue
+import select
 import shutil
 import signal
 import socket
@@ -156,24 +157,40 @@ class Call:
 
 
 class Zygote:
-    """The runtime in zygote mode (--fluksio-zygote REPORT CONTROL MODS), asked for runners as the worker asks."""
+    """The runtime in zygote mode (--fluksio-zygote REPORT CONTROL EXITS MODS), asked for runners as the worker asks."""
 
     def __init__(self, preload="", env=None):
         read_fd, write_fd = os.pipe()
+        self.exits_r, exits_w = os.pipe()
+        self.exits = {}  # pid -> raw wait status, as the zygote reported it
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        args = [PYTHON, RUNTIME, "--fluksio-zygote", str(write_fd), str(theirs.fileno()), preload]
+        args = [PYTHON, RUNTIME, "--fluksio-zygote", str(write_fd), str(theirs.fileno()), str(exits_w), preload]
         self.proc = subprocess.Popen(
             args,
-            pass_fds=[write_fd, theirs.fileno()],
+            pass_fds=[write_fd, theirs.fileno(), exits_w],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env=dict(os.environ, **(env or {})),
         )
         os.close(write_fd)
+        os.close(exits_w)
         theirs.close()
         with os.fdopen(read_fd) as report:
             self.report = json.load(report)
+
+    def exit_status(self, pid, timeout=30.0):
+        """The raw wait status the zygote reported for its runner pid, or None at the report pipe's end."""
+        deadline = time.monotonic() + timeout
+        while pid not in self.exits:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.exits_r], [], [], left)[0]:
+                raise AssertionError("the zygote did not report the exit of %d within %.0f s" % (pid, timeout))
+            record = os.read(self.exits_r, 16)  # each report is one write of 16 bytes
+            if not record:
+                return None
+            self.exits[int.from_bytes(record[:4], sys.byteorder, signed=True)] = int.from_bytes(record[4:8], sys.byteorder)
+        return self.exits.pop(pid)
 
     def fork(self, env, cwd="", stderr_fd=None):
         """Asks for one runner; returns (pid, its stdin's write end, its stdout's read end, the node's output read ends).
@@ -208,6 +225,7 @@ class Zygote:
         self.proc.kill()
         self.proc.wait()
         self.control.close()
+        os.close(self.exits_r)
 
 
 class RuntimeTestCase(unittest.TestCase):

@@ -1,16 +1,18 @@
-"""Zygote mode: the runtime loaded once, forking each call's runner (--fluksio-zygote REPORT CONTROL MODS)."""
+"""Zygote mode: the runtime loaded once, forking each call's runner (--fluksio-zygote REPORT CONTROL EXITS MODS)."""
 
 import json
 import os
 import shutil
+import signal
 import socket
+import subprocess
 import tempfile
 import unittest
 
-from tests.support import RUNTIME, Zygote, run_request
+from tests.support import PYTHON, RUNTIME, Zygote, run_request
 
 PROBE = """
-import os, random, sys
+import os, random, signal, sys
 from fluksio import Port, node
 
 @node(provides=[Port("seen", "json")])
@@ -18,6 +20,8 @@ def probe():
     return {
         "argv": sys.argv,
         "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "sigchld": signal.getsignal(signal.SIGCHLD) == signal.SIG_DFL,
         "pgid_is_pid": os.getpgid(0) == os.getpid(),
         "marker": os.environ.get("ZYGOTE_TEST_MARKER"),
         "cwd": os.getcwd(),
@@ -62,6 +66,11 @@ class ZygoteTest(unittest.TestCase):
         self.assertEqual(os.path.realpath(first["cwd"]), os.path.realpath(cwd))
         self.assertTrue(first["pgid_is_pid"] and second["pgid_is_pid"])
         self.assertTrue(first["json"])  # the preload is loaded
+        # The zygote's child, which it reaps and reports; with SIGCHLD's
+        # default disposition, as a cold start has it.
+        self.assertEqual((first["ppid"], second["ppid"]), (self.proc.pid, self.proc.pid))
+        self.assertTrue(first["sigchld"] and second["sigchld"])
+        self.assertEqual((self.zygote.exit_status(first["pid"]), self.zygote.exit_status(second["pid"])), (0, 0))
         self.assertEqual(first["stdin"], "")  # stdin is closed to node code, as in a cold start
         self.assertNotEqual(first["pid"], second["pid"])
         self.assertNotEqual(first["draw"], second["draw"])
@@ -90,6 +99,64 @@ class ZygoteTest(unittest.TestCase):
         answer = self.zygote.run(run_request(probe, "f"), env + ["FLUKSIO_CALL_DIR=" + call_dir], call_dir, after=0.5)
         self.assertTrue(answer.get("ok"), answer)
         self.assertEqual(answer["outputs"], {"modules": [], "lines": [], "specs": [], "functions": [], "files": ["pipeline.py"]})
+
+    def test_reports_how_each_runner_ended(self):
+        env = [k + "=" + v for k, v in os.environ.items()]
+        exits = "import os\ndef f():\n    os._exit(7)\n"
+        killed = "import os, signal\ndef f():\n    os.kill(os.getpid(), signal.SIGUSR1)\n"
+        statuses = []
+        for code in (exits, killed):
+            pid, stdin_w, stdout_r, outputs = self.zygote.fork(env)
+            with os.fdopen(stdin_w, "wb") as stdin:
+                stdin.write(json.dumps(run_request(code, "f")).encode() + b"\n")
+            with os.fdopen(stdout_r, "rb") as stdout:
+                self.assertEqual(stdout.read(), b"")  # no answer: it ended first
+            for r in outputs:
+                os.close(r)
+            statuses.append(self.zygote.exit_status(pid))
+        self.assertTrue(os.WIFEXITED(statuses[0]) and os.WEXITSTATUS(statuses[0]) == 7, statuses)
+        self.assertTrue(os.WIFSIGNALED(statuses[1]) and os.WTERMSIG(statuses[1]) == signal.SIGUSR1, statuses)
+        # Reaped: no zombie of them is left under the zygote.
+        with open("/proc/%d/task/%d/children" % (self.proc.pid, self.proc.pid)) as f:
+            self.assertEqual(f.read().split(), [])
+
+    def test_reports_the_exits_of_its_runners_only(self):
+        # While it waits for a request, the zygote reaps its children and
+        # reports those that are runners; one a preload started is not.
+        script = (
+            "import importlib.util, os, sys\n"
+            "spec = importlib.util.spec_from_file_location('runtime', sys.argv[1])\n"
+            "runtime = importlib.util.module_from_spec(spec)\n"
+            "spec.loader.exec_module(runtime)\n"
+            "r, w = os.pipe()\n"
+            "reports = runtime.ExitReports(w)\n"
+            "other = os.fork()\n"
+            "if other == 0:\n"
+            "    os._exit(5)\n"
+            "runner = os.fork()\n"
+            "if runner == 0:\n"
+            "    os._exit(3)\n"
+            "reports.runners.add(runner)\n"
+            "for pid in (other, runner):\n"
+            "    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)\n"
+            "request_r, request_w = os.pipe()\n"
+            "os.write(request_w, b'x')\n"
+            "reports.wait_for(request_r)\n"
+            "os.close(w)\n"
+            "records = b''\n"
+            "while True:\n"
+            "    chunk = os.read(r, 64)\n"
+            "    if not chunk:\n"
+            "        break\n"
+            "    records += chunk\n"
+            "print(runner, len(records), int.from_bytes(records[:4], sys.byteorder, signed=True), int.from_bytes(records[4:8], sys.byteorder), int.from_bytes(records[8:16], sys.byteorder))\n"
+        )
+        out = subprocess.run([PYTHON, "-c", script, RUNTIME], stdout=subprocess.PIPE, check=True, timeout=60).stdout.split()
+        runner, size, reported, status, maxrss = (int(x) for x in out)
+        self.assertEqual(size, 16, "one report: the runner's, not the other child's")
+        self.assertEqual(reported, runner)
+        self.assertTrue(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 3, status)
+        self.assertGreater(maxrss, 0)  # its peak memory in KiB, from wait4
 
     def test_a_bad_request_is_refused_and_the_zygote_goes_on(self):
         self.control.send(b"not json")
