@@ -916,8 +916,15 @@ def write_sdk_package() -> str:
     """
     sdk_dir = call_dir("fluksio-sdk-")
     os.mkdir(os.path.join(sdk_dir, "fluksio"))
-    with open(os.path.join(sdk_dir, "fluksio", "__init__.py"), "w", encoding="utf-8") as f:
-        f.write(SDK_PACKAGE % RUNTIME_FILE)
+    # Plain descriptor calls: a forked runner writes this for each call, and
+    # a file object would cost it dozens of pages copied from its zygote.
+    fd = os.open(os.path.join(sdk_dir, "fluksio", "__init__.py"), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    try:
+        view = memoryview((SDK_PACKAGE % RUNTIME_FILE).encode("utf-8"))
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
     inherited = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = (inherited + os.pathsep if inherited else "") + sdk_dir
     return sdk_dir
@@ -1391,7 +1398,7 @@ def _tree_stamp(top: str) -> str:
         dirs.sort()
         for name in [""] + sorted(dirs + files):
             path = os.path.join(root, name) if name else root
-            h.update(("%s\0%s\n" % (os.path.relpath(path, top), _stat_stamp(os.lstat(path)))).encode("utf-8", "surrogateescape"))
+            h.update(("%s\0%s\n" % (os.path.relpath(path, top), _stat_stamp(os.lstat(path)))).encode("utf-8"))
     return h.hexdigest()
 
 
@@ -2308,9 +2315,8 @@ def exit_like_a_script(status: int, echo_fd: int) -> None:
 
 
 # The modules of the call's node code (torn down at exit, as a script's
-# __main__ is), and the runtime's own file objects, which exit leaves open.
+# __main__ is).
 NODE_MODULES = []
-RUNTIME_FILES = []
 
 
 def shut_down_as_python_does() -> None:
@@ -2404,7 +2410,7 @@ def close_open_files(objects) -> None:
     flushes the standard streams, and so does the caller).
     """
     kept = {id(f) for f in (sys.stdin, sys.stdout, sys.stderr, sys.__stdin__, sys.__stdout__, sys.__stderr__)}
-    kept.update(id(f) for f in RUNTIME_FILES + KEPT_STREAMS + STD_STREAMS)
+    kept.update(id(f) for f in KEPT_STREAMS + STD_STREAMS)
     # The files Python closes when they are freed: those of io's own base
     # class (not the ABC, which other classes may register with).
     # Iterated in C: a call that imported numpy itself has 100,000 objects.
@@ -2483,6 +2489,21 @@ STD_STREAMS = []
 KEPT_STREAMS = []
 
 
+def line_buffered_std_streams() -> None:
+    """Makes sys.stdout and sys.stderr (and sys.__stdout__, sys.__stderr__) line_buffered.
+
+    A zygote does it once before it forks: the streams' descriptors are
+    numbers (1 and 2), which each fork then points at its call's pipes,
+    and a fork that finds them done writes nothing to the objects it
+    shares with the zygote.
+    """
+    for name in ("stdout", "stderr"):
+        stream = line_buffered(getattr(sys, name))
+        if getattr(sys, name) is not stream or getattr(sys, "__%s__" % name) is not stream:
+            setattr(sys, name, stream)
+            setattr(sys, "__%s__" % name, stream)
+
+
 def line_buffered(stream):
     """stream, or a replacement for it, that writes each whole line in one write.
 
@@ -2496,7 +2517,8 @@ def line_buffered(stream):
         if not isinstance(stream.buffer, io.BufferedIOBase):
             stream.flush()
             stream = reopened(stream)
-        stream.reconfigure(line_buffering=True, write_through=False)
+        if not stream.line_buffering or stream.write_through:
+            stream.reconfigure(line_buffering=True, write_through=False)
     except (AttributeError, ValueError, OSError):
         pass  # not a standard stream: leave it as node code's environment made it
     return stream
@@ -2689,7 +2711,11 @@ def zygote_serve() -> None:
     preloads = [m for m in (sys.argv[4] if len(sys.argv) > 4 else "").split(",") if m]
     del sys.argv[1:]
     preload_and_report(report_fd, preloads)
+    # What each fork would otherwise do first, to objects it shares with
+    # this process (every page it writes there is copied).
+    line_buffered_std_streams()
     rehearse_call()
+    remember_environ()
     # What is loaded now stays out of the collector's way in the forks: a
     # collection there would touch every object, and copy every page.
     if hasattr(gc, "freeze"):
@@ -2796,11 +2822,7 @@ def zygote_child(request: dict, fds: list, control_fd: int) -> None:
             os.close(control_fd)
         except OSError:
             pass
-    env = request.get("env") or []
-    os.environ.clear()
-    for entry in env:
-        name, _, value = entry.partition("=")
-        os.environ[name] = value
+    reset_environ(request.get("env") or [])
     if request.get("cwd"):
         os.chdir(request["cwd"])
     # The zygote's own directories (the SDK package for other interpreters)
@@ -2811,8 +2833,8 @@ def zygote_child(request: dict, fds: list, control_fd: int) -> None:
         fresh = write_sdk_package()
         sys.path[:] = [fresh if p in zygote_dirs else p for p in sys.path]
     # A fork copies the zygote's random state: reseed what a cold start
-    # seeds from the system's entropy.
-    random.seed()
+    # seeds from the system's entropy. (Python's random reseeds itself in
+    # every fork, by an at-fork hook of its own; numpy's does not.)
     numpy_random = sys.modules.get("numpy.random")
     if numpy_random is not None:
         try:
@@ -2821,6 +2843,57 @@ def zygote_child(request: dict, fds: list, control_fd: int) -> None:
             pass
     sys.argv[1:] = [OUTPUT_FLAG, "3", str(request.get("token", ""))]
     FORKED.append(True)
+
+
+# The zygote's environment as it forks (remember_environ): its names in
+# os.environ's order, each name's place in it, and each entry's name.
+ZYGOTE_ENVIRON = []
+
+
+def remember_environ() -> None:
+    """Notes the zygote's environment, before it forks, for reset_environ."""
+    names = tuple(os.environ)
+    places = {name: i for i, name in enumerate(names)}
+    entry_names = {"%s=%s" % (name, os.environ[name]): name for name in names}
+    ZYGOTE_ENVIRON[:] = [(names, places, entry_names)]
+
+
+def reset_environ(entries: list) -> None:
+    """Makes a forked runner's environment exactly entries, as a cold start's is.
+
+    A call's environment is its zygote's but for a few values (its call
+    directory), so only what differs is set or unset: os.environ and the
+    strings in it are the zygote's, shared with it until written, and
+    clearing and refilling them cost a fork a hundred pages copied and
+    half a millisecond. Where entries are not the zygote's names in its
+    order (less some, a few values changed), os.environ is rebuilt whole,
+    in the order of entries, as a cold start has it.
+    """
+    if ZYGOTE_ENVIRON:
+        names, places, entry_names = ZYGOTE_ENVIRON[0]
+        changed, dropped = [], []
+        last = -1
+        for entry in entries:
+            name = entry_names.get(entry)
+            if name is None:
+                name, _, value = entry.partition("=")
+                changed.append((name, value))
+            place = places.get(name)
+            if place is None or place <= last:
+                break  # a name the zygote has not, or not in its order
+            dropped.extend(names[last + 1 : place])
+            last = place
+        else:
+            dropped.extend(names[last + 1 :])
+            for name in dropped:
+                del os.environ[name]
+            for name, value in changed:
+                os.environ[name] = value
+            return
+    os.environ.clear()
+    for entry in entries:
+        name, _, value = entry.partition("=")
+        os.environ[name] = value
 
 
 def fcntl_dup_high(fd: int) -> int:
@@ -2921,20 +2994,19 @@ def prepare_call(channel: Channel, echo_fd: int, worker_pipes) -> None:
         PUMP.start()
     # A crash's Python stack goes where the node's stderr goes: to the
     # engine (the worker reads the node's pipes, and a crash does not
-    # take its reader along).
+    # take its reader along). A descriptor, not a file object: a fork would
+    # copy dozens of its zygote's pages to build one.
     try:
         import faulthandler
 
-        RUNTIME_FILES.append(os.fdopen(os.dup(2), "w"))
-        faulthandler.enable(file=RUNTIME_FILES[-1])
+        faulthandler.enable(file=os.dup(2))
     except Exception:
         pass
     # Print and logging reach the pump line by line, as they happen. This
     # costs a write per line (a million prints take seconds, not a
     # fraction); flushing a block-buffered stdout from another thread
     # instead would be faster but can deadlock a node that forks.
-    sys.stdout = sys.__stdout__ = line_buffered(sys.stdout)
-    sys.stderr = sys.__stderr__ = line_buffered(sys.stderr)
+    line_buffered_std_streams()
     STD_STREAMS[:] = [sys.stdout, sys.stderr]
     RUNNER_PID[0] = os.getpid()
     os._exit = exit_after_output
