@@ -192,14 +192,21 @@ class Zygote:
             os.close(fd)
         return pid, ends[0][1], ends[1][0], [ends[2][0], ends[3][0]]
 
-    def run(self, request, env, cwd="", after=0.0):
-        """Runs request in a forked runner, written after that many seconds; returns its answer once the runner is gone."""
+    def run(self, request, env, cwd="", after=0.0, node_stdout=None):
+        """Runs request in a forked runner, written after that many seconds; returns its answer once the runner is gone.
+
+        node_stdout, a list, gets what the node wrote to its stdout (the
+        pipe the worker reads; up to a pipe's buffer).
+        """
         pid, stdin_w, stdout_r, outputs = self.fork(env, cwd)
         time.sleep(after)
         with os.fdopen(stdin_w, "wb") as stdin:
             stdin.write(json.dumps(request).encode() + b"\n")
         with os.fdopen(stdout_r, "rb") as stdout:
             lines = stdout.read().decode().splitlines()
+        if node_stdout is not None:
+            with os.fdopen(outputs.pop(0), "rb") as out:
+                node_stdout.append(out.read().decode())
         for fd in outputs:
             os.close(fd)
         return json.loads(lines[-1])
