@@ -2624,10 +2624,12 @@ def spare_prepare() -> None:
 def preload_and_report(fd: int, preloads: list) -> None:
     """Imports the SDK and the preloads, and reports as spare_prepare says."""
     # What every call needs (ctypes, for C stdio; the code cache's modules;
-    # faulthandler and, for a zygote's forks, fcntl) is loaded now, not
-    # while the engine waits for the answer or in each fork (an import a
-    # fork makes costs it half a millisecond and a hundred pages copied).
+    # faulthandler; atexit, for the exit; for a zygote's forks, fcntl) is
+    # loaded now, not while the engine waits for the answer or in each
+    # fork (an import a fork makes costs it 0.2 ms or more and dozens of
+    # pages copied, even of a module built into the interpreter).
     flush_node_output()
+    import atexit  # noqa: F401
     import faulthandler  # noqa: F401
     import fcntl  # noqa: F401
     import importlib.util
