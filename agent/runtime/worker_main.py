@@ -1888,30 +1888,38 @@ def read_code_entry(path: str, used: bool = False):
 # forks: (file name, source, code), as read_code_entry gives them.
 CODE_MEMO = {}
 CODE_MEMO_MAX = 64
-# The code cache directory's (inode, modification time) when the zygote
-# last read it.
+# The code cache directory a zygote reads (None: there is none), found
+# once, and its (inode, modification time) when the zygote last read it.
+CODE_MEMO_DIR = []
 CODE_MEMO_STAMP = []
 
 
 def remember_cached_code() -> None:
     """In the zygote, before a fork: reads the code cache's new entries, which the fork then finds in memory.
 
-    One stat when nothing changed. The directory is checked as the
-    runner's own use of it is (private_dir), and entries of another
-    Python (their name starts with the bytecode's magic number) are left.
-    At most CODE_MEMO_MAX entries are kept: the zygote is replaced when it
-    goes stale or old, and a runner that finds nothing here reads the file.
+    One stat when nothing changed: what the zygote allocates between two
+    forks is written to pages it shares with the runners alive, and each
+    such page is copied, in the zygote, at every fork (the directory's
+    path, computed each time, cost it 30 pages a fork). The directory is
+    checked as the runner's own use of it is (private_dir), and entries
+    of another Python (their name starts with the bytecode's magic number)
+    are left. At most CODE_MEMO_MAX entries are kept: the zygote is
+    replaced when it goes stale or old, and a runner that finds nothing
+    here reads the file.
     """
-    if not os.environ.get("FLUKSIO_ARTIFACT_CACHE"):
+    if not CODE_MEMO_DIR:
+        cached = os.environ.get("FLUKSIO_ARTIFACT_CACHE")
+        CODE_MEMO_DIR.append(os.path.join(artifact_cache_dir(), "code") if cached else None)
+    cache = CODE_MEMO_DIR[0]
+    if cache is None:
         return
     try:
-        import importlib.util
-
-        cache = os.path.join(artifact_cache_dir(), "code")
         st = os.stat(cache)
         stamp = (st.st_ino, st.st_mtime_ns)
-        if CODE_MEMO_STAMP == [stamp]:
+        if CODE_MEMO_STAMP and CODE_MEMO_STAMP[0] == stamp:
             return
+        import importlib.util
+
         private_dir(cache)
         prefix = "%s-%d-" % (importlib.util.MAGIC_NUMBER.hex(), sys.flags.optimize)
         for name in sorted(os.listdir(cache)):
