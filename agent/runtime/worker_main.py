@@ -858,11 +858,11 @@ SDK_NAMES = ("node", "Port", "Flow", "use", "save_artifact", "load_artifact")
 # its preloads, and its call finds it there).
 SDK = []
 
-# The package other interpreters of the call import as `fluksio`: it loads
+# The module other interpreters of the call import as `fluksio`: it loads
 # this very file, under another name, and takes its SDK surface. There,
 # artifacts raise RuntimeError as they do outside any call (a child has no
 # call of its own).
-SDK_PACKAGE = """\
+SDK_MODULE = """\
 \"\"\"The Fluksio SDK surface for the processes a node call starts, written by fluksio-worker's runtime.\"\"\"
 import importlib.util as _util
 
@@ -871,14 +871,14 @@ _runtime = _util.module_from_spec(_spec)
 _spec.loader.exec_module(_runtime)
 globals().update({_name: getattr(_runtime, _name) for _name in _runtime.SDK_NAMES})
 __fluksio_runtime__ = _runtime.RUNTIME_VERSION
-"""
+""" % (RUNTIME_FILE,)
 
 
 def install_sdk(for_children: bool = True):
     """Makes `import fluksio` work for node code and binds artifacts to this call.
 
     Where the real SDK is not installed, the runner's own `fluksio` is a
-    module made here, and a `fluksio` package for any other interpreter the
+    module made here, and a `fluksio` module for any other interpreter the
     call starts (a joblib/loky worker unpickling a node's function, a
     `subprocess.run([sys.executable, ...])`) is written into a directory of
     this call, last on sys.path and PYTHONPATH, which they inherit.
@@ -898,7 +898,7 @@ def install_sdk(for_children: bool = True):
         sdk.__fluksio_runtime__ = RUNTIME_VERSION
         sys.modules["fluksio"] = sdk
         if for_children:
-            sys.path.append(write_sdk_package())
+            sys.path.append(write_sdk_module())
     # Only these two are bound to this runtime, even with the real SDK: the
     # store and its token are this call's.
     sdk.save_artifact = save_artifact
@@ -907,20 +907,20 @@ def install_sdk(for_children: bool = True):
     return sdk
 
 
-def write_sdk_package() -> str:
-    """Writes the `fluksio` package for the call's other interpreters; returns its directory.
+def write_sdk_module() -> str:
+    """Writes the `fluksio` module for the call's other interpreters; returns its directory.
 
     It goes last on PYTHONPATH here, and the caller puts it on sys.path:
     spawn, forkserver and loky children take the runner's sys.path rather
-    than reading PYTHONPATH.
+    than reading PYTHONPATH. One file (a package would cost a directory
+    more, a tenth of a millisecond on each call's path), written with
+    plain descriptor calls (a file object would cost a forked runner
+    dozens of pages copied from its zygote).
     """
     sdk_dir = call_dir("fluksio-sdk-")
-    os.mkdir(os.path.join(sdk_dir, "fluksio"))
-    # Plain descriptor calls: a forked runner writes this for each call, and
-    # a file object would cost it dozens of pages copied from its zygote.
-    fd = os.open(os.path.join(sdk_dir, "fluksio", "__init__.py"), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    fd = os.open(os.path.join(sdk_dir, "fluksio.py"), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
     try:
-        view = memoryview((SDK_PACKAGE % RUNTIME_FILE).encode("utf-8"))
+        view = memoryview(SDK_MODULE.encode("utf-8"))
         while view:
             view = view[os.write(fd, view):]
     finally:
@@ -2667,7 +2667,7 @@ def preload_and_report(fd: int, preloads: list) -> None:
             pass
         os.dup2(saved, 1)
         os.close(saved)
-    # The call's own directories (the SDK package for child interpreters)
+    # The call's own directories (the SDK module for child interpreters)
     # are this spare's, made just now: not code that can go stale.
     paths = [sys.executable] + [p or os.getcwd() for p in sys.path if p not in CALL_DIRS]
     try:
@@ -2835,12 +2835,12 @@ def zygote_child(request: dict, fds: list, control_fd: int) -> None:
     reset_environ(request.get("env") or [])
     if request.get("cwd"):
         os.chdir(request["cwd"])
-    # The zygote's own directories (the SDK package for other interpreters)
+    # The zygote's own directories (the SDK module for other interpreters)
     # are not this call's: the call writes its own, in its place on sys.path.
     zygote_dirs = list(CALL_DIRS)
     del CALL_DIRS[:], TEMP_DIRS[:]
     if zygote_dirs:
-        fresh = write_sdk_package()
+        fresh = write_sdk_module()
         sys.path[:] = [fresh if p in zygote_dirs else p for p in sys.path]
     # A fork copies the zygote's random state: reseed what a cold start
     # seeds from the system's entropy. (Python's random reseeds itself in
@@ -3035,5 +3035,5 @@ elif __name__ == "__mp_main__":
     # A spawn or forkserver child of a node imports this file as its main
     # module before it imports the node's module: node code that does
     # `from fluksio import node` must import there too. (Its sys.path is
-    # the runner's, without the PYTHONPATH entry of the SDK package.)
+    # the runner's, without the PYTHONPATH entry of the SDK module.)
     install_sdk(for_children=False)
