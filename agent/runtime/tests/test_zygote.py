@@ -139,13 +139,25 @@ class ZygoteTest(unittest.TestCase):
         self.addCleanup(zygote.close)
         env = [k + "=" + v for k, v in os.environ.items()] + ["PYTHONUNBUFFERED=1"]
         out = []
-        answer = zygote.run(run_request(probe, "f"), env, node_stdout=out)
+        answer = zygote.run(run_request(probe, "f"), env, node_output=out)
         self.assertTrue(answer.get("ok"), answer)
         self.assertEqual(answer["outputs"], {"line_buffering": True, "write_through": False, "name": "<stdout>", "same": True})
         lines = out[0].splitlines()
         self.assertEqual(len(lines), 800)
         for line in lines:
             self.assertRegex(line, r"^printer-\d line \d+$")
+
+    def test_a_crash_shows_its_python_stack_on_the_nodes_stderr(self):
+        # faulthandler is enabled in each fork on a copy of its own stderr
+        # (the node's pipe): a segfault's stack reaches the worker.
+        probe = "import ctypes\n\ndef f():\n    print('last words', flush=True)\n    ctypes.string_at(0)\n"
+        env = [k + "=" + v for k, v in os.environ.items()]
+        out = []
+        answer = self.zygote.run(run_request(probe, "f"), env, node_output=out)
+        self.assertIsNone(answer)  # no answer: the runner died (the worker answers for it)
+        self.assertIn("last words", out[0])
+        self.assertIn("Fatal Python error", out[1])
+        self.assertRegex(out[1], r'File "pipeline.py", line 5 in f')
 
     def test_a_bad_request_is_refused_and_the_zygote_goes_on(self):
         self.control.send(b"not json")
