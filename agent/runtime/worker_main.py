@@ -1398,7 +1398,7 @@ def _tree_stamp(top: str) -> str:
         dirs.sort()
         for name in [""] + sorted(dirs + files):
             path = os.path.join(root, name) if name else root
-            h.update(("%s\0%s\n" % (os.path.relpath(path, top), _stat_stamp(os.lstat(path)))).encode("utf-8"))
+            h.update(("%s\0%s\n" % (os.path.relpath(path, top), _stat_stamp(os.lstat(path)))).encode("utf-8", "surrogateescape"))
     return h.hexdigest()
 
 
