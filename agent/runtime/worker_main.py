@@ -858,11 +858,11 @@ SDK_NAMES = ("node", "Port", "Flow", "use", "save_artifact", "load_artifact")
 # its preloads, and its call finds it there).
 SDK = []
 
-# The package other interpreters of the call import as `fluksio`: it loads
+# The module other interpreters of the call import as `fluksio`: it loads
 # this very file, under another name, and takes its SDK surface. There,
 # artifacts raise RuntimeError as they do outside any call (a child has no
 # call of its own).
-SDK_PACKAGE = """\
+SDK_MODULE = """\
 \"\"\"The Fluksio SDK surface for the processes a node call starts, written by fluksio-worker's runtime.\"\"\"
 import importlib.util as _util
 
@@ -871,14 +871,14 @@ _runtime = _util.module_from_spec(_spec)
 _spec.loader.exec_module(_runtime)
 globals().update({_name: getattr(_runtime, _name) for _name in _runtime.SDK_NAMES})
 __fluksio_runtime__ = _runtime.RUNTIME_VERSION
-"""
+""" % (RUNTIME_FILE,)
 
 
 def install_sdk(for_children: bool = True):
     """Makes `import fluksio` work for node code and binds artifacts to this call.
 
     Where the real SDK is not installed, the runner's own `fluksio` is a
-    module made here, and a `fluksio` package for any other interpreter the
+    module made here, and a `fluksio` module for any other interpreter the
     call starts (a joblib/loky worker unpickling a node's function, a
     `subprocess.run([sys.executable, ...])`) is written into a directory of
     this call, last on sys.path and PYTHONPATH, which they inherit.
@@ -898,7 +898,7 @@ def install_sdk(for_children: bool = True):
         sdk.__fluksio_runtime__ = RUNTIME_VERSION
         sys.modules["fluksio"] = sdk
         if for_children:
-            sys.path.append(write_sdk_package())
+            sys.path.append(write_sdk_module())
     # Only these two are bound to this runtime, even with the real SDK: the
     # store and its token are this call's.
     sdk.save_artifact = save_artifact
@@ -907,17 +907,24 @@ def install_sdk(for_children: bool = True):
     return sdk
 
 
-def write_sdk_package() -> str:
-    """Writes the `fluksio` package for the call's other interpreters; returns its directory.
+def write_sdk_module() -> str:
+    """Writes the `fluksio` module for the call's other interpreters; returns its directory.
 
     It goes last on PYTHONPATH here, and the caller puts it on sys.path:
     spawn, forkserver and loky children take the runner's sys.path rather
-    than reading PYTHONPATH.
+    than reading PYTHONPATH. One file (a package would cost a directory
+    more, a tenth of a millisecond on each call's path), written with
+    plain descriptor calls (a file object would cost a forked runner
+    dozens of pages copied from its zygote).
     """
     sdk_dir = call_dir("fluksio-sdk-")
-    os.mkdir(os.path.join(sdk_dir, "fluksio"))
-    with open(os.path.join(sdk_dir, "fluksio", "__init__.py"), "w", encoding="utf-8") as f:
-        f.write(SDK_PACKAGE % RUNTIME_FILE)
+    fd = os.open(os.path.join(sdk_dir, "fluksio.py"), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    try:
+        view = memoryview(SDK_MODULE.encode("utf-8"))
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
     inherited = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = (inherited + os.pathsep if inherited else "") + sdk_dir
     return sdk_dir
@@ -1881,30 +1888,38 @@ def read_code_entry(path: str, used: bool = False):
 # forks: (file name, source, code), as read_code_entry gives them.
 CODE_MEMO = {}
 CODE_MEMO_MAX = 64
-# The code cache directory's (inode, modification time) when the zygote
-# last read it.
+# The code cache directory a zygote reads (None: there is none), found
+# once, and its (inode, modification time) when the zygote last read it.
+CODE_MEMO_DIR = []
 CODE_MEMO_STAMP = []
 
 
 def remember_cached_code() -> None:
     """In the zygote, before a fork: reads the code cache's new entries, which the fork then finds in memory.
 
-    One stat when nothing changed. The directory is checked as the
-    runner's own use of it is (private_dir), and entries of another
-    Python (their name starts with the bytecode's magic number) are left.
-    At most CODE_MEMO_MAX entries are kept: the zygote is replaced when it
-    goes stale or old, and a runner that finds nothing here reads the file.
+    One stat when nothing changed: what the zygote allocates between two
+    forks is written to pages it shares with the runners alive, and each
+    such page is copied, in the zygote, at every fork (the directory's
+    path, computed each time, cost it 30 pages a fork). The directory is
+    checked as the runner's own use of it is (private_dir), and entries
+    of another Python (their name starts with the bytecode's magic number)
+    are left. At most CODE_MEMO_MAX entries are kept: the zygote is
+    replaced when it goes stale or old, and a runner that finds nothing
+    here reads the file.
     """
-    if not os.environ.get("FLUKSIO_ARTIFACT_CACHE"):
+    if not CODE_MEMO_DIR:
+        cached = os.environ.get("FLUKSIO_ARTIFACT_CACHE")
+        CODE_MEMO_DIR.append(os.path.join(artifact_cache_dir(), "code") if cached else None)
+    cache = CODE_MEMO_DIR[0]
+    if cache is None:
         return
     try:
-        import importlib.util
-
-        cache = os.path.join(artifact_cache_dir(), "code")
         st = os.stat(cache)
         stamp = (st.st_ino, st.st_mtime_ns)
-        if CODE_MEMO_STAMP == [stamp]:
+        if CODE_MEMO_STAMP and CODE_MEMO_STAMP[0] == stamp:
             return
+        import importlib.util
+
         private_dir(cache)
         prefix = "%s-%d-" % (importlib.util.MAGIC_NUMBER.hex(), sys.flags.optimize)
         for name in sorted(os.listdir(cache)):
@@ -2308,9 +2323,8 @@ def exit_like_a_script(status: int, echo_fd: int) -> None:
 
 
 # The modules of the call's node code (torn down at exit, as a script's
-# __main__ is), and the runtime's own file objects, which exit leaves open.
+# __main__ is).
 NODE_MODULES = []
-RUNTIME_FILES = []
 
 
 def shut_down_as_python_does() -> None:
@@ -2404,7 +2418,7 @@ def close_open_files(objects) -> None:
     flushes the standard streams, and so does the caller).
     """
     kept = {id(f) for f in (sys.stdin, sys.stdout, sys.stderr, sys.__stdin__, sys.__stdout__, sys.__stderr__)}
-    kept.update(id(f) for f in RUNTIME_FILES + KEPT_STREAMS + STD_STREAMS)
+    kept.update(id(f) for f in KEPT_STREAMS + STD_STREAMS)
     # The files Python closes when they are freed: those of io's own base
     # class (not the ABC, which other classes may register with).
     # Iterated in C: a call that imported numpy itself has 100,000 objects.
@@ -2483,6 +2497,21 @@ STD_STREAMS = []
 KEPT_STREAMS = []
 
 
+def line_buffered_std_streams() -> None:
+    """Makes sys.stdout and sys.stderr (and sys.__stdout__, sys.__stderr__) line_buffered.
+
+    A zygote does it once before it forks: the streams' descriptors are
+    numbers (1 and 2), which each fork then points at its call's pipes,
+    and a fork that finds them done writes nothing to the objects it
+    shares with the zygote.
+    """
+    for name in ("stdout", "stderr"):
+        stream = line_buffered(getattr(sys, name))
+        if getattr(sys, name) is not stream or getattr(sys, "__%s__" % name) is not stream:
+            setattr(sys, name, stream)
+            setattr(sys, "__%s__" % name, stream)
+
+
 def line_buffered(stream):
     """stream, or a replacement for it, that writes each whole line in one write.
 
@@ -2496,7 +2525,8 @@ def line_buffered(stream):
         if not isinstance(stream.buffer, io.BufferedIOBase):
             stream.flush()
             stream = reopened(stream)
-        stream.reconfigure(line_buffering=True, write_through=False)
+        if not stream.line_buffering or stream.write_through:
+            stream.reconfigure(line_buffering=True, write_through=False)
     except (AttributeError, ValueError, OSError):
         pass  # not a standard stream: leave it as node code's environment made it
     return stream
@@ -2602,10 +2632,12 @@ def spare_prepare() -> None:
 def preload_and_report(fd: int, preloads: list) -> None:
     """Imports the SDK and the preloads, and reports as spare_prepare says."""
     # What every call needs (ctypes, for C stdio; the code cache's modules;
-    # faulthandler and, for a zygote's forks, fcntl) is loaded now, not
-    # while the engine waits for the answer or in each fork (an import a
-    # fork makes costs it half a millisecond and a hundred pages copied).
+    # faulthandler; atexit, for the exit; for a zygote's forks, fcntl) is
+    # loaded now, not while the engine waits for the answer or in each
+    # fork (an import a fork makes costs it 0.2 ms or more and dozens of
+    # pages copied, even of a module built into the interpreter).
     flush_node_output()
+    import atexit  # noqa: F401
     import faulthandler  # noqa: F401
     import fcntl  # noqa: F401
     import importlib.util
@@ -2635,7 +2667,7 @@ def preload_and_report(fd: int, preloads: list) -> None:
             pass
         os.dup2(saved, 1)
         os.close(saved)
-    # The call's own directories (the SDK package for child interpreters)
+    # The call's own directories (the SDK module for child interpreters)
     # are this spare's, made just now: not code that can go stale.
     paths = [sys.executable] + [p or os.getcwd() for p in sys.path if p not in CALL_DIRS]
     try:
@@ -2764,7 +2796,11 @@ def zygote_serve() -> None:
     del sys.argv[1:]
     os.set_inheritable(exits_fd, False)  # the zygote's own: no runner holds it
     preload_and_report(report_fd, preloads)
+    # What each fork would otherwise do first, to objects it shares with
+    # this process (every page it writes there is copied).
+    line_buffered_std_streams()
     rehearse_call()
+    remember_environ()
     # What is loaded now stays out of the collector's way in the forks: a
     # collection there would touch every object, and copy every page.
     if hasattr(gc, "freeze"):
@@ -2858,23 +2894,19 @@ def zygote_child(request: dict, fds: list, control_fd: int) -> None:
             os.close(control_fd)
         except OSError:
             pass
-    env = request.get("env") or []
-    os.environ.clear()
-    for entry in env:
-        name, _, value = entry.partition("=")
-        os.environ[name] = value
+    reset_environ(request.get("env") or [])
     if request.get("cwd"):
         os.chdir(request["cwd"])
-    # The zygote's own directories (the SDK package for other interpreters)
+    # The zygote's own directories (the SDK module for other interpreters)
     # are not this call's: the call writes its own, in its place on sys.path.
     zygote_dirs = list(CALL_DIRS)
     del CALL_DIRS[:], TEMP_DIRS[:]
     if zygote_dirs:
-        fresh = write_sdk_package()
+        fresh = write_sdk_module()
         sys.path[:] = [fresh if p in zygote_dirs else p for p in sys.path]
     # A fork copies the zygote's random state: reseed what a cold start
-    # seeds from the system's entropy.
-    random.seed()
+    # seeds from the system's entropy. (Python's random reseeds itself in
+    # every fork, by an at-fork hook of its own; numpy's does not.)
     numpy_random = sys.modules.get("numpy.random")
     if numpy_random is not None:
         try:
@@ -2883,6 +2915,57 @@ def zygote_child(request: dict, fds: list, control_fd: int) -> None:
             pass
     sys.argv[1:] = [OUTPUT_FLAG, "3", str(request.get("token", ""))]
     FORKED.append(True)
+
+
+# The zygote's environment as it forks (remember_environ): its names in
+# os.environ's order, each name's place in it, and each entry's name.
+ZYGOTE_ENVIRON = []
+
+
+def remember_environ() -> None:
+    """Notes the zygote's environment, before it forks, for reset_environ."""
+    names = tuple(os.environ)
+    places = {name: i for i, name in enumerate(names)}
+    entry_names = {"%s=%s" % (name, os.environ[name]): name for name in names}
+    ZYGOTE_ENVIRON[:] = [(names, places, entry_names)]
+
+
+def reset_environ(entries: list) -> None:
+    """Makes a forked runner's environment exactly entries, as a cold start's is.
+
+    A call's environment is its zygote's but for a few values (its call
+    directory), so only what differs is set or unset: os.environ and the
+    strings in it are the zygote's, shared with it until written, and
+    clearing and refilling them cost a fork a hundred pages copied and
+    half a millisecond. Where entries are not the zygote's names in its
+    order (less some, a few values changed), os.environ is rebuilt whole,
+    in the order of entries, as a cold start has it.
+    """
+    if ZYGOTE_ENVIRON:
+        names, places, entry_names = ZYGOTE_ENVIRON[0]
+        changed, dropped = [], []
+        last = -1
+        for entry in entries:
+            name = entry_names.get(entry)
+            if name is None:
+                name, _, value = entry.partition("=")
+                changed.append((name, value))
+            place = places.get(name)
+            if place is None or place <= last:
+                break  # a name the zygote has not, or not in its order
+            dropped.extend(names[last + 1 : place])
+            last = place
+        else:
+            dropped.extend(names[last + 1 :])
+            for name in dropped:
+                del os.environ[name]
+            for name, value in changed:
+                os.environ[name] = value
+            return
+    os.environ.clear()
+    for entry in entries:
+        name, _, value = entry.partition("=")
+        os.environ[name] = value
 
 
 def fcntl_dup_high(fd: int) -> int:
@@ -2983,20 +3066,19 @@ def prepare_call(channel: Channel, echo_fd: int, worker_pipes) -> None:
         PUMP.start()
     # A crash's Python stack goes where the node's stderr goes: to the
     # engine (the worker reads the node's pipes, and a crash does not
-    # take its reader along).
+    # take its reader along). A descriptor, not a file object: a fork would
+    # copy dozens of its zygote's pages to build one.
     try:
         import faulthandler
 
-        RUNTIME_FILES.append(os.fdopen(os.dup(2), "w"))
-        faulthandler.enable(file=RUNTIME_FILES[-1])
+        faulthandler.enable(file=os.dup(2))
     except Exception:
         pass
     # Print and logging reach the pump line by line, as they happen. This
     # costs a write per line (a million prints take seconds, not a
     # fraction); flushing a block-buffered stdout from another thread
     # instead would be faster but can deadlock a node that forks.
-    sys.stdout = sys.__stdout__ = line_buffered(sys.stdout)
-    sys.stderr = sys.__stderr__ = line_buffered(sys.stderr)
+    line_buffered_std_streams()
     STD_STREAMS[:] = [sys.stdout, sys.stderr]
     RUNNER_PID[0] = os.getpid()
     os._exit = exit_after_output
@@ -3015,5 +3097,5 @@ elif __name__ == "__mp_main__":
     # A spawn or forkserver child of a node imports this file as its main
     # module before it imports the node's module: node code that does
     # `from fluksio import node` must import there too. (Its sys.path is
-    # the runner's, without the PYTHONPATH entry of the SDK package.)
+    # the runner's, without the PYTHONPATH entry of the SDK module.)
     install_sdk(for_children=False)

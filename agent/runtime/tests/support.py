@@ -209,17 +209,26 @@ class Zygote:
             os.close(fd)
         return pid, ends[0][1], ends[1][0], [ends[2][0], ends[3][0]]
 
-    def run(self, request, env, cwd="", after=0.0):
-        """Runs request in a forked runner, written after that many seconds; returns its answer once the runner is gone."""
+    def run(self, request, env, cwd="", after=0.0, node_output=None):
+        """Runs request in a forked runner, written after that many seconds; returns its answer once the runner is gone.
+
+        node_output, a list, gets what the node wrote to its stdout and its
+        stderr (the pipes the worker reads; up to a pipe's buffer each).
+        """
         pid, stdin_w, stdout_r, outputs = self.fork(env, cwd)
         time.sleep(after)
         with os.fdopen(stdin_w, "wb") as stdin:
             stdin.write(json.dumps(request).encode() + b"\n")
         with os.fdopen(stdout_r, "rb") as stdout:
             lines = stdout.read().decode().splitlines()
+        if node_output is not None:
+            for fd in outputs:
+                with os.fdopen(fd, "rb") as out:
+                    node_output.append(out.read().decode())
+            outputs = []
         for fd in outputs:
             os.close(fd)
-        return json.loads(lines[-1])
+        return json.loads(lines[-1]) if lines else None
 
     def close(self):
         self.proc.kill()

@@ -158,6 +158,74 @@ class ZygoteTest(unittest.TestCase):
         self.assertTrue(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 3, status)
         self.assertGreater(maxrss, 0)  # its peak memory in KiB, from wait4
 
+    def test_the_environment_is_the_calls_own_in_its_order(self):
+        # A fork sets only what differs from its zygote's environment:
+        # what the zygote has and the call has not must go, changed values
+        # change, and os.environ's order and the C environment (what a
+        # child process inherits) are a cold start's; so they are where
+        # the call has names the zygote lacks, or in another order.
+        probe = (
+            "import os, subprocess\n\n"
+            "def f():\n"
+            "    c = subprocess.run(['env', '-0'], stdout=subprocess.PIPE, check=True).stdout.decode()\n"
+            "    return {'environ': [k + '=' + (v if k != 'PYTHONPATH' else 'X') for k, v in os.environ.items()],\n"
+            "            'c': sorted(e if not e.startswith('PYTHONPATH=') else 'PYTHONPATH=X' for e in c.split('\\0') if e)}\n"
+        )
+        zygote = Zygote(env={"ZYGOTE_ONLY": "1", "ZYGOTE_CHANGED": "before"})
+        self.addCleanup(zygote.close)
+        base = [k + "=" + v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ZYGOTE_ONLY", "ZYGOTE_CHANGED")]
+        in_order = base + ["ZYGOTE_CHANGED=after"]
+        for env in (in_order, in_order + ["CALL_ONLY=a=b"], list(reversed(in_order))):
+            answer = zygote.run(run_request(probe, "f"), env)
+            self.assertTrue(answer.get("ok"), answer)
+            want = env + ["PYTHONPATH=X"]  # the SDK package's directory, for the call's other interpreters
+            self.assertEqual(answer["outputs"]["environ"], want)
+            self.assertEqual(answer["outputs"]["c"], sorted(want))
+
+    def test_streams_are_line_buffered_under_pythonunbuffered(self):
+        # The zygote makes the standard streams line-buffered once, before
+        # it forks (PYTHONUNBUFFERED=1 gives ones that write every piece
+        # through): a fork's threads printing at once never cut a line.
+        probe = (
+            "import sys, threading\n\n"
+            "def f():\n"
+            "    start = threading.Barrier(4)\n"
+            "    def run(k):\n"
+            "        start.wait()\n"
+            "        for i in range(200):\n"
+            "            print('printer-%d line %d' % (k, i))\n"
+            "    threads = [threading.Thread(target=run, args=(k,)) for k in range(4)]\n"
+            "    for t in threads:\n"
+            "        t.start()\n"
+            "    for t in threads:\n"
+            "        t.join()\n"
+            "    return {'line_buffering': sys.stdout.line_buffering, 'write_through': sys.stdout.write_through,\n"
+            "            'name': sys.stdout.name, 'same': sys.stdout is sys.__stdout__ and sys.stderr is sys.__stderr__}\n"
+        )
+        zygote = Zygote(env={"PYTHONUNBUFFERED": "1"})
+        self.addCleanup(zygote.close)
+        env = [k + "=" + v for k, v in os.environ.items()] + ["PYTHONUNBUFFERED=1"]
+        out = []
+        answer = zygote.run(run_request(probe, "f"), env, node_output=out)
+        self.assertTrue(answer.get("ok"), answer)
+        self.assertEqual(answer["outputs"], {"line_buffering": True, "write_through": False, "name": "<stdout>", "same": True})
+        lines = out[0].splitlines()
+        self.assertEqual(len(lines), 800)
+        for line in lines:
+            self.assertRegex(line, r"^printer-\d line \d+$")
+
+    def test_a_crash_shows_its_python_stack_on_the_nodes_stderr(self):
+        # faulthandler is enabled in each fork on a copy of its own stderr
+        # (the node's pipe): a segfault's stack reaches the worker.
+        probe = "import ctypes\n\ndef f():\n    print('last words', flush=True)\n    ctypes.string_at(0)\n"
+        env = [k + "=" + v for k, v in os.environ.items()]
+        out = []
+        answer = self.zygote.run(run_request(probe, "f"), env, node_output=out)
+        self.assertIsNone(answer)  # no answer: the runner died (the worker answers for it)
+        self.assertIn("last words", out[0])
+        self.assertIn("Fatal Python error", out[1])
+        self.assertRegex(out[1], r'File "pipeline.py", line 5 in f')
+
     def test_a_bad_request_is_refused_and_the_zygote_goes_on(self):
         self.control.send(b"not json")
         self.assertEqual(self.control.recv(32), b"0")
