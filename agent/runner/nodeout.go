@@ -213,33 +213,53 @@ func (o *nodeOutput) read(s *nodeStream) {
 
 // readLocked reads once from s and takes the lines it finishes.
 func (o *nodeOutput) readLocked(s *nodeStream) (int, error) {
-	if s.fd < 0 {
-		return 0, nil
-	}
-	if o.buf == nil {
-		o.buf = nodeReadBuffers.Get().(*[nodeReadSize]byte)
-	}
-	buf := o.buf[:]
-	n, err := syscall.Read(s.fd, buf)
+	n, err := o.readIntoLocked(s, o.buffer())
 	if n > 0 {
-		o.feedLocked(s, buf[:n])
+		o.feedLocked(s, o.buf[:n])
 	}
 	return n, err
 }
 
-// turnLocked is one turn of s's reader: it reads once from the other pipe,
-// then from s. What the other pipe already holds may well be older than
-// what s holds: a line on stderr ahead of a flood on stdout must not wait
-// for its own reader to be scheduled while the flood spends the budget
-// (the flood's first lines would go out and the earlier line be dropped
-// with the flood's middle).
+// buffer is what reads of both pipes go into (they all hold mu).
+func (o *nodeOutput) buffer() []byte {
+	if o.buf == nil {
+		o.buf = nodeReadBuffers.Get().(*[nodeReadSize]byte)
+	}
+	return o.buf[:]
+}
+
+func (o *nodeOutput) readIntoLocked(s *nodeStream, buf []byte) (int, error) {
+	if s.fd < 0 {
+		return 0, nil
+	}
+	return syscall.Read(s.fd, buf)
+}
+
+// turnLocked is one turn of s's reader: it reads from s, then once from
+// the other pipe, and takes the other pipe's lines first. What the other
+// pipe holds once s's bytes are read may well be older than they are: a
+// line on stderr ahead of a flood on stdout must not wait for its own
+// reader to be scheduled while the flood spends the budget (the flood's
+// first lines would go out and the earlier line be dropped with the
+// flood's middle). The other pipe is read after s, not before it, so that
+// a pause between the two reads (the worker descheduled on a loaded
+// machine) cannot let the line and the flood both be written in between.
 func (o *nodeOutput) turnLocked(s *nodeStream) (int, error) {
+	buf := o.buffer()
+	own, peerBuf := buf[:len(buf)/2], buf[len(buf)/2:]
+	n, err := o.readIntoLocked(s, own)
 	for _, peer := range o.streams {
-		if peer != s {
-			o.readLocked(peer)
+		if peer == s {
+			continue
+		}
+		if m, _ := o.readIntoLocked(peer, peerBuf); m > 0 {
+			o.feedLocked(peer, peerBuf[:m])
 		}
 	}
-	return o.readLocked(s)
+	if n > 0 {
+		o.feedLocked(s, own[:n])
+	}
+	return n, err
 }
 
 // drainLocked reads what both pipes hold now, without waiting for more.

@@ -145,7 +145,7 @@ func TestNodeOutputStreamEventsKeepTheirPlace(t *testing.T) {
 
 // A line the node wrote on stderr before flooding stdout is sent, however
 // the two readers are scheduled: a turn of the stdout reader takes what
-// stderr already holds first. (The flood is over the burst in one read.)
+// stderr holds first. (The flood is over the burst in one read.)
 func TestNodeOutputALineBeforeAFloodOnTheOtherPipeIsKept(t *testing.T) {
 	np, err := newNodePipes()
 	if err != nil {
@@ -170,8 +170,8 @@ func TestNodeOutputALineBeforeAFloodOnTheOtherPipeIsKept(t *testing.T) {
 	o.mu.Lock()
 	n, err := o.turnLocked(o.streams[0])
 	o.mu.Unlock()
-	if n != flood.Len() || err != nil {
-		t.Fatalf("read %d bytes of stdout (%v), want %d", n, err, flood.Len())
+	if n < 16<<10 || err != nil {
+		t.Fatalf("read %d bytes of stdout (%v), want a read of over the burst's lines", n, err)
 	}
 	if len(lines) < logBurst || lines[0] != "before the flood" {
 		t.Fatalf("sent %d lines, the first %q: want the burst at least, stderr's line first", len(lines), lines[0])
