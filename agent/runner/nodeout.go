@@ -236,28 +236,36 @@ func (o *nodeOutput) readIntoLocked(s *nodeStream, buf []byte) (int, error) {
 }
 
 // turnLocked is one turn of s's reader: it reads from s, then once from
-// the other pipe, and takes the other pipe's lines first. What the other
-// pipe holds once s's bytes are read may well be older than they are: a
-// line on stderr ahead of a flood on stdout must not wait for its own
-// reader to be scheduled while the flood spends the budget (the flood's
-// first lines would go out and the earlier line be dropped with the
-// flood's middle). The other pipe is read after s, not before it, so that
-// a pause between the two reads (the worker descheduled on a loaded
-// machine) cannot let the line and the flood both be written in between.
+// the other pipe, and takes the smaller read's lines first. Which pipe's
+// bytes were written first is not known once both hold some, but a line
+// written on one pipe just before a flood on the other is the common case
+// (a warning, then a progress flood), and the flood must not spend the
+// budget ahead of it: the line would be dropped with the flood's middle,
+// whichever reader's turn found the two. The other pipe is read after s,
+// not before, so that a pause between the two reads (the worker
+// descheduled on a loaded machine) cannot let the line and the flood both
+// be written in between.
 func (o *nodeOutput) turnLocked(s *nodeStream) (int, error) {
 	buf := o.buffer()
-	own, peerBuf := buf[:len(buf)/2], buf[len(buf)/2:]
+	own, other := buf[:len(buf)/2], buf[len(buf)/2:]
 	n, err := o.readIntoLocked(s, own)
-	for _, peer := range o.streams {
-		if peer == s {
-			continue
+	var peer *nodeStream
+	m := 0
+	for _, q := range o.streams {
+		if q != s {
+			peer = q
+			m, _ = o.readIntoLocked(q, other)
 		}
-		if m, _ := o.readIntoLocked(peer, peerBuf); m > 0 {
-			o.feedLocked(peer, peerBuf[:m])
-		}
+	}
+	if m > 0 && (n <= 0 || m < n) {
+		o.feedLocked(peer, other[:m])
+		m = 0
 	}
 	if n > 0 {
 		o.feedLocked(s, own[:n])
+	}
+	if m > 0 {
+		o.feedLocked(peer, other[:m])
 	}
 	return n, err
 }

@@ -143,37 +143,43 @@ func TestNodeOutputStreamEventsKeepTheirPlace(t *testing.T) {
 	}
 }
 
-// A line the node wrote on stderr before flooding stdout is sent, however
-// the two readers are scheduled: a turn of the stdout reader takes what
-// stderr holds first. (The flood is over the burst in one read.)
+// A line the node wrote on one pipe before flooding the other is sent,
+// whichever reader's turn finds the two: the smaller read's lines go
+// first. (The flood is over the burst in one read.)
 func TestNodeOutputALineBeforeAFloodOnTheOtherPipeIsKept(t *testing.T) {
-	np, err := newNodePipes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer np.close()
-	var lines []string
-	p := &Process{log: slog.New(slog.NewTextHandler(io.Discard, nil)), cfg: &Config{}}
-	o := newNodeOutput(p, np, "c1", func(msg []byte) {
-		var e struct{ Line string }
-		json.Unmarshal(msg, &e)
-		lines = append(lines, e.Line)
-		frame.Put(msg)
-	})
-	io.WriteString(np.w[1], "before the flood\n")
-	var flood strings.Builder
-	for i := 0; flood.Len() < 60<<10; i++ {
-		fmt.Fprintf(&flood, "flood %d\n", i)
-	}
-	io.WriteString(np.w[0], flood.String())
+	for _, turn := range []int{0, 1} {
+		for _, line := range []int{0, 1} {
+			t.Run(fmt.Sprintf("line on %d, turn of %d", line+1, turn+1), func(t *testing.T) {
+				np, err := newNodePipes()
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer np.close()
+				var lines []string
+				p := &Process{log: slog.New(slog.NewTextHandler(io.Discard, nil)), cfg: &Config{}}
+				o := newNodeOutput(p, np, "c1", func(msg []byte) {
+					var e struct{ Line string }
+					json.Unmarshal(msg, &e)
+					lines = append(lines, e.Line)
+					frame.Put(msg)
+				})
+				io.WriteString(np.w[line], "before the flood\n")
+				var flood strings.Builder
+				for i := 0; flood.Len() < 60<<10; i++ {
+					fmt.Fprintf(&flood, "flood %d\n", i)
+				}
+				io.WriteString(np.w[1-line], flood.String())
 
-	o.mu.Lock()
-	n, err := o.turnLocked(o.streams[0])
-	o.mu.Unlock()
-	if n < 16<<10 || err != nil {
-		t.Fatalf("read %d bytes of stdout (%v), want a read of over the burst's lines", n, err)
-	}
-	if len(lines) < logBurst || lines[0] != "before the flood" {
-		t.Fatalf("sent %d lines, the first %q: want the burst at least, stderr's line first", len(lines), lines[0])
+				o.mu.Lock()
+				n, err := o.turnLocked(o.streams[turn])
+				o.mu.Unlock()
+				if n <= 0 || err != nil {
+					t.Fatalf("read %d bytes (%v)", n, err)
+				}
+				if len(lines) < logBurst || lines[0] != "before the flood" {
+					t.Fatalf("sent %d lines, the first %q: want the burst at least, the line first", len(lines), lines[0])
+				}
+			})
+		}
 	}
 }
