@@ -91,3 +91,47 @@ func TestWaitEmptyOfAnEmptyCgroup(t *testing.T) {
 		t.Error("WaitEmpty reported a removed cgroup populated")
 	}
 }
+
+// The files a call reads at every end (cgroup.events, cpu.stat) are kept
+// open from the cgroup's making: what they say follows the cgroup, from
+// its first process to after the last one left, and a removed cgroup says
+// it holds nothing instead of failing.
+func TestCallCgroupFilesFollowItsProcesses(t *testing.T) {
+	g := testCgroup(t, "kept-files")
+	if g.Populated() || g.Signal(syscall.SIGKILL, 0) {
+		t.Fatal("a new cgroup says it holds a process")
+	}
+	// A process that burns some CPU in the cgroup, then exits.
+	cmd := exec.Command("sh", "-c", `i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; read x`)
+	stdin, _ := cmd.StdinPipe()
+	if err := StartContained(cmd); err != nil {
+		t.Skipf("cannot start sh: %v", err)
+	}
+	defer Forget(cmd.Process.Pid)
+	if err := g.Move(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if !g.Populated() {
+		t.Error("the cgroup holding a process says it is empty")
+	}
+	if !g.Signal(0, 0) {
+		t.Error("Signal found nothing in the cgroup holding a process")
+	}
+	stdin.Close()
+	cmd.Wait()
+	if !g.WaitEmpty(10 * time.Second) {
+		t.Fatal("the cgroup did not empty after its process exited")
+	}
+	if g.Populated() || g.Signal(syscall.SIGKILL, 0) {
+		t.Error("the emptied cgroup says it holds a process")
+	}
+	if cpu := g.CPU(); cpu <= 0 {
+		t.Errorf("CPU() = %v after a process counted to 200000 in the cgroup; want its time", cpu)
+	}
+	if err := g.Remove(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if g.Populated() || g.CPU() != 0 || !g.WaitEmpty(time.Hour) {
+		t.Error("a removed cgroup says it holds something")
+	}
+}

@@ -80,7 +80,7 @@ func (g *CallCgroup) CPU() time.Duration                       { return 0 }
 type OOMWatch struct{}
 
 // WatchOOM watches nothing.
-func WatchOOM(pid int) *OOMWatch { return &OOMWatch{} }
+func WatchOOM(g *CallCgroup) *OOMWatch { return &OOMWatch{} }
 
 // Killed reports false: nothing says the OOM killer killed.
 func (w *OOMWatch) Killed() bool { return false }

@@ -26,6 +26,14 @@ import (
 type callDir struct {
 	path string
 	cwd  string // the runner's working directory; "" keeps the worker's own
+	// listing is the directory open, from the first time it was emptied
+	// for reuse to its removal: it is listed through it, rewound, at every
+	// reuse rather than opened again (an open, a close and the poller's
+	// look at a new file a call). Its device and inode tell the directory
+	// apart from one put in its place since.
+	listing  int
+	listed   bool // listing is open
+	dev, ino uint64
 }
 
 const callDirsName = "calls"
@@ -74,6 +82,10 @@ func (d *callDir) env(base []string, grace time.Duration) []string {
 
 // remove deletes the directory, including what node code left read-only.
 func (d *callDir) remove() error {
+	if d.listed {
+		unix.Close(d.listing)
+		d.listed = false
+	}
 	return removeTree(d.path)
 }
 
@@ -141,34 +153,74 @@ func (cd *callDirs) close() {
 }
 
 // empty removes everything in the directory and reports whether it is
-// fit for another call: still a directory (not a link node code put in
-// its place), this user's, mode 0700, without an ACL (one node code set
-// would outlive it), nothing in it.
+// fit for another call: still the directory it was (not a link node code
+// put in its place, nor one moved there), this user's, mode 0700, without
+// an ACL (one node code set would outlive it), nothing in it.
 func (d *callDir) empty() bool {
 	// Checked before the chmod, which would follow a link.
 	var st unix.Stat_t
 	if unix.Lstat(d.path, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Geteuid() {
 		return false
 	}
-	if os.Chmod(d.path, 0o700) != nil {
+	if d.listed && (st.Dev != d.dev || st.Ino != d.ino) {
 		return false
 	}
-	for _, acl := range []string{"system.posix_acl_access", "system.posix_acl_default"} {
-		if _, err := unix.Lgetxattr(d.path, acl, nil); err == nil {
-			return false
+	if st.Mode&0o7777 != 0o700 && os.Chmod(d.path, 0o700) != nil {
+		return false
+	}
+	// Most directories have no extended attribute at all: one look says
+	// so. Where they have some (an SELinux label), the ACLs are looked for.
+	if n, err := unix.Llistxattr(d.path, nil); err != nil || n > 0 {
+		for _, acl := range []string{"system.posix_acl_access", "system.posix_acl_default"} {
+			if _, err := unix.Lgetxattr(d.path, acl, nil); err == nil {
+				return false
+			}
 		}
 	}
-	entries, err := os.ReadDir(d.path)
+	names, err := d.list(&st)
 	if err != nil {
 		return false
 	}
-	for _, e := range entries {
-		if removeTree(filepath.Join(d.path, e.Name())) != nil {
+	if len(names) == 0 {
+		return true
+	}
+	for _, name := range names {
+		if removeTree(filepath.Join(d.path, name)) != nil {
 			return false
 		}
 	}
-	left, err := os.ReadDir(d.path)
+	left, err := d.list(&st)
 	return err == nil && len(left) == 0
+}
+
+// list lists the directory, st, through listing, opened the first time.
+func (d *callDir) list(st *unix.Stat_t) ([]string, error) {
+	if !d.listed {
+		fd, err := unix.Open(d.path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, err
+		}
+		var opened unix.Stat_t
+		if err := unix.Fstat(fd, &opened); err != nil || opened.Dev != st.Dev || opened.Ino != st.Ino {
+			unix.Close(fd)
+			return nil, fmt.Errorf("%s changed while it was being emptied", d.path)
+		}
+		d.listing, d.listed, d.dev, d.ino = fd, true, st.Dev, st.Ino
+	} else if _, err := unix.Seek(d.listing, 0, 0); err != nil {
+		return nil, err
+	}
+	var names []string
+	var buf [2048]byte
+	for {
+		n, err := unix.Getdents(d.listing, buf[:])
+		if err != nil {
+			return nil, err
+		}
+		if n <= 0 {
+			return names, nil
+		}
+		_, _, names = unix.ParseDirent(buf[:n], -1, names)
+	}
 }
 
 // removeTree removes path and what is under it, including what node code
