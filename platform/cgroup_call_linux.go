@@ -37,6 +37,9 @@ type CallCgroups struct {
 	// they have memory.events and memory.peak. Learnt once, at setup:
 	// looking for the files per call cost an open or a stat each.
 	memory bool
+	// watch says which calls' cgroups were changed, so that the others
+	// may be reused (cgroup_reuse_linux.go); nil where they are not.
+	watch *cgroupWatch
 }
 
 // In a cgroup of its own (a systemd service with Delegate=yes, a user's
@@ -101,7 +104,7 @@ func SetupCgroups() (*CallCgroups, error) {
 		}
 		cc.clearRootLeftovers()
 		cc.cloneInto = cc.probeCloneInto()
-		cc.memory = memoryEnabled(mount)
+		cc.setReuse(memoryEnabled(mount))
 		return cc, nil
 	}
 	shared := filepath.Join(mount, sharedCgroup(own))
@@ -126,8 +129,17 @@ func SetupCgroups() (*CallCgroups, error) {
 	clearGoneWorkers(shared)
 	cc.clearLeftovers()
 	cc.cloneInto = cc.probeCloneInto()
-	cc.memory = memoryEnabled(cc.base)
+	cc.setReuse(memoryEnabled(cc.base))
 	return cc, nil
+}
+
+// setReuse says whether the calls' cgroups get the memory controller and,
+// where they do not, watches them so that they can be reused.
+func (cc *CallCgroups) setReuse(memory bool) {
+	cc.memory = memory
+	if !memory {
+		cc.watch = newCgroupWatch()
+	}
 }
 
 // memoryEnabled reports whether the calls' cgroups, made in base, get the
@@ -253,9 +265,12 @@ func ownCgroup() (string, error) {
 // CallCgroup is one call's cgroup.
 type CallCgroup struct {
 	dir       string
-	fd        int // the directory, for starting the runner into it; -1 once it is in
+	fd        int // the directory, for starting runners into it; -1 once removed
 	cloneInto bool
 	memory    bool // it has memory.events and memory.peak
+	watcher   *cgroupWatch
+	watch     int32         // its watch for changes; -1 without one
+	cpuBase   time.Duration // cpu.stat's usage when it was last Reset
 	// The files read at every call, open from the cgroup's making: a
 	// kernfs file costs more to open than to read, and a call looks at
 	// cgroup.events several times. nil for a cgroup found, not made (a
@@ -274,9 +289,10 @@ func (cc *CallCgroups) New(name string) (*CallCgroup, error) {
 		os.Remove(dir)
 		return nil, err
 	}
-	g := &CallCgroup{dir: dir, fd: fd, cloneInto: cc.cloneInto, memory: cc.memory}
+	g := &CallCgroup{dir: dir, fd: fd, cloneInto: cc.cloneInto, memory: cc.memory, watcher: cc.watch}
 	g.events = openAt(fd, dir, "cgroup.events")
 	g.cpuStat = openAt(fd, dir, "cpu.stat")
+	g.watch = cc.watch.add(dir)
 	return g, nil
 }
 
@@ -321,7 +337,6 @@ func (g *CallCgroup) Prepare(cmd *exec.Cmd) {
 // there. It reports whether the runner is in.
 func (g *CallCgroup) Started(pid int) error {
 	if g.cloneInto {
-		g.closeFD()
 		return nil
 	}
 	return g.Move(pid)
@@ -330,7 +345,6 @@ func (g *CallCgroup) Started(pid int) error {
 // Move puts a process that was started elsewhere (forked by a zygote)
 // into the cgroup.
 func (g *CallCgroup) Move(pid int) error {
-	g.closeFD()
 	return os.WriteFile(filepath.Join(g.dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
 }
 
@@ -443,6 +457,7 @@ func (g *CallCgroup) Kill() {
 // What it says after is what a removed cgroup says: nothing in it.
 func (g *CallCgroup) Remove(wait time.Duration) error {
 	g.closeFD()
+	g.watcher.drop(g.watch)
 	for _, f := range []*os.File{g.events, g.cpuStat} {
 		if f != nil {
 			f.Close()
@@ -472,8 +487,13 @@ func (g *CallCgroup) PeakMemory() int64 {
 	return n
 }
 
-// CPU is the CPU time of every process that ran in the cgroup (cpu.stat).
+// CPU is the CPU time of every process that ran in the cgroup (cpu.stat)
+// since it was made or Reset for another call.
 func (g *CallCgroup) CPU() time.Duration {
+	return g.cpuUsage() - g.cpuBase
+}
+
+func (g *CallCgroup) cpuUsage() time.Duration {
 	var buf [1024]byte
 	return time.Duration(keyedValueOf(g.read(g.cpuStat, "cpu.stat", buf[:]), "usage_usec")) * time.Microsecond
 }

@@ -75,6 +75,8 @@ func (g *CallCgroup) Kill()                                    {}
 func (g *CallCgroup) Remove(wait time.Duration) error          { return nil }
 func (g *CallCgroup) PeakMemory() int64                        { return 0 }
 func (g *CallCgroup) CPU() time.Duration                       { return 0 }
+func (g *CallCgroup) Reusable() bool                           { return false }
+func (g *CallCgroup) Reset()                                   {}
 
 // OOMWatch finds nothing: there is no memory cgroup to read here.
 type OOMWatch struct{}

@@ -96,29 +96,15 @@ func (d *callDir) remove() error {
 // parent's lock); emptying one does not. Only a directory nothing of its
 // call can reach any more is kept (its cgroup was found empty), and only
 // while it is still this user's private, plain directory.
-type callDirs struct {
-	mu     sync.Mutex
-	free   []*callDir
-	closed bool
-}
-
-// keptCallDirs bounds the emptied directories kept: as many as calls run
-// at once, in practice.
-const keptCallDirs = 16
+type callDirs struct{ kept[*callDir] }
 
 // newCallDir is a call directory: an emptied one when the pool keeps
 // one, else a new one.
 func (c *Config) newCallDir() (*callDir, error) {
-	if cd := c.dirs; cd != nil {
-		cd.mu.Lock()
-		if n := len(cd.free); n > 0 {
-			d := cd.free[n-1]
-			cd.free[n-1] = nil
-			cd.free = cd.free[:n-1]
-			cd.mu.Unlock()
+	if c.dirs != nil {
+		if d, ok := c.dirs.take(); ok {
 			return d, nil
 		}
-		cd.mu.Unlock()
 	}
 	return newCallDir(c.StateDir)
 }
@@ -126,16 +112,7 @@ func (c *Config) newCallDir() (*callDir, error) {
 // recycle empties d and keeps it for another call when reusable (nothing
 // of its call runs), else removes it.
 func (cd *callDirs) recycle(d *callDir, reusable bool) error {
-	if !reusable || !d.empty() {
-		return d.remove()
-	}
-	cd.mu.Lock()
-	keep := !cd.closed && len(cd.free) < keptCallDirs
-	if keep {
-		cd.free = append(cd.free, d)
-	}
-	cd.mu.Unlock()
-	if !keep {
+	if !reusable || !d.empty() || !cd.put(d) {
 		return d.remove()
 	}
 	return nil
@@ -143,11 +120,7 @@ func (cd *callDirs) recycle(d *callDir, reusable bool) error {
 
 // close removes the directories kept, and keeps none after.
 func (cd *callDirs) close() {
-	cd.mu.Lock()
-	free := cd.free
-	cd.free, cd.closed = nil, true
-	cd.mu.Unlock()
-	for _, d := range free {
+	for _, d := range cd.kept.close() {
 		d.remove()
 	}
 }
@@ -162,15 +135,13 @@ func (d *callDir) empty() bool {
 	if unix.Lstat(d.path, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Geteuid() {
 		return false
 	}
-	if d.listed && (st.Dev != d.dev || st.Ino != d.ino) {
+	if d.listed && (uint64(st.Dev) != d.dev || st.Ino != d.ino) {
 		return false
 	}
 	if st.Mode&0o7777 != 0o700 && os.Chmod(d.path, 0o700) != nil {
 		return false
 	}
-	// Most directories have no extended attribute at all: one look says
-	// so. Where they have some (an SELinux label), the ACLs are looked for.
-	if n, err := unix.Llistxattr(d.path, nil); err != nil || n > 0 {
+	if !noXattrs(d.path) {
 		for _, acl := range []string{"system.posix_acl_access", "system.posix_acl_default"} {
 			if _, err := unix.Lgetxattr(d.path, acl, nil); err == nil {
 				return false
@@ -191,36 +162,6 @@ func (d *callDir) empty() bool {
 	}
 	left, err := d.list(&st)
 	return err == nil && len(left) == 0
-}
-
-// list lists the directory, st, through listing, opened the first time.
-func (d *callDir) list(st *unix.Stat_t) ([]string, error) {
-	if !d.listed {
-		fd, err := unix.Open(d.path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return nil, err
-		}
-		var opened unix.Stat_t
-		if err := unix.Fstat(fd, &opened); err != nil || opened.Dev != st.Dev || opened.Ino != st.Ino {
-			unix.Close(fd)
-			return nil, fmt.Errorf("%s changed while it was being emptied", d.path)
-		}
-		d.listing, d.listed, d.dev, d.ino = fd, true, st.Dev, st.Ino
-	} else if _, err := unix.Seek(d.listing, 0, 0); err != nil {
-		return nil, err
-	}
-	var names []string
-	var buf [2048]byte
-	for {
-		n, err := unix.Getdents(d.listing, buf[:])
-		if err != nil {
-			return nil, err
-		}
-		if n <= 0 {
-			return names, nil
-		}
-		_, _, names = unix.ParseDirent(buf[:n], -1, names)
-	}
 }
 
 // removeTree removes path and what is under it, including what node code

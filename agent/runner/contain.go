@@ -95,6 +95,7 @@ type box struct {
 	cookie string
 	began  time.Time
 	cg     *platform.CallCgroup // the call's cgroup, in cgroup mode
+	kept   *callCgroups         // the pool's emptied cgroups: where cg comes from and goes back to
 	oom    *platform.OOMWatch   // the runner's memory cgroups; set once started
 
 	mu      sync.Mutex
@@ -158,7 +159,7 @@ func (b *box) makeAhead() {
 	rand.Read(r[:])
 	b.cookie = hex.EncodeToString(r[:])
 	if cgroups != nil {
-		g, err := cgroups.New(b.cookie[:16])
+		g, err := b.kept.newCgroup(b.cookie[:16])
 		if err != nil {
 			b.log.Warn("could not make the call's cgroup; it is contained by its process group and cookie", "error", err)
 		} else {
@@ -360,16 +361,17 @@ func (b *box) sweep() {
 	}
 }
 
-// teardown removes the call's cgroup once sweep found it empty: the
-// kernel refuses the removal (EBUSY) until it let go of the exited
-// processes, which takes from nothing to tens of milliseconds, so it is
-// retried; nothing of the call runs meanwhile.
+// teardown keeps the call's cgroup for a later call where sweep found it
+// empty and nothing of the call changed it, else removes it: the kernel
+// refuses the removal (EBUSY) until it let go of the exited processes,
+// which takes from nothing to tens of milliseconds, so it is retried;
+// nothing of the call runs meanwhile.
 func (b *box) teardown() {
 	g := b.cg
 	if g == nil {
 		return
 	}
-	if err := g.Remove(reapWait); err != nil {
+	if err := b.kept.recycle(g, b.emptied()); err != nil {
 		b.log.Warn("could not remove the call's cgroup", "cgroup", g.Dir(), "error", err)
 	}
 }

@@ -1,0 +1,118 @@
+package platform
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// reusableCgroup makes a call's cgroup watched for changes, as SetupCgroups
+// makes them where the memory controller is not enabled for calls.
+func reusableCgroup(t *testing.T, name string) *CallCgroup {
+	t.Helper()
+	g := testCgroup(t, name)
+	g.Remove(time.Second)
+	cc := &CallCgroups{base: filepath.Dir(g.dir), prefix: "fluksio-call-" + strconv.Itoa(os.Getpid()) + "-"}
+	cc.setReuse(false)
+	if cc.watch == nil {
+		t.Skip("no inotify here")
+	}
+	g, err := cc.New(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		g.Kill()
+		g.Remove(5 * time.Second)
+	})
+	return g
+}
+
+// runIn runs script with sh in g until it exits, and waits for g to empty.
+func runIn(t *testing.T, g *CallCgroup, script string) {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", "read x; "+script)
+	stdin, _ := cmd.StdinPipe()
+	if err := StartContained(cmd); err != nil {
+		t.Skipf("cannot start sh: %v", err)
+	}
+	defer Forget(cmd.Process.Pid)
+	if err := g.Move(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	stdin.Write([]byte("go\n")) // in the cgroup now
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("%s: %v", script, err)
+	}
+	if !g.WaitEmpty(10 * time.Second) {
+		t.Fatal("the cgroup did not empty after its process exited")
+	}
+}
+
+const burn = `i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done`
+
+// A cgroup its call left empty and unchanged may serve another call, and
+// then counts only that call's CPU: an earlier call's is not reported
+// again.
+func TestReusedCgroupCountsOnlyItsCallsCPU(t *testing.T) {
+	g := reusableCgroup(t, "reused-cpu")
+	runIn(t, g, burn)
+	first := g.CPU()
+	if first <= 0 {
+		t.Fatalf("CPU() = %v after a call that burnt some; want its time", first)
+	}
+	if !g.Reusable() {
+		t.Fatal("an empty cgroup nothing changed is not reusable")
+	}
+	g.Reset()
+	if cpu := g.CPU(); cpu != 0 {
+		t.Errorf("a reused cgroup reports %v before anything ran in it; want 0", cpu)
+	}
+	runIn(t, g, "true")
+	if second := g.CPU(); second <= 0 || second >= first {
+		t.Errorf("a reused cgroup reports %v for a call that ran `true`, after one that burnt %v; want only its own", second, first)
+	}
+}
+
+// A cgroup that node code changed is not reused: a limit set, a cgroup
+// made under it, its files handed to someone else. Processes moved into
+// it and cgroup.kill are not changes.
+func TestChangedCgroupIsNotReusable(t *testing.T) {
+	for _, tc := range []struct {
+		name, script string
+		reusable     bool
+	}{
+		{"unchanged", "true", true},
+		{"process-moved-in", `sh -c 'echo $$ > cgroup.procs'`, true},
+		{"limit-set", "echo 5 > cgroup.max.descendants", false},
+		{"frozen-thawed", "echo 0 > cgroup.freeze", false},
+		{"child-made", "mkdir child && rmdir child", false},
+		{"handed-to-others", "chmod 0666 cgroup.procs", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := reusableCgroup(t, "changed-"+tc.name)
+			runIn(t, g, "cd "+g.Dir()+" && "+tc.script)
+			g.Kill() // as the end of a call may
+			if got := g.Reusable(); got != tc.reusable {
+				t.Errorf("after %q Reusable() = %v; want %v", tc.script, got, tc.reusable)
+			}
+		})
+	}
+}
+
+// A cgroup with a process in it, or where cgroups are not watched (the
+// memory controller is enabled for calls), is not reusable.
+func TestCgroupNotReusable(t *testing.T) {
+	g := reusableCgroup(t, "populated")
+	sleeperIn(t, g)
+	if g.Reusable() {
+		t.Error("a cgroup with a process in it is reusable")
+	}
+	if testCgroup(t, "unwatched").Reusable() {
+		t.Error("a cgroup made without a watch is reusable")
+	}
+}
