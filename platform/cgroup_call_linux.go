@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -270,7 +271,12 @@ type CallCgroup struct {
 	memory    bool // it has memory.events and memory.peak
 	watcher   *cgroupWatch
 	watch     int32         // its watch for changes; -1 without one
-	cpuBase   time.Duration // cpu.stat's usage when it was last Reset
+	cpuBase   time.Duration // cpu.stat's usage when it was handed to this call
+	// handedOn: the cgroup was handed to another call (Reuse), and this
+	// value, which its last call's box may still hold, stands for nothing
+	// any more: it signals, kills, moves and removes nothing, and says the
+	// cgroup is empty.
+	handedOn atomic.Bool
 	// The files read at every call, open from the cgroup's making: a
 	// kernfs file costs more to open than to read, and a call looks at
 	// cgroup.events several times. nil for a cgroup found, not made (a
@@ -310,6 +316,9 @@ func openAt(dirFD int, dir, name string) *os.File {
 // is one, else name by path. A kept file closed by Remove reads as a
 // removed cgroup's: not at all.
 func (g *CallCgroup) read(f *os.File, name string, buf []byte) []byte {
+	if g.handedOn.Load() {
+		return nil
+	}
 	if f == nil {
 		b, _ := os.ReadFile(filepath.Join(g.dir, name))
 		return b
@@ -345,6 +354,9 @@ func (g *CallCgroup) Started(pid int) error {
 // Move puts a process that was started elsewhere (forked by a zygote)
 // into the cgroup.
 func (g *CallCgroup) Move(pid int) error {
+	if g.handedOn.Load() {
+		return errors.New("the cgroup was handed to another call")
+	}
 	return os.WriteFile(filepath.Join(g.dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
 }
 
@@ -357,6 +369,9 @@ func (g *CallCgroup) closeFD() {
 
 // Procs lists the processes in the cgroup.
 func (g *CallCgroup) Procs() []int {
+	if g.handedOn.Load() {
+		return nil
+	}
 	b, _ := os.ReadFile(filepath.Join(g.dir, "cgroup.procs"))
 	var pids []int
 	for _, f := range strings.Fields(string(b)) {
@@ -398,6 +413,9 @@ func (g *CallCgroup) Populated() bool {
 // (POLLPRI) when the cgroup's last process leaves, so the wait ends then,
 // not at the next look of a poll loop, and costs nothing meanwhile.
 func (g *CallCgroup) WaitEmpty(wait time.Duration) bool {
+	if g.handedOn.Load() {
+		return true
+	}
 	deadline := time.Now().Add(wait)
 	if g.events != nil {
 		rc, err := g.events.SyscallConn()
@@ -446,6 +464,9 @@ func (g *CallCgroup) waitEmpty(fd int, deadline time.Time) bool {
 // Kill kills everything in the cgroup: cgroup.kill (Linux 5.14), else
 // SIGKILL to each process it lists.
 func (g *CallCgroup) Kill() {
+	if g.handedOn.Load() {
+		return
+	}
 	if os.WriteFile(filepath.Join(g.dir, "cgroup.kill"), []byte("1"), 0) != nil {
 		for _, pid := range g.Procs() {
 			syscall.Kill(pid, syscall.SIGKILL)
@@ -456,6 +477,9 @@ func (g *CallCgroup) Kill() {
 // Remove waits up to wait for the cgroup to be empty, then removes it.
 // What it says after is what a removed cgroup says: nothing in it.
 func (g *CallCgroup) Remove(wait time.Duration) error {
+	if g.handedOn.Load() {
+		return nil
+	}
 	g.closeFD()
 	g.watcher.drop(g.watch)
 	for _, f := range []*os.File{g.events, g.cpuStat} {
@@ -490,6 +514,9 @@ func (g *CallCgroup) PeakMemory() int64 {
 // CPU is the CPU time of every process that ran in the cgroup (cpu.stat)
 // since it was made or Reset for another call.
 func (g *CallCgroup) CPU() time.Duration {
+	if g.handedOn.Load() {
+		return 0
+	}
 	return g.cpuUsage() - g.cpuBase
 }
 

@@ -155,16 +155,23 @@ func isOwnWrite(name []byte) bool {
 // Reusable reports whether the cgroup may serve another call: calls'
 // cgroups are reused here (no memory controller for them, inotify
 // available), it is empty, and nothing of its call changed it. The
-// caller keeps it for a later call (Reset), or removes it.
+// caller keeps it for a later call (Reuse), or removes it.
 func (g *CallCgroup) Reusable() bool {
-	if g.watch < 0 || g.fd < 0 || g.events == nil || g.cpuStat == nil || g.Populated() {
+	if g.handedOn.Load() || g.watch < 0 || g.fd < 0 || g.events == nil || g.cpuStat == nil || g.Populated() {
 		return false
 	}
 	return g.watcher.unchanged(g.watch)
 }
 
-// Reset readies a cgroup Reusable said may serve another call: CPU counts
-// from now.
-func (g *CallCgroup) Reset() {
-	g.cpuBase = g.cpuUsage()
+// Reuse hands a cgroup Reusable said may serve another call on: it returns
+// the cgroup for that call, whose CPU counts from now, and g stands for
+// nothing from now on. What its last call's box still does with g (a
+// spare's timer that kills what is left of it, firing late) cannot reach
+// the next call.
+func (g *CallCgroup) Reuse() *CallCgroup {
+	next := &CallCgroup{dir: g.dir, fd: g.fd, cloneInto: g.cloneInto, memory: g.memory,
+		watcher: g.watcher, watch: g.watch, events: g.events, cpuStat: g.cpuStat}
+	next.cpuBase = next.cpuUsage()
+	g.handedOn.Store(true)
+	return next
 }

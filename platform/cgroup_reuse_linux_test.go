@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -53,6 +54,16 @@ func runIn(t *testing.T, g *CallCgroup, script string) {
 	}
 }
 
+// reuse hands g on to another call, removed with the test.
+func reuse(t *testing.T, g *CallCgroup) *CallCgroup {
+	next := g.Reuse()
+	t.Cleanup(func() {
+		next.Kill()
+		next.Remove(5 * time.Second)
+	})
+	return next
+}
+
 const burn = `i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done`
 
 // A cgroup its call left empty and unchanged may serve another call, and
@@ -68,7 +79,7 @@ func TestReusedCgroupCountsOnlyItsCallsCPU(t *testing.T) {
 	if !g.Reusable() {
 		t.Fatal("an empty cgroup nothing changed is not reusable")
 	}
-	g.Reset()
+	g = reuse(t, g)
 	if cpu := g.CPU(); cpu != 0 {
 		t.Errorf("a reused cgroup reports %v before anything ran in it; want 0", cpu)
 	}
@@ -114,5 +125,33 @@ func TestCgroupNotReusable(t *testing.T) {
 	}
 	if testCgroup(t, "unwatched").Reusable() {
 		t.Error("a cgroup made without a watch is reusable")
+	}
+}
+
+// What the last call's box still holds once its cgroup was handed on
+// reaches nothing of the next call: no signal, no kill, no move, no
+// removal; it says the cgroup is empty.
+func TestHandedOnCgroupReachesNothing(t *testing.T) {
+	g := reusableCgroup(t, "handed-on")
+	if !g.Reusable() {
+		t.Fatal("a new, empty cgroup is not reusable")
+	}
+	next := reuse(t, g)
+	sleeper := sleeperIn(t, next)
+	g.Kill()
+	if g.Signal(syscall.SIGKILL, 0) || g.Populated() || !g.WaitEmpty(time.Hour) || g.Reusable() {
+		t.Error("the handed-on value says the next call's cgroup holds something, or signalled it")
+	}
+	if err := g.Move(os.Getpid()); err == nil {
+		t.Error("the handed-on value moved a process into the next call's cgroup")
+	}
+	if err := g.Remove(0); err != nil {
+		t.Error(err)
+	}
+	if !ProcessAlive(sleeper.Process.Pid) || !next.Populated() {
+		t.Fatal("the next call's process was killed through the last call's value")
+	}
+	if _, err := os.Stat(next.Dir()); err != nil {
+		t.Errorf("the next call's cgroup was removed through the last call's value: %v", err)
 	}
 }

@@ -76,7 +76,7 @@ func (g *CallCgroup) Remove(wait time.Duration) error          { return nil }
 func (g *CallCgroup) PeakMemory() int64                        { return 0 }
 func (g *CallCgroup) CPU() time.Duration                       { return 0 }
 func (g *CallCgroup) Reusable() bool                           { return false }
-func (g *CallCgroup) Reset()                                   {}
+func (g *CallCgroup) Reuse() *CallCgroup                       { return g }
 
 // OOMWatch finds nothing: there is no memory cgroup to read here.
 type OOMWatch struct{}

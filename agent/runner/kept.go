@@ -79,7 +79,9 @@ func (k *callCgroups) newCgroup(name string) (*platform.CallCgroup, error) {
 // unchanged, else removes it once it is empty.
 func (k *callCgroups) recycle(g *platform.CallCgroup, empty bool) error {
 	if k != nil && empty && g.Reusable() {
-		g.Reset()
+		// A new value for the next call: what g's box still does with g
+		// cannot reach it.
+		g = g.Reuse()
 		if k.put(g) {
 			return nil
 		}
