@@ -19,8 +19,8 @@ import (
 // its files to another user, and a later call must not inherit that.
 //
 // An inotify watch on each call's cgroup says what was changed: a write
-// to any of its files other than those the worker itself writes and
-// processes moving in (cgroup.procs, cgroup.kill) and those the kernel
+// to any of its files other than processes moving in (cgroup.procs) and
+// those the kernel
 // marks modified as what they report changes (cgroup.events), a change of a file's owner
 // or mode, a cgroup made, moved or removed in it or the cgroup itself
 // moved: such a cgroup is removed after its call, never reused. Where the
@@ -44,9 +44,12 @@ const watchedEvents = unix.IN_MODIFY | unix.IN_ATTRIB | unix.IN_CREATE | unix.IN
 	unix.IN_MOVED_FROM | unix.IN_MOVED_TO | unix.IN_MOVE_SELF | unix.IN_DELETE_SELF
 
 // ownWrites are the files of a call's cgroup written without changing
-// it: by the worker (moving a forked runner in, cgroup.kill at the end),
-// or by node code moving a process of its own into it.
-var ownWrites = [][]byte{[]byte("cgroup.procs"), []byte("cgroup.kill")}
+// it: by the worker moving a forked runner in, or by node code moving a
+// process of its own into it. Not cgroup.kill: on this kernel (6.18), a
+// process started straight into a cgroup that was ever killed through it
+// is killed at birth (its kill count differs from the one the fork began
+// with), so a cgroup whose leftovers were killed is removed, not reused.
+var ownWrites = [][]byte{[]byte("cgroup.procs")}
 
 // notified reports whether name is a file the kernel marks modified when
 // what it reports changes (cgroup.events, pids.events, memory.events.local):

@@ -90,8 +90,9 @@ func TestReusedCgroupCountsOnlyItsCallsCPU(t *testing.T) {
 }
 
 // A cgroup that node code changed is not reused: a limit set, a cgroup
-// made under it, its files handed to someone else. Processes moved into
-// it and cgroup.kill are not changes.
+// made under it, its files handed to someone else; nor one killed through
+// cgroup.kill (a process started into it later would be killed at birth).
+// Processes moved into it are not changes.
 func TestChangedCgroupIsNotReusable(t *testing.T) {
 	for _, tc := range []struct {
 		name, script string
@@ -103,11 +104,15 @@ func TestChangedCgroupIsNotReusable(t *testing.T) {
 		{"frozen-thawed", "echo 0 > cgroup.freeze", false},
 		{"child-made", "mkdir child && rmdir child", false},
 		{"handed-to-others", "chmod 0666 cgroup.procs", false},
+		{"killed", "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := reusableCgroup(t, "changed-"+tc.name)
-			runIn(t, g, "cd "+g.Dir()+" && "+tc.script)
-			g.Kill() // as the end of a call may
+			if tc.script != "" {
+				runIn(t, g, "cd "+g.Dir()+" && "+tc.script)
+			} else {
+				g.Kill() // as the end of a call does when processes are left
+			}
 			if got := g.Reusable(); got != tc.reusable {
 				t.Errorf("after %q Reusable() = %v; want %v", tc.script, got, tc.reusable)
 			}
