@@ -2,7 +2,6 @@ package platform
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -32,28 +31,6 @@ func reusableCgroup(t *testing.T, name string) *CallCgroup {
 	return g
 }
 
-// runIn runs script with sh in g until it exits, and waits for g to empty.
-func runIn(t *testing.T, g *CallCgroup, script string) {
-	t.Helper()
-	cmd := exec.Command("sh", "-c", "read x; "+script)
-	stdin, _ := cmd.StdinPipe()
-	if err := StartContained(cmd); err != nil {
-		t.Skipf("cannot start sh: %v", err)
-	}
-	defer Forget(cmd.Process.Pid)
-	if err := g.Move(cmd.Process.Pid); err != nil {
-		t.Fatal(err)
-	}
-	stdin.Write([]byte("go\n")) // in the cgroup now
-	stdin.Close()
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("%s: %v", script, err)
-	}
-	if !g.WaitEmpty(10 * time.Second) {
-		t.Fatal("the cgroup did not empty after its process exited")
-	}
-}
-
 // reuse hands g on to another call, removed with the test.
 func reuse(t *testing.T, g *CallCgroup) *CallCgroup {
 	next := g.Reuse()
@@ -63,8 +40,6 @@ func reuse(t *testing.T, g *CallCgroup) *CallCgroup {
 	})
 	return next
 }
-
-const burn = `i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done`
 
 // A cgroup its call left empty and unchanged may serve another call, and
 // then counts only that call's CPU: an earlier call's is not reported
