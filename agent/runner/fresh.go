@@ -26,11 +26,15 @@ type reportedPath struct {
 	existed bool
 }
 
-// watchedPath is a reported path, its change time once the runner was
-// ready, and whether notifications follow it.
+// watchedPath is a reported path, its change time and identity (device
+// and inode) once the runner was ready, and whether notifications follow
+// it. The identity tells a path that now leads to another file (a link
+// pointed elsewhere, a file replaced by a rename) even where both files'
+// change times are the same clock tick.
 type watchedPath struct {
 	reportedPath
 	change   unix.Timespec
+	dev, ino uint64
 	followed bool
 }
 
@@ -79,7 +83,7 @@ func (w *changeWatcher) follow(paths []reportedPath, began time.Time) *codeWatch
 		}
 		wp := watchedPath{reportedPath: rp, followed: !polled[rp.path]}
 		if err == nil {
-			wp.change = st.Ctim
+			wp.change, wp.dev, wp.ino = st.Ctim, uint64(st.Dev), st.Ino
 		}
 		cw.paths = append(cw.paths, wp)
 	}
@@ -107,6 +111,8 @@ func (cw *codeWatch) staleness(w *changeWatcher) string {
 		case err != nil:
 		case st.Ctim != wp.change || timespecAfter(st.Ctim, since):
 			return "changed since it started: " + wp.path
+		case uint64(st.Dev) != wp.dev || st.Ino != wp.ino:
+			return "now another file: " + wp.path
 		}
 	}
 	return ""
