@@ -23,6 +23,7 @@ It is shipped as this one file and uses the standard library only (Python
 
 from __future__ import annotations
 
+import _signal
 import _thread
 import collections
 import gc
@@ -100,6 +101,7 @@ DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 # odd file names included) travels as valid UTF-8.
 _ENCODE = json.JSONEncoder(ensure_ascii=True, allow_nan=False).encode
 _WRITE = os.write
+_SIGTERM, _SIG_IGN = int(signal.SIGTERM), int(signal.SIG_IGN)
 # The real os._exit; in the runner, node code's goes through exit_after_output.
 _EXIT = os._exit
 
@@ -153,11 +155,14 @@ class Channel:
                 pass
             self.fd = -1
 
+    @staticmethod
+    def line(obj: dict) -> bytes:
+        return (_ENCODE(obj) + "\n").encode("ascii")
+
     def _write(self, obj: dict) -> None:
         if self.pid != os.getpid() or self.fd < 0:
             return
-        data = (_ENCODE(obj) + "\n").encode("ascii")
-        view = memoryview(data)
+        view = memoryview(self.line(obj))
         while view:
             n = _WRITE(self.fd, view)
             view = view[n:]
@@ -1670,16 +1675,19 @@ def ship_source(name: str, data: bytes) -> str:
     sys.path (spawn and forkserver hand that to their children) and on
     PYTHONPATH (any other Python the node starts). The directory is under
     the agent's per-call directory (FLUKSIO_CALL_DIR) when there is one,
-    made before the request (prepare_code), with an empty file in it that
-    takes the source and then the module's name: renaming a file costs a
-    fraction of creating one, which the call's path then does not pay.
+    made before the request (prepare_code), already first on sys.path and
+    PYTHONPATH, with an empty file in it that takes the source and then
+    the module's name: renaming a file costs a fraction of creating one,
+    which the call's path then does not pay.
     """
     path = None
     if SHIP_DIR:
         code_dir, fd = SHIP_DIR.pop()
         path = os.path.join(code_dir, name + ".py")
+        del SHIP_AHEAD[:]  # the directory on the paths is this call's now
     else:
         code_dir = call_dir("fluksio-code-")
+        put_code_dir_first(code_dir)
     if path is None or fd < 0:
         path = None
         fd = os.open(os.path.join(code_dir, name + ".py"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
@@ -1691,16 +1699,42 @@ def ship_source(name: str, data: bytes) -> str:
         os.close(fd)
     if path is not None:
         os.rename(os.path.join(code_dir, SHIP_PLACEHOLDER), path)
+        # An import that listed the directory before the rename, within the
+        # same tick of the file system's clock, would not see the file.
+        finder = sys.path_importer_cache.get(code_dir)
+        if finder is not None:
+            finder.invalidate_caches()
+    return code_dir
+
+
+def put_code_dir_first(code_dir: str):
+    """Puts the directory of shipped source first on sys.path and PYTHONPATH; returns PYTHONPATH before."""
     sys.path.insert(0, code_dir)
     inherited = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = code_dir + (os.pathsep + inherited if inherited else "")
-    return code_dir
+    return inherited
+
+
+def take_back_code_dir() -> None:
+    """Takes the directory prepare_code put on the paths off them: the call ships no source."""
+    for code_dir, inherited in SHIP_AHEAD:
+        if code_dir in sys.path:
+            sys.path.remove(code_dir)
+        sys.path_importer_cache.pop(code_dir, None)
+        if inherited is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = inherited
+    del SHIP_AHEAD[:]
 
 
 # Made by prepare_code, before the request: the directory shipped source
 # goes to (with the descriptor of its placeholder, or -1), and the code
-# cache's directory with the bytecode's magic number.
+# cache's directory with the bytecode's magic number. SHIP_AHEAD holds the
+# directory prepare_code put first on the paths, with the PYTHONPATH before
+# it, until a call ships source into it.
 SHIP_DIR = []
+SHIP_AHEAD = []
 SHIP_PLACEHOLDER = ".fluksio-source"
 CODE_CACHE = []
 
@@ -1719,6 +1753,9 @@ def prepare_code() -> None:
             except OSError:
                 fd = -1
             SHIP_DIR.append((code_dir, fd))
+            # On the paths now, as the call will have it: writing os.environ
+            # costs a forked runner pages copied from its zygote.
+            SHIP_AHEAD.append((code_dir, put_code_dir_first(code_dir)))
     # The code cache is the worker's (FLUKSIO_ARTIFACT_CACHE is set by it):
     # a runtime run by other means leaves no cache behind. A spare only
     # checks it here; the first call that compiles makes it (cache_code).
@@ -1805,6 +1842,7 @@ def load_node_code(spec: dict):
             if fd >= 0:
                 os.close(fd)  # no source to ship: the placeholder stays empty
         del SHIP_DIR[:]
+        take_back_code_dir()
         try:
             module = importlib.import_module(target)
         except SyntaxError as exc:
@@ -2127,6 +2165,11 @@ def _traceback_at(frame):
 
 def do_run(channel: Channel, request: dict) -> int:
     module = load_node_code(request.get("node"))
+    return finish_then_answer(channel, call_node(channel, module, request))
+
+
+def call_node(channel: Channel, module, request: dict) -> dict:
+    """Calls the request's function of the loaded node module; returns the answer's fields."""
     fname = request.get("function")
     if not isinstance(fname, str) or not fname:
         raise BadRequest("'function' must name a function in the node code")
@@ -2148,8 +2191,7 @@ def do_run(channel: Channel, request: dict) -> int:
             result = asyncio.run(result)
     finally:
         ArtifactCall.active = False
-    outputs = check_outputs(fname, spec, result)
-    return finish_then_answer(channel, {"ok": True, "outputs": outputs})
+    return {"ok": True, "outputs": check_outputs(fname, spec, result)}
 
 
 # Set up in main(): the pump whose events must all go out before the answer.
@@ -2208,7 +2250,8 @@ def rehearse_call() -> None:
         spec = request["node"]
         source, filename = spec["source"], spec["filename"]
         data = source.encode("utf-8", "surrogatepass")
-        module = types.ModuleType(module_name_for(filename))
+        name = module_name_for(filename)
+        module = types.ModuleType(name)
         module.__file__ = filename
         code = compile(source, filename, "exec", dont_inherit=True)
         import marshal
@@ -2217,18 +2260,25 @@ def rehearse_call() -> None:
         if CODE_CACHE:
             cache, magic, crc32, _ = CODE_CACHE[0]
             os.path.join(cache, "%s-%d-%08x-%d" % (magic, sys.flags.optimize, crc32(data), len(data)))
-        exec(code, module.__dict__)
-        fn = getattr(module, request["function"])
+        # The tables a call registers its module in, written to and taken
+        # back at once (their pages are the zygote's until written).
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        sys.modules[name] = module
+        NODE_MODULES.append(module)
         try:
-            node_spec = spec_of(fn)
-            result = fn(**call_arguments(fn, node_spec, request))
-            answer = {"call_id": request["call_id"], "ok": True, "outputs": check_outputs(request["function"], node_spec, result)}
-            (_ENCODE(answer) + "\n").encode("ascii")
+            exec(code, module.__dict__)
+            # The call's own path, but for the channel: a rehearsal never answers.
+            line = Channel.line(dict({"call_id": request["call_id"]}, **call_node(None, module, request)))
             flush_node_output()
             CANCEL.cancelled()
-            signal.signal(signal.SIGTERM, signal.getsignal(signal.SIGTERM))
+            _signal.signal(_SIGTERM, _signal.getsignal(_SIGTERM))
+            del line
         finally:
+            fn = module.__dict__.get(request["function"])
             SPECS.pop(id(fn), None)
+            del NODE_MODULES[-1]
+            sys.modules.pop(name, None)
+            linecache.cache.pop(filename, None)
             module.__dict__.clear()
     except Exception:
         pass  # a rehearsal only saves time; the call itself says what fails
@@ -2241,8 +2291,10 @@ def finish_then_answer(channel: Channel, answer: dict) -> int:
     own SIGTERM handler may have swallowed the signal or raised something
     else (a handler that prints can fail inside print's own write).
     """
-    # From here on a late SIGTERM must not interrupt the answer.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # From here on a late SIGTERM must not interrupt the answer. (signal's
+    # own signal() would make an enum of the handler it replaces: a
+    # ValueError raised and caught for a Python handler.)
+    _signal.signal(_SIGTERM, _SIG_IGN)
     flush_node_output()
     status = 0 if answer.get("ok") else 1
     if channel.pid != os.getpid():
@@ -3032,9 +3084,8 @@ def main() -> None:
             rehearse_call()
         request = read_request(channel)
         # stdin stays open until the call ends; node code must not wait on it.
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.close(devnull)
+        os.dup2(DEVNULL[0], 0)
+        os.close(DEVNULL.pop())
         # What the runtime made so far stays out of the collector's way (a
         # runner forked from a zygote does not copy its pages for it), and
         # at exit, the objects the collector lists are the call's own.
@@ -3089,6 +3140,11 @@ def prepare_call(channel: Channel, echo_fd: int, worker_pipes) -> None:
     )
     install_sdk()
     prepare_code()
+    DEVNULL.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))  # stdin's, once the request is read
+
+
+# Opened by prepare_call: what stdin becomes once the request is read.
+DEVNULL = []
 
 
 if __name__ == "__main__":
