@@ -155,14 +155,12 @@ class Channel:
                 pass
             self.fd = -1
 
-    @staticmethod
-    def line(obj: dict) -> bytes:
-        return (_ENCODE(obj) + "\n").encode("ascii")
-
     def _write(self, obj: dict) -> None:
-        if self.pid != os.getpid() or self.fd < 0:
+        if self.pid != os.getpid():
             return
-        view = memoryview(self.line(obj))
+        view = memoryview((_ENCODE(obj) + "\n").encode("ascii"))
+        if self.fd < 0:
+            return  # a forked child's, or a rehearsal's
         while view:
             n = _WRITE(self.fd, view)
             view = view[n:]
@@ -534,6 +532,8 @@ class Cancel:
             # while the main thread is busy in C code and cannot run Python.
             signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
             self.wakeup = (read_fd, write_fd)
+            self.poller = select.poll()
+            self.poller.register(read_fd, select.POLLIN)
             # A bare thread: threading's would make this one wait until it
             # runs (on a busy machine, a spare ready that much later), and
             # node code never waits for it (as threading does not for a
@@ -597,7 +597,13 @@ class Cancel:
     def cancelled(self) -> bool:
         """Whether the runner got SIGTERM, even if node code's own handler took it."""
         if self.wakeup:
-            self._take_signals(self.wakeup[0])
+            # Polled first: reading an empty pipe raises, which costs a
+            # call's path more than the poll. Under the lock: the watcher
+            # may have read the signal and not yet set the flag.
+            with self.pipe_lock:
+                pending = self.poller.poll(0)
+            if pending:
+                self._take_signals(self.wakeup[0])
         return self.signalled
 
     def _take_signals(self, read_fd: int) -> bool:
@@ -1821,7 +1827,8 @@ def load_node_code(spec: dict):
         # (a file of the same name in the cwd must not be shown instead).
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         name = module_name_for(filename)
-        ship_source(name, data)
+        if not REHEARSING:
+            ship_source(name, data)
         module = types.ModuleType(name)
         module.__file__ = filename
         sys.modules[name] = module
@@ -1881,7 +1888,7 @@ def compiled(source: str, data: bytes, filename: str):
         if entry is not None and entry[0] == filename and entry[1] == source:
             return entry[2]
     code = compile(source, filename, "exec", dont_inherit=True)
-    if path is not None:
+    if path is not None and not REHEARSING:
         CODE_TO_CACHE.append((path, (filename, source, code)))
     return code
 
@@ -2241,47 +2248,42 @@ def rehearse_call() -> None:
     (copy-on-write, a few microseconds a page, a hundred pages). The
     zygote rehearses once, so its forks start with the caches filled; a
     forked spare rehearses while it waits, so the copies are made before
-    its request, not while the engine waits for the answer. Nothing is
-    written to disk, nothing registered (sys.modules, linecache, the code
-    cache), and nothing is printed.
+    its request, not while the engine waits for the answer. It runs the
+    call's own functions (do_run and what it calls: a function first run
+    in a fork writes to its code object's page, and to the pages of the
+    frames it pushes), but nothing is written to disk, nothing is left
+    registered (sys.modules, linecache, the code cache), nothing is
+    printed, and the answer is encoded, not written.
     """
+    request = json.loads(REHEARSAL.decode("utf-8"))
+    spec = request["node"]
+    source, filename = spec["source"], spec["filename"]
     try:
-        request = json.loads(REHEARSAL.decode("utf-8"))
-        spec = request["node"]
-        source, filename = spec["source"], spec["filename"]
-        data = source.encode("utf-8", "surrogatepass")
-        name = module_name_for(filename)
-        module = types.ModuleType(name)
-        module.__file__ = filename
-        code = compile(source, filename, "exec", dont_inherit=True)
+        # A code cache hit in a spare started cold loads the code with marshal.
         import marshal
 
-        code = marshal.loads(marshal.dumps((filename, source, code)))[2]
-        if CODE_CACHE:
-            cache, magic, crc32, _ = CODE_CACHE[0]
-            os.path.join(cache, "%s-%d-%08x-%d" % (magic, sys.flags.optimize, crc32(data), len(data)))
-        # The tables a call registers its module in, written to and taken
-        # back at once (their pages are the zygote's until written).
-        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-        sys.modules[name] = module
-        NODE_MODULES.append(module)
-        try:
-            exec(code, module.__dict__)
-            # The call's own path, but for the channel: a rehearsal never answers.
-            line = Channel.line(dict({"call_id": request["call_id"]}, **call_node(None, module, request)))
-            flush_node_output()
-            CANCEL.cancelled()
-            _signal.signal(_SIGTERM, _signal.getsignal(_SIGTERM))
-            del line
-        finally:
-            fn = module.__dict__.get(request["function"])
-            SPECS.pop(id(fn), None)
-            del NODE_MODULES[-1]
-            sys.modules.pop(name, None)
-            linecache.cache.pop(filename, None)
-            module.__dict__.clear()
+        marshal.loads(marshal.dumps((filename, source, compile(source, filename, "exec", dont_inherit=True))))
+    except Exception:
+        pass
+    name = module_name_for(filename)
+    REHEARSING.append(True)
+    try:
+        do_run(Channel(-1, request["call_id"]), request)
     except Exception:
         pass  # a rehearsal only saves time; the call itself says what fails
+    finally:
+        del REHEARSING[:]
+        module = sys.modules.pop(name, None)
+        if module is not None:
+            SPECS.pop(id(module.__dict__.get(request["function"])), None)
+            NODE_MODULES.remove(module)
+            module.__dict__.clear()
+        linecache.cache.pop(filename, None)
+
+
+# Set while rehearse_call goes through a call: nothing is written to disk,
+# the answer is only encoded, and SIGTERM's handler stays.
+REHEARSING = []
 
 
 def finish_then_answer(channel: Channel, answer: dict) -> int:
@@ -2294,16 +2296,17 @@ def finish_then_answer(channel: Channel, answer: dict) -> int:
     # From here on a late SIGTERM must not interrupt the answer. (signal's
     # own signal() would make an enum of the handler it replaces: a
     # ValueError raised and caught for a Python handler.)
-    _signal.signal(_SIGTERM, _SIG_IGN)
+    _signal.signal(_SIGTERM, _signal.getsignal(_SIGTERM) if REHEARSING else _SIG_IGN)
     flush_node_output()
     status = 0 if answer.get("ok") else 1
     if channel.pid != os.getpid():
         _EXIT(status)  # a forked child that returned here: only the runner answers
     if CANCEL.cancelled() and answer.get("error", {}).get("type") != NodeCancelled.__name__:
         answer, status = error_answer_fields(NodeCancelled("the call was cancelled"), channel.call_id), 1
-    remove_call_dirs()
-    if PUMP is not None:
-        PUMP.finish()
+    if not REHEARSING:
+        remove_call_dirs()
+        if PUMP is not None:
+            PUMP.finish()
     try:
         channel.answer(answer)
     except OSError:
