@@ -1747,6 +1747,23 @@ CODE_CACHE = []
 
 def prepare_code() -> None:
     """Makes ahead what loading shipped source needs, off the call's path."""
+    # The code cache is the worker's (FLUKSIO_ARTIFACT_CACHE is set by it):
+    # a runtime run by other means leaves no cache behind. A spare only
+    # checks it here; the first call that compiles makes it (cache_code).
+    # (Its imports come first: none may list the directory for shipped
+    # source before the source is in it.)
+    if os.environ.get("FLUKSIO_ARTIFACT_CACHE"):
+        try:
+            import importlib.util
+            import zlib
+
+            cache = os.path.join(artifact_cache_dir(), "code")
+            there = os.path.isdir(cache)
+            if there:
+                private_dir(cache)
+            CODE_CACHE.append((cache, importlib.util.MAGIC_NUMBER.hex(), zlib.crc32, there))
+        except Exception:
+            pass  # no cache: shipped source is compiled
     if os.environ.get("FLUKSIO_CALL_DIR"):
         try:
             code_dir = call_dir("fluksio-code-")
@@ -1762,21 +1779,6 @@ def prepare_code() -> None:
             # On the paths now, as the call will have it: writing os.environ
             # costs a forked runner pages copied from its zygote.
             SHIP_AHEAD.append((code_dir, put_code_dir_first(code_dir)))
-    # The code cache is the worker's (FLUKSIO_ARTIFACT_CACHE is set by it):
-    # a runtime run by other means leaves no cache behind. A spare only
-    # checks it here; the first call that compiles makes it (cache_code).
-    if os.environ.get("FLUKSIO_ARTIFACT_CACHE"):
-        try:
-            import importlib.util
-            import zlib
-
-            cache = os.path.join(artifact_cache_dir(), "code")
-            there = os.path.isdir(cache)
-            if there:
-                private_dir(cache)
-            CODE_CACHE.append((cache, importlib.util.MAGIC_NUMBER.hex(), zlib.crc32, there))
-        except Exception:
-            pass  # no cache: shipped source is compiled
 
 
 def call_dir(prefix: str) -> str:
