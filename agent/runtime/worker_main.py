@@ -2207,15 +2207,18 @@ def call_node(channel: Channel, module, request: dict) -> dict:
 PUMP = None
 
 
-# A call rehearsed on a node of the runtime's own, by rehearse_call.
+# A call rehearsed on a node of the runtime's own, by rehearse_call: its
+# outputs are of each common type, whose checks and encoding a call runs.
 REHEARSAL = json.dumps(
     {
         "op": "run",
         "call_id": "fluksio-rehearsal",
         "node": {
             "source": "from fluksio import Port, node\n\n"
-            "@node(requires=[Port('x', 'int', 1)], provides=[Port('y', 'int')])\n"
-            "def rehearsal(x):\n    return x + 1\n",
+            "@node(requires=[Port('x', 'int', 1)], provides=[Port('y', 'int'), Port('f', 'float'), Port('b', 'bool'),"
+            " Port('s', 'str'), Port('j', 'json')])\n"
+            "def rehearsal(x):\n"
+            "    return {'y': x + 1, 'f': x / 2, 'b': x > 0, 's': str(x), 'j': {'l': [x, 0.5, 'a', False, None]}}\n",
             "filename": "fluksio_rehearsal.py",
         },
         "function": "rehearsal",
