@@ -3090,14 +3090,15 @@ def main() -> None:
         prepare_call(channel, echo_fd, worker_pipes)
         if FORKED and not request_waiting(REHEARSE_AFTER_S):
             rehearse_call()
+        # What the runtime made so far stays out of the collector's way (a
+        # runner forked from a zygote does not copy its pages for it), and
+        # at exit, the objects the collector lists are the call's own. Done
+        # before the request: it writes to pages of the zygote's objects.
+        gc.freeze()
         request = read_request(channel)
         # stdin stays open until the call ends; node code must not wait on it.
         os.dup2(DEVNULL[0], 0)
         os.close(DEVNULL.pop())
-        # What the runtime made so far stays out of the collector's way (a
-        # runner forked from a zygote does not copy its pages for it), and
-        # at exit, the objects the collector lists are the call's own.
-        gc.freeze()
         op = request.get("op", "run")
         if op == "run":
             status = do_run(channel, request)
