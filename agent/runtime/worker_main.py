@@ -1705,11 +1705,6 @@ def ship_source(name: str, data: bytes) -> str:
         os.close(fd)
     if path is not None:
         os.rename(os.path.join(code_dir, SHIP_PLACEHOLDER), path)
-        # An import that listed the directory before the rename, within the
-        # same tick of the file system's clock, would not see the file.
-        finder = sys.path_importer_cache.get(code_dir)
-        if finder is not None:
-            finder.invalidate_caches()
     return code_dir
 
 
@@ -1750,8 +1745,10 @@ def prepare_code() -> None:
     # The code cache is the worker's (FLUKSIO_ARTIFACT_CACHE is set by it):
     # a runtime run by other means leaves no cache behind. A spare only
     # checks it here; the first call that compiles makes it (cache_code).
-    # (Its imports come first: none may list the directory for shipped
-    # source before the source is in it.)
+    # (Its imports come first: an import that listed the directory for
+    # shipped source before the source is in it could keep that listing,
+    # within a tick of the file system's clock. Nothing on the way to
+    # ship_source, the rehearsal included, imports from a file.)
     if os.environ.get("FLUKSIO_ARTIFACT_CACHE"):
         try:
             import importlib.util
