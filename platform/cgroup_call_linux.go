@@ -2,6 +2,7 @@ package platform
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -32,6 +34,13 @@ type CallCgroups struct {
 	// ENOSYS); then the runner is moved in right after it starts, before
 	// Python has started anything.
 	cloneInto bool
+	// memory: the memory controller is enabled for the calls' cgroups, so
+	// they have memory.events and memory.peak. Learnt once, at setup:
+	// looking for the files per call cost an open or a stat each.
+	memory bool
+	// watch says which calls' cgroups were changed, so that the others
+	// may be reused (cgroup_reuse_linux.go); nil where they are not.
+	watch *cgroupWatch
 }
 
 // In a cgroup of its own (a systemd service with Delegate=yes, a user's
@@ -96,6 +105,7 @@ func SetupCgroups() (*CallCgroups, error) {
 		}
 		cc.clearRootLeftovers()
 		cc.cloneInto = cc.probeCloneInto()
+		cc.setReuse(memoryEnabled(mount))
 		return cc, nil
 	}
 	shared := filepath.Join(mount, sharedCgroup(own))
@@ -120,7 +130,24 @@ func SetupCgroups() (*CallCgroups, error) {
 	clearGoneWorkers(shared)
 	cc.clearLeftovers()
 	cc.cloneInto = cc.probeCloneInto()
+	cc.setReuse(memoryEnabled(cc.base))
 	return cc, nil
+}
+
+// setReuse says whether the calls' cgroups get the memory controller and,
+// where they do not, watches them so that they can be reused.
+func (cc *CallCgroups) setReuse(memory bool) {
+	cc.memory = memory
+	if !memory {
+		cc.watch = newCgroupWatch()
+	}
+}
+
+// memoryEnabled reports whether the calls' cgroups, made in base, get the
+// memory controller: base passes it on to its children.
+func memoryEnabled(base string) bool {
+	b, _ := os.ReadFile(filepath.Join(base, "cgroup.subtree_control"))
+	return hasController(strings.ReplaceAll(strings.TrimSpace(string(b)), " ", ","), "memory")
 }
 
 func enableControllers(dir string) {
@@ -239,8 +266,22 @@ func ownCgroup() (string, error) {
 // CallCgroup is one call's cgroup.
 type CallCgroup struct {
 	dir       string
-	fd        int
+	fd        int // the directory, for starting runners into it; -1 once removed
 	cloneInto bool
+	memory    bool // it has memory.events and memory.peak
+	watcher   *cgroupWatch
+	watch     int32         // its watch for changes; -1 without one
+	cpuBase   time.Duration // cpu.stat's usage when it was handed to this call
+	// handedOn: the cgroup was handed to another call (Reuse), and this
+	// value, which its last call's box may still hold, stands for nothing
+	// any more: it signals, kills, moves and removes nothing, and says the
+	// cgroup is empty.
+	handedOn atomic.Bool
+	// The files read at every call, open from the cgroup's making: a
+	// kernfs file costs more to open than to read, and a call looks at
+	// cgroup.events several times. nil for a cgroup found, not made (a
+	// leftover): then they are read by path.
+	events, cpuStat *os.File
 }
 
 // New makes a call's cgroup.
@@ -254,7 +295,36 @@ func (cc *CallCgroups) New(name string) (*CallCgroup, error) {
 		os.Remove(dir)
 		return nil, err
 	}
-	return &CallCgroup{dir: dir, fd: fd, cloneInto: cc.cloneInto}, nil
+	g := &CallCgroup{dir: dir, fd: fd, cloneInto: cc.cloneInto, memory: cc.memory, watcher: cc.watch}
+	g.events = openAt(fd, dir, "cgroup.events")
+	g.cpuStat = openAt(fd, dir, "cpu.stat")
+	g.watch = cc.watch.add(dir)
+	return g, nil
+}
+
+// openAt opens name in the directory dirFD, or returns nil (it is then
+// read by path, as a leftover's).
+func openAt(dirFD int, dir, name string) *os.File {
+	fd, err := unix.Openat(dirFD, name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(dir, name))
+}
+
+// read reads one of the cgroup's files into buf: f, kept open, when there
+// is one, else name by path. A kept file closed by Remove reads as a
+// removed cgroup's: not at all.
+func (g *CallCgroup) read(f *os.File, name string, buf []byte) []byte {
+	if g.handedOn.Load() {
+		return nil
+	}
+	if f == nil {
+		b, _ := os.ReadFile(filepath.Join(g.dir, name))
+		return b
+	}
+	n, _ := f.ReadAt(buf, 0)
+	return buf[:n]
 }
 
 // Dir is the cgroup's directory.
@@ -276,7 +346,6 @@ func (g *CallCgroup) Prepare(cmd *exec.Cmd) {
 // there. It reports whether the runner is in.
 func (g *CallCgroup) Started(pid int) error {
 	if g.cloneInto {
-		g.closeFD()
 		return nil
 	}
 	return g.Move(pid)
@@ -285,7 +354,9 @@ func (g *CallCgroup) Started(pid int) error {
 // Move puts a process that was started elsewhere (forked by a zygote)
 // into the cgroup.
 func (g *CallCgroup) Move(pid int) error {
-	g.closeFD()
+	if g.handedOn.Load() {
+		return errors.New("the cgroup was handed to another call")
+	}
 	return os.WriteFile(filepath.Join(g.dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
 }
 
@@ -298,6 +369,9 @@ func (g *CallCgroup) closeFD() {
 
 // Procs lists the processes in the cgroup.
 func (g *CallCgroup) Procs() []int {
+	if g.handedOn.Load() {
+		return nil
+	}
 	b, _ := os.ReadFile(filepath.Join(g.dir, "cgroup.procs"))
 	var pids []int
 	for _, f := range strings.Fields(string(b)) {
@@ -309,8 +383,13 @@ func (g *CallCgroup) Procs() []int {
 }
 
 // Signal sends sig to every process in the cgroup outside process group
-// skipGroup (signalled as a group). It reports whether any was there.
+// skipGroup (signalled as a group). It reports whether any was there. The
+// list is read only where cgroup.events says a process is there: at the
+// end of most calls none is.
 func (g *CallCgroup) Signal(sig syscall.Signal, skipGroup int) bool {
+	if !g.Populated() {
+		return false
+	}
 	found := false
 	for _, pid := range g.Procs() {
 		found = true
@@ -324,7 +403,8 @@ func (g *CallCgroup) Signal(sig syscall.Signal, skipGroup int) bool {
 
 // Populated reports whether any process is left in the cgroup.
 func (g *CallCgroup) Populated() bool {
-	return keyedValue(filepath.Join(g.dir, "cgroup.events"), "populated") > 0
+	var buf [128]byte
+	return keyedValueOf(g.read(g.events, "cgroup.events", buf[:]), "populated") > 0
 }
 
 // WaitEmpty waits up to wait for the cgroup to hold no process, and
@@ -333,17 +413,36 @@ func (g *CallCgroup) Populated() bool {
 // (POLLPRI) when the cgroup's last process leaves, so the wait ends then,
 // not at the next look of a poll loop, and costs nothing meanwhile.
 func (g *CallCgroup) WaitEmpty(wait time.Duration) bool {
+	if g.handedOn.Load() {
+		return true
+	}
 	deadline := time.Now().Add(wait)
+	if g.events != nil {
+		rc, err := g.events.SyscallConn()
+		if err != nil {
+			return !g.Populated()
+		}
+		var empty bool
+		if rc.Control(func(fd uintptr) { empty = g.waitEmpty(int(fd), deadline) }) != nil {
+			return !g.Populated() // removed meanwhile
+		}
+		return empty
+	}
 	fd, err := unix.Open(filepath.Join(g.dir, "cgroup.events"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return !g.Populated() // gone already, or unreadable: as Populated says
 	}
 	defer unix.Close(fd)
-	buf := make([]byte, 256)
+	return g.waitEmpty(fd, deadline)
+}
+
+// waitEmpty is WaitEmpty on fd, cgroup.events open.
+func (g *CallCgroup) waitEmpty(fd int, deadline time.Time) bool {
+	var buf [128]byte
 	for {
 		// Reading the file arms the notification: a change after this
 		// read wakes the poll below, one before it is read here.
-		n, err := unix.Pread(fd, buf, 0)
+		n, err := unix.Pread(fd, buf[:], 0)
 		if err != nil {
 			return !g.Populated()
 		}
@@ -365,6 +464,9 @@ func (g *CallCgroup) WaitEmpty(wait time.Duration) bool {
 // Kill kills everything in the cgroup: cgroup.kill (Linux 5.14), else
 // SIGKILL to each process it lists.
 func (g *CallCgroup) Kill() {
+	if g.handedOn.Load() {
+		return
+	}
 	if os.WriteFile(filepath.Join(g.dir, "cgroup.kill"), []byte("1"), 0) != nil {
 		for _, pid := range g.Procs() {
 			syscall.Kill(pid, syscall.SIGKILL)
@@ -373,8 +475,18 @@ func (g *CallCgroup) Kill() {
 }
 
 // Remove waits up to wait for the cgroup to be empty, then removes it.
+// What it says after is what a removed cgroup says: nothing in it.
 func (g *CallCgroup) Remove(wait time.Duration) error {
+	if g.handedOn.Load() {
+		return nil
+	}
 	g.closeFD()
+	g.watcher.drop(g.watch)
+	for _, f := range []*os.File{g.events, g.cpuStat} {
+		if f != nil {
+			f.Close()
+		}
+	}
 	deadline := time.Now().Add(wait)
 	for {
 		err := os.Remove(g.dir)
@@ -391,14 +503,26 @@ func (g *CallCgroup) Remove(wait time.Duration) error {
 
 // PeakMemory is memory.peak in bytes (0 where the kernel or controller lacks it).
 func (g *CallCgroup) PeakMemory() int64 {
+	if !g.memory {
+		return 0
+	}
 	b, _ := os.ReadFile(filepath.Join(g.dir, "memory.peak"))
 	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	return n
 }
 
-// CPU is the CPU time of every process that ran in the cgroup (cpu.stat).
+// CPU is the CPU time of every process that ran in the cgroup (cpu.stat)
+// since it was made or Reset for another call.
 func (g *CallCgroup) CPU() time.Duration {
-	return time.Duration(keyedValue(filepath.Join(g.dir, "cpu.stat"), "usage_usec")) * time.Microsecond
+	if g.handedOn.Load() {
+		return 0
+	}
+	return g.cpuUsage() - g.cpuBase
+}
+
+func (g *CallCgroup) cpuUsage() time.Duration {
+	var buf [1024]byte
+	return time.Duration(keyedValueOf(g.read(g.cpuStat, "cpu.stat", buf[:]), "usage_usec")) * time.Microsecond
 }
 
 // keyedValue reads "key value" lines, as cgroup.events and cpu.stat have.
@@ -412,9 +536,15 @@ func keyedValue(path, key string) int64 {
 
 // keyedValueOf is key's value in "key value" lines.
 func keyedValueOf(b []byte, key string) int64 {
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, key+" "); ok {
-			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		if len(line) > len(key) && line[len(key)] == ' ' && string(line[:len(key)]) == key {
+			n, _ := strconv.ParseInt(string(bytes.TrimSpace(line[len(key)+1:])), 10, 64)
 			return n
 		}
 	}

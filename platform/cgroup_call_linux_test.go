@@ -91,3 +91,69 @@ func TestWaitEmptyOfAnEmptyCgroup(t *testing.T) {
 		t.Error("WaitEmpty reported a removed cgroup populated")
 	}
 }
+
+// startIn starts sh in g, to run script once it is in; finish lets it
+// run, and waits for it to exit and for g to empty.
+func startIn(t *testing.T, g *CallCgroup, script string) (finish func()) {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", "read x; "+script)
+	stdin, _ := cmd.StdinPipe()
+	if err := StartContained(cmd); err != nil {
+		t.Skipf("cannot start sh: %v", err)
+	}
+	t.Cleanup(func() { Forget(cmd.Process.Pid) })
+	if err := g.Move(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		stdin.Write([]byte("go\n")) // in the cgroup now
+		stdin.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("%s: %v", script, err)
+		}
+		if !g.WaitEmpty(10 * time.Second) {
+			t.Fatal("the cgroup did not empty after its process exited")
+		}
+	}
+}
+
+// runIn runs script with sh in g until it exits, and waits for g to empty.
+func runIn(t *testing.T, g *CallCgroup, script string) {
+	t.Helper()
+	startIn(t, g, script)()
+}
+
+// burn is a script that spends some CPU.
+const burn = `i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done`
+
+// The files a call reads at every end (cgroup.events, cpu.stat) are kept
+// open from the cgroup's making: what they say follows the cgroup, from
+// its first process to after the last one left, and a removed cgroup says
+// it holds nothing instead of failing.
+func TestCallCgroupFilesFollowItsProcesses(t *testing.T) {
+	g := testCgroup(t, "kept-files")
+	if g.Populated() || g.Signal(syscall.SIGKILL, 0) {
+		t.Fatal("a new cgroup says it holds a process")
+	}
+	finish := startIn(t, g, burn)
+	if !g.Populated() {
+		t.Error("the cgroup holding a process says it is empty")
+	}
+	if !g.Signal(0, 0) {
+		t.Error("Signal found nothing in the cgroup holding a process")
+	}
+	finish()
+	if g.Populated() || g.Signal(syscall.SIGKILL, 0) {
+		t.Error("the emptied cgroup says it holds a process")
+	}
+	if cpu := g.CPU(); cpu <= 0 {
+		t.Errorf("CPU() = %v after a process burnt some in the cgroup; want its time", cpu)
+	}
+	if err := g.Remove(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if g.Populated() || g.CPU() != 0 || !g.WaitEmpty(time.Hour) {
+		t.Error("a removed cgroup says it holds something")
+	}
+}

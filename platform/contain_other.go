@@ -75,12 +75,14 @@ func (g *CallCgroup) Kill()                                    {}
 func (g *CallCgroup) Remove(wait time.Duration) error          { return nil }
 func (g *CallCgroup) PeakMemory() int64                        { return 0 }
 func (g *CallCgroup) CPU() time.Duration                       { return 0 }
+func (g *CallCgroup) Reusable() bool                           { return false }
+func (g *CallCgroup) Reuse() *CallCgroup                       { return g }
 
 // OOMWatch finds nothing: there is no memory cgroup to read here.
 type OOMWatch struct{}
 
 // WatchOOM watches nothing.
-func WatchOOM(pid int) *OOMWatch { return &OOMWatch{} }
+func WatchOOM(g *CallCgroup) *OOMWatch { return &OOMWatch{} }
 
 // Killed reports false: nothing says the OOM killer killed.
 func (w *OOMWatch) Killed() bool { return false }

@@ -3,28 +3,46 @@ package platform
 import (
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
+	"sync"
 )
 
 // OOMWatch tells whether the kernel's out-of-memory killer killed
-// something in a process's memory cgroups since the watch began: the only
+// something in a runner's memory cgroups since the watch began: the only
 // way to know a SIGKILL was the OOM killer's and not anyone else's.
 type OOMWatch struct {
-	files  []string // counters: memory.events (v2) or memory.oom_control (v1)
-	before []int64
+	counters []oomCounter
+	before   []int64
 }
 
-// WatchOOM starts watching the memory cgroups pid is in: its cgroup v2
-// where the memory controller is enabled (memory.events' oom_kill), and,
-// on hybrid hosts that keep the memory controller in cgroup v1, its v1
-// memory cgroup (memory.oom_control's oom_kill). It watches nothing where
-// neither exists.
-func WatchOOM(pid int) *OOMWatch {
-	w := &OOMWatch{}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+// oomCounter is one memory cgroup's count of OOM kills: its oom_kill line.
+type oomCounter struct {
+	name string   // memory.events (v2) or memory.oom_control (v1), by path
+	f    *os.File // name kept open, or nil: read by path
+}
+
+func (c oomCounter) read() int64 {
+	if c.f == nil {
+		return keyedValue(c.name, "oom_kill")
+	}
+	var buf [512]byte
+	n, _ := c.f.ReadAt(buf[:], 0)
+	return keyedValueOf(buf[:n], "oom_kill")
+}
+
+// workerOOM are the counters of the worker's own memory cgroups, which
+// every runner it starts shares unless it has a cgroup of its own: on
+// hybrid hosts that keep the memory controller in cgroup v1, the v1 memory
+// cgroup (no runner leaves it: nothing here moves processes in v1); and
+// its cgroup v2 where the memory controller is enabled there. Learnt once,
+// at the first runner's start (after SetupCgroups moved the worker into its
+// leaf), and kept open: a call's watch then reads a file already open
+// instead of its runner's /proc/PID/cgroup, the mounts and the counters'
+// paths.
+var workerOOM = sync.OnceValues(func() (v1, v2 *oomCounter) {
+	b, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
-		return w
+		return nil, nil
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		// hierarchy-ID:controllers:path
@@ -35,11 +53,41 @@ func WatchOOM(pid int) *OOMWatch {
 		switch {
 		case f[0] == "0" && f[1] == "":
 			if mount, err := unifiedMount(); err == nil {
-				w.add(filepath.Join(mount, f[2], "memory.events"))
+				v2 = openCounter(filepath.Join(mount, f[2], "memory.events"))
 			}
 		case hasController(f[1], "memory"):
-			w.add(filepath.Join("/sys/fs/cgroup/memory", f[2], "memory.oom_control"))
+			v1 = openCounter(filepath.Join("/sys/fs/cgroup/memory", f[2], "memory.oom_control"))
 		}
+	}
+	return v1, v2
+})
+
+// openCounter opens a counter file that exists, or returns nil.
+func openCounter(name string) *oomCounter {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil
+	}
+	return &oomCounter{name: name, f: f}
+}
+
+// WatchOOM starts watching the memory cgroups of a runner this worker
+// started, or a zygote it started forked: in its call's cgroup g, or, g
+// nil, in the worker's own. It watches g's memory.events where the memory
+// controller is enabled for the calls' cgroups, else the worker's own
+// cgroup v2 counter (g nil), and the worker's v1 memory cgroup on hybrid
+// hosts. It watches nothing where none of them exists.
+func WatchOOM(g *CallCgroup) *OOMWatch {
+	w := &OOMWatch{}
+	v1, v2 := workerOOM()
+	switch {
+	case g != nil && g.memory:
+		w.add(oomCounter{name: filepath.Join(g.dir, "memory.events")})
+	case g == nil && v2 != nil:
+		w.add(*v2)
+	}
+	if v1 != nil {
+		w.add(*v1)
 	}
 	return w
 }
@@ -53,19 +101,16 @@ func hasController(list, name string) bool {
 	return false
 }
 
-func (w *OOMWatch) add(file string) {
-	if _, err := os.Stat(file); err != nil {
-		return
-	}
-	w.files = append(w.files, file)
-	w.before = append(w.before, keyedValue(file, "oom_kill"))
+func (w *OOMWatch) add(c oomCounter) {
+	w.counters = append(w.counters, c)
+	w.before = append(w.before, c.read())
 }
 
 // Killed reports whether a counter watched has grown: the OOM killer
 // killed a process in one of the cgroups.
 func (w *OOMWatch) Killed() bool {
-	for i, file := range w.files {
-		if keyedValue(file, "oom_kill") > w.before[i] {
+	for i, c := range w.counters {
+		if c.read() > w.before[i] {
 			return true
 		}
 	}

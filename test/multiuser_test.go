@@ -151,24 +151,35 @@ func memoryCgroupV1(t *testing.T, limitMB int) string {
 // A node that runs out of the memory its cgroup allows is said to have
 // been stopped by the OOM killer, because the memory controller counted
 // the kill; TestWhyANodeDied (agent/lifecycle_test.go) shows a SIGKILL from elsewhere is not.
+// In both containments: with a cgroup v2 per call (cgroup, as root), the
+// v1 memory cgroup the runner shares with the worker still counts.
 func TestOutOfMemoryIsNamedWhenTheKernelSaysSo(t *testing.T) {
 	skipUnlessLinux(t)
 	t.Parallel()
-	memcg := memoryCgroupV1(t, 96)
-	eng := startEngine(t, enginetest.Options{})
-	startProgram(t, "/bin/sh", []string{"FLUKSIO_WORKER_TOKEN=" + testToken},
-		"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, memcg, workerBinary(t), "run",
-		"--url", eng.AttachURL(), "--python", fakeRunnerPath(t), "--runtime", "embedded",
-		"--state-dir", t.TempDir(), "--containment", "subreaper")
-	wk := attach(t, eng)
-	answer, _ := wait(t, run(t, wk, "oom", step{"alloc_mb": 512}))
-	e := answer.Error
-	if answer.OK || e == nil || e.Type != "RemoteError" {
-		t.Fatalf("a node over its memory limit answered %s", answer.Raw)
-	}
-	const want = "the node process stopped: killed by SIGKILL from the kernel's out-of-memory killer"
-	if !strings.HasPrefix(e.Message, want) {
-		t.Errorf("the answer says %q; want it to begin %q", e.Message, want)
+	for _, mode := range []string{"subreaper", "cgroup"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			memcg := memoryCgroupV1(t, 96)
+			eng := startEngine(t, enginetest.Options{})
+			w := startProgram(t, "/bin/sh", []string{"FLUKSIO_WORKER_TOKEN=" + testToken},
+				"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, memcg, workerBinary(t), "run",
+				"--url", eng.AttachURL(), "--python", fakeRunnerPath(t), "--runtime", "embedded",
+				"--state-dir", t.TempDir(), "--containment", mode, "--warm", "0")
+			wk := attach(t, eng)
+			eventually(t, 20*time.Second, "the startup log", func() bool { return strings.Contains(w.logs.String(), "containment=") })
+			if mode == "cgroup" && !strings.Contains(w.logs.String(), "containment=cgroup") {
+				t.Skip("no cgroup per call here (needs root and a writable cgroup v2)")
+			}
+			answer, _ := wait(t, run(t, wk, "oom", step{"alloc_mb": 512}))
+			e := answer.Error
+			if answer.OK || e == nil || e.Type != "RemoteError" {
+				t.Fatalf("a node over its memory limit answered %s", answer.Raw)
+			}
+			const want = "the node process stopped: killed by SIGKILL from the kernel's out-of-memory killer"
+			if !strings.HasPrefix(e.Message, want) {
+				t.Errorf("the answer says %q; want it to begin %q", e.Message, want)
+			}
+		})
 	}
 }
 

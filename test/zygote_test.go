@@ -96,7 +96,16 @@ def fingerprint():
         "cgroup": re.sub(r"/[^/]*$", "/X", cgroup),
         "numpy": "numpy" in sys.modules,
     }
-    forked = [cgroup, os.getpid()] if "--fluksio-zygote" in open("/proc/self/cmdline").read() else []
+    # Who else is in the call's cgroup while it runs: nobody, its own.
+    procs = []
+    for mount in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
+        try:
+            with open(mount + cgroup[3:] + "/cgroup.procs") as f:
+                procs = [int(p) for p in f.read().split()]
+            break
+        except OSError:
+            pass
+    forked = [cgroup, os.getpid(), procs] if "--fluksio-zygote" in open("/proc/self/cmdline").read() else []
     draw = [random.random()]
     if "numpy" in sys.modules:
         import numpy
@@ -107,27 +116,27 @@ def fingerprint():
 
 // fingerprint runs fingerprintNode; forked says whether it ran forked
 // from a zygote, and then the call checks its cgroup is its own: neither
-// the worker's nor a zygote's.
+// the worker's nor a zygote's, no process but the runner in it while the
+// call ran. (After the call a spare may be in it: an emptied cgroup serves
+// a later one.)
 func fingerprint(t *testing.T, wk *enginetest.Worker, w *worker, id string) (fp map[string]any, forked bool, draw []any) {
 	t.Helper()
 	out := runWarm(t, wk, nodeRun(id, fingerprintNode, "fingerprint", nil))
 	fp, _ = out["fp"].(map[string]any)
 	cg, _ := out["forked"].([]any)
 	draw, _ = out["draw"].([]any)
-	if len(cg) == 2 {
-		for _, pid := range append(sparePids(w), w.cmd.Process.Pid) {
-			if float64(pid) == cg[1] {
-				continue // the call's own
-			}
-			data, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
-			for _, line := range strings.Split(string(data), "\n") {
-				if line != "" && line == cg[0] {
-					t.Errorf("call %s ran in the cgroup of process %d (%s), not its own", id, pid, line)
-				}
+	if len(cg) == 3 {
+		if procs, _ := cg[2].([]any); len(procs) != 1 || procs[0] != cg[1] {
+			t.Errorf("call %s ran in a cgroup (%s) that held %v while it ran; want only its runner %v", id, cg[0], procs, cg[1])
+		}
+		data, _ := os.ReadFile("/proc/" + strconv.Itoa(w.cmd.Process.Pid) + "/cgroup")
+		for _, line := range strings.Split(string(data), "\n") {
+			if line != "" && line == cg[0] {
+				t.Errorf("call %s ran in the worker's cgroup (%s), not its own", id, line)
 			}
 		}
 	}
-	return fp, len(cg) == 2, draw
+	return fp, len(cg) == 3, draw
 }
 
 // TestZygoteFingerprint: a call forked from a zygote sees the process a

@@ -53,7 +53,7 @@ func (a *boxesAhead) take(log *slog.Logger) (*box, *callDir, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return &box{log: log}, dir, nil
+	return &box{log: log, kept: a.cfg.cgroups}, dir, nil
 }
 
 // makeOne makes a box ahead. One that cannot be made is not: the cold
@@ -63,7 +63,7 @@ func (a *boxesAhead) makeOne() {
 	if err != nil {
 		return
 	}
-	b := &box{log: a.cfg.Log}
+	b := &box{log: a.cfg.Log, kept: a.cfg.cgroups}
 	b.makeAhead()
 	a.mu.Lock()
 	if !a.closed {

@@ -26,6 +26,14 @@ import (
 type callDir struct {
 	path string
 	cwd  string // the runner's working directory; "" keeps the worker's own
+	// listing is the directory open, from the first time it was emptied
+	// for reuse to its removal: it is listed through it, rewound, at every
+	// reuse rather than opened again (an open, a close and the poller's
+	// look at a new file a call). Its device and inode tell the directory
+	// apart from one put in its place since.
+	listing  int
+	listed   bool // listing is open
+	dev, ino uint64
 }
 
 const callDirsName = "calls"
@@ -74,6 +82,10 @@ func (d *callDir) env(base []string, grace time.Duration) []string {
 
 // remove deletes the directory, including what node code left read-only.
 func (d *callDir) remove() error {
+	if d.listed {
+		unix.Close(d.listing)
+		d.listed = false
+	}
 	return removeTree(d.path)
 }
 
@@ -84,29 +96,15 @@ func (d *callDir) remove() error {
 // parent's lock); emptying one does not. Only a directory nothing of its
 // call can reach any more is kept (its cgroup was found empty), and only
 // while it is still this user's private, plain directory.
-type callDirs struct {
-	mu     sync.Mutex
-	free   []*callDir
-	closed bool
-}
-
-// keptCallDirs bounds the emptied directories kept: as many as calls run
-// at once, in practice.
-const keptCallDirs = 16
+type callDirs struct{ kept[*callDir] }
 
 // newCallDir is a call directory: an emptied one when the pool keeps
 // one, else a new one.
 func (c *Config) newCallDir() (*callDir, error) {
-	if cd := c.dirs; cd != nil {
-		cd.mu.Lock()
-		if n := len(cd.free); n > 0 {
-			d := cd.free[n-1]
-			cd.free[n-1] = nil
-			cd.free = cd.free[:n-1]
-			cd.mu.Unlock()
+	if c.dirs != nil {
+		if d, ok := c.dirs.take(); ok {
 			return d, nil
 		}
-		cd.mu.Unlock()
 	}
 	return newCallDir(c.StateDir)
 }
@@ -114,16 +112,7 @@ func (c *Config) newCallDir() (*callDir, error) {
 // recycle empties d and keeps it for another call when reusable (nothing
 // of its call runs), else removes it.
 func (cd *callDirs) recycle(d *callDir, reusable bool) error {
-	if !reusable || !d.empty() {
-		return d.remove()
-	}
-	cd.mu.Lock()
-	keep := !cd.closed && len(cd.free) < keptCallDirs
-	if keep {
-		cd.free = append(cd.free, d)
-	}
-	cd.mu.Unlock()
-	if !keep {
+	if !reusable || !d.empty() || !cd.put(d) {
 		return d.remove()
 	}
 	return nil
@@ -131,43 +120,47 @@ func (cd *callDirs) recycle(d *callDir, reusable bool) error {
 
 // close removes the directories kept, and keeps none after.
 func (cd *callDirs) close() {
-	cd.mu.Lock()
-	free := cd.free
-	cd.free, cd.closed = nil, true
-	cd.mu.Unlock()
-	for _, d := range free {
+	for _, d := range cd.kept.close() {
 		d.remove()
 	}
 }
 
 // empty removes everything in the directory and reports whether it is
-// fit for another call: still a directory (not a link node code put in
-// its place), this user's, mode 0700, without an ACL (one node code set
-// would outlive it), nothing in it.
+// fit for another call: still the directory it was (not a link node code
+// put in its place, nor one moved there), this user's, mode 0700, without
+// an ACL (one node code set would outlive it), nothing in it.
 func (d *callDir) empty() bool {
 	// Checked before the chmod, which would follow a link.
 	var st unix.Stat_t
 	if unix.Lstat(d.path, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Geteuid() {
 		return false
 	}
-	if os.Chmod(d.path, 0o700) != nil {
+	if d.listed && (uint64(st.Dev) != d.dev || st.Ino != d.ino) {
 		return false
 	}
-	for _, acl := range []string{"system.posix_acl_access", "system.posix_acl_default"} {
-		if _, err := unix.Lgetxattr(d.path, acl, nil); err == nil {
-			return false
+	if st.Mode&0o7777 != 0o700 && os.Chmod(d.path, 0o700) != nil {
+		return false
+	}
+	if !noXattrs(d.path) {
+		for _, acl := range []string{"system.posix_acl_access", "system.posix_acl_default"} {
+			if _, err := unix.Lgetxattr(d.path, acl, nil); err == nil {
+				return false
+			}
 		}
 	}
-	entries, err := os.ReadDir(d.path)
+	names, err := d.list(&st)
 	if err != nil {
 		return false
 	}
-	for _, e := range entries {
-		if removeTree(filepath.Join(d.path, e.Name())) != nil {
+	if len(names) == 0 {
+		return true
+	}
+	for _, name := range names {
+		if removeTree(filepath.Join(d.path, name)) != nil {
 			return false
 		}
 	}
-	left, err := os.ReadDir(d.path)
+	left, err := d.list(&st)
 	return err == nil && len(left) == 0
 }
 

@@ -116,3 +116,64 @@ func TestCallDirNotReused(t *testing.T) {
 		}
 	})
 }
+
+// A directory reused again and again is emptied each time: what a call
+// leaves after the first reuse is gone before the next call gets it.
+func TestCallDirEmptiedAtEveryReuse(t *testing.T) {
+	cfg := dirsRig(t)
+	outside := t.TempDir()
+	d, err := cfg.newCallDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		leaveMess(t, d, outside)
+		if err := cfg.dirs.recycle(d, true); err != nil {
+			t.Fatalf("recycle %d: %v", i, err)
+		}
+		next, err := cfg.newCallDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if next.path != d.path {
+			t.Fatalf("reuse %d got %s; want the emptied %s", i, next.path, d.path)
+		}
+		if entries, err := os.ReadDir(next.path); err != nil || len(entries) != 0 {
+			t.Fatalf("reuse %d: the directory holds %v (%v); want nothing", i, entries, err)
+		}
+		d = next
+	}
+	cfg.dirs.recycle(d, true)
+	cfg.dirs.close()
+	if _, err := os.Lstat(d.path); !os.IsNotExist(err) {
+		t.Errorf("%s is left after close: %v", d.path, err)
+	}
+}
+
+// Node code that moves its call directory away and makes another of the
+// same name, mode and owner in its place does not get that one reused:
+// it is not the directory the worker made (and emptied before).
+func TestCallDirReplacedByAnotherDirectoryIsNotReused(t *testing.T) {
+	cfg := dirsRig(t)
+	d, _ := cfg.newCallDir()
+	if err := cfg.dirs.recycle(d, true); err != nil {
+		t.Fatal(err)
+	}
+	d, _ = cfg.newCallDir()
+	moved := d.path + "-moved"
+	if err := os.Rename(d.path, moved); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(moved) })
+	if err := os.Mkdir(d.path, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(d.path, "planted"), []byte("x"), 0o644)
+	cfg.dirs.recycle(d, true)
+	if next, _ := cfg.newCallDir(); next.path == d.path {
+		t.Error("the next call got a directory put in place of its call directory")
+	}
+	if _, err := os.Lstat(d.path); !os.IsNotExist(err) {
+		t.Errorf("the directory put in its place is left: %v", err)
+	}
+}

@@ -95,6 +95,7 @@ type box struct {
 	cookie string
 	began  time.Time
 	cg     *platform.CallCgroup // the call's cgroup, in cgroup mode
+	kept   *callCgroups         // the pool's emptied cgroups: where cg comes from and goes back to
 	oom    *platform.OOMWatch   // the runner's memory cgroups; set once started
 
 	mu      sync.Mutex
@@ -158,7 +159,7 @@ func (b *box) makeAhead() {
 	rand.Read(r[:])
 	b.cookie = hex.EncodeToString(r[:])
 	if cgroups != nil {
-		g, err := cgroups.New(b.cookie[:16])
+		g, err := b.kept.newCgroup(b.cookie[:16])
 		if err != nil {
 			b.log.Warn("could not make the call's cgroup; it is contained by its process group and cookie", "error", err)
 		} else {
@@ -186,7 +187,7 @@ func (b *box) start(cmd *exec.Cmd) error {
 			b.cg = nil
 		}
 	}
-	b.oom = platform.WatchOOM(cmd.Process.Pid)
+	b.oom = platform.WatchOOM(b.cg) // in its call's cgroup, or the worker's
 	if err := platform.RaiseOOMScore(cmd.Process.Pid, nodeOOMScoreAdj); err != nil {
 		b.log.Debug("could not raise the runner's oom_score_adj", "error", err)
 	}
@@ -311,9 +312,10 @@ func (b *box) anyAlive() bool {
 }
 
 // sweep runs once the group is stopped: it kills whatever is still there
-// (started while the group was stopping), waits for what it killed to
-// exit, and reaps the orphans this worker adopted. With a cgroup it then
-// reads what the call cost, before teardown removes the cgroup.
+// (started while the group was stopping) and waits for what it killed to
+// exit; without a cgroup it also reaps the orphans this worker adopted.
+// With a cgroup it then reads what the call cost, before teardown removes
+// the cgroup.
 func (b *box) sweep() {
 	if g := b.cg; g != nil {
 		empty := !g.Populated()
@@ -328,7 +330,13 @@ func (b *box) sweep() {
 		b.mu.Lock()
 		b.empty = empty
 		b.mu.Unlock()
-		platform.ReapOrphans()
+		// No reaping here: an exited process leaves its cgroup at once, so
+		// the cgroup says it is empty before its orphans are reaped, and
+		// a look for them at every call's end (the runners of other calls,
+		// zombies for a moment until os/exec reaps them, made it a read of
+		// the worker's threads' children lists at most ends) is left to
+		// the reaper that runs every reapInterval, and to teardown's
+		// retries where the kernel still holds the cgroup.
 		return
 	}
 	b.mu.Lock()
@@ -353,19 +361,19 @@ func (b *box) sweep() {
 	}
 }
 
-// teardown removes the call's cgroup once sweep found it empty: the
-// kernel refuses the removal (EBUSY) until it let go of the exited
-// processes, which takes from nothing to tens of milliseconds, so it is
-// retried; nothing of the call runs meanwhile.
+// teardown keeps the call's cgroup for a later call where sweep found it
+// empty and nothing of the call changed it, else removes it: the kernel
+// refuses the removal (EBUSY) until it let go of the exited processes,
+// which takes from nothing to tens of milliseconds, so it is retried;
+// nothing of the call runs meanwhile.
 func (b *box) teardown() {
 	g := b.cg
 	if g == nil {
 		return
 	}
-	if err := g.Remove(reapWait); err != nil {
+	if err := b.kept.recycle(g, b.emptied()); err != nil {
 		b.log.Warn("could not remove the call's cgroup", "cgroup", g.Dir(), "error", err)
 	}
-	platform.ReapOrphans()
 }
 
 // deathMessage says why a runner ended without answering, when the worker

@@ -47,7 +47,8 @@ type Config struct {
 	Metrics         *metrics.Metrics // nil-safe: nil without --listen
 	NodeLog         NodeLog          // how a node's stderr lines are logged (--node-log-level)
 
-	dirs *callDirs // the pool's call directories kept for reuse; set by NewPool
+	dirs    *callDirs    // the pool's call directories kept for reuse; set by NewPool
+	cgroups *callCgroups // the pool's calls' cgroups kept for reuse; set by NewPool
 }
 
 // NodeLog is the level a node's stderr lines are logged at, or Off: a
@@ -85,6 +86,9 @@ type Pool struct {
 func NewPool(cfg Config) *Pool {
 	p := &Pool{cfg: cfg}
 	p.cfg.dirs = &callDirs{}
+	if cgroups != nil {
+		p.cfg.cgroups = &callCgroups{}
+	}
 	p.warm = newWarmPool(&p.cfg)
 	p.boxes = &boxesAhead{cfg: &p.cfg, behind: &p.behind}
 	return p
@@ -100,6 +104,7 @@ func (p *Pool) Close() {
 	p.behind.Wait()
 	p.boxes.discard()
 	p.cfg.dirs.close()
+	p.cfg.cgroups.close()
 }
 
 // Spec is one call's runner.

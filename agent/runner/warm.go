@@ -257,7 +257,7 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 		}
 		if why == "" {
 			s = &spare{pool: p, we: we, started: make(chan struct{}), exited: make(chan struct{})}
-			s.box = &box{log: z.box.log}
+			s.box = &box{log: z.box.log, kept: p.cfg.cgroups}
 			switch err := z.fork(s, true); {
 			case errors.Is(err, errZygoteBusy):
 				s = nil
@@ -469,7 +469,7 @@ func (we *warmEnv) ownLocked() []*spare {
 // starts it.
 func (p *warmPool) startLocked(we *warmEnv, zygote bool) {
 	s := &spare{pool: p, we: we, started: make(chan struct{}), exited: make(chan struct{}), readied: make(chan struct{})}
-	s.box = &box{log: p.cfg.Log.With("spare_of", "warm")}
+	s.box = &box{log: p.cfg.Log.With("spare_of", "warm"), kept: p.cfg.cgroups}
 	var from *spare // the zygote it is forked from, when one is ready
 	if zygote {
 		s.zyg = &zygoteOf{}
@@ -905,7 +905,7 @@ func (p *warmPool) close() {
 // Process owns it as if it had started it. The call's box shares the
 // spare's cookie and cgroup; exited closes once the spare is reaped.
 func (s *spare) handTo(log *slog.Logger, exited chan struct{}) (b *box, stdin io.WriteCloser, stdout, stderr *os.File, pipes *nodePipes, dir *callDir) {
-	b = &box{log: log, pid: s.box.pid, cookie: s.box.cookie, cg: s.box.cg, oom: s.box.oom, began: time.Now()}
+	b = &box{log: log, pid: s.box.pid, cookie: s.box.cookie, cg: s.box.cg, kept: s.box.kept, oom: s.box.oom, began: time.Now()}
 	go func() {
 		<-s.exited
 		b.setExit(s.box.exitState())

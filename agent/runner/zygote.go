@@ -235,7 +235,12 @@ func (z *spare) fork(s *spare, forCall bool) error {
 		}
 	}
 	s.dir, s.pipes = dir, pipes
-	s.box.oom = platform.WatchOOM(pid) // in its call's cgroup now
+	// In its call's cgroup now; without one, in the zygote's.
+	if g := s.box.cg; g != nil {
+		s.box.oom = platform.WatchOOM(g)
+	} else {
+		s.box.oom = platform.WatchOOM(z.box.cg)
+	}
 	go func() {
 		e := z.waitRunner(pid, report, watch)
 		watch.Close()

@@ -678,3 +678,82 @@ func TestZygoteCallHandsItsSlotOnOnceItsProcessesAreGone(t *testing.T) {
 		t.Errorf("the log does not say the lingering process was killed:\n%s", log)
 	}
 }
+
+// burnNode spends about half a second of CPU.
+const burnNode = `import time
+def f():
+    t0 = time.process_time()
+    while time.process_time() - t0 < 0.5:
+        pass
+    return {}
+`
+
+// A call's cgroup, emptied and unchanged after its call, serves a later
+// call (boxes made ahead take it): that call reports only its own CPU, not
+// the earlier call's, and what it leaves running is still found and killed.
+// Pool.Close removes the cgroups kept.
+func TestReusedCgroupCountsItsOwnCallAndKillsItsLeftovers(t *testing.T) {
+	t.Parallel()
+	if !inContainedChild(t) {
+		return
+	}
+	z := newZygoteRig(t, 0, nil)          // cold starts: boxes made ahead take the emptied cgroups
+	seen := map[string]bool{}             // the calls' cgroups
+	burntIn := map[string]time.Duration{} // what a burning call reported in each
+	reused := 0
+	compared := 0
+	// Burning calls first, then lingering ones: the boxes made ahead take
+	// turns, so the later calls run in the earlier calls' cgroups.
+	for i := range 4 {
+		node, id := lingeringNode, "reuse-"+strconv.Itoa(i)
+		if i < 2 {
+			node = burnNode
+		}
+		c, err := z.runNode(context.Background(), id, node)
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		if c.box.cg == nil {
+			t.Fatal("the call has no cgroup")
+		}
+		cg := c.box.cg.Dir()
+		out := answer(t, c.output(t))["outputs"].(map[string]any)
+		var runner, child int
+		if node == lingeringNode {
+			runner, child = pidOf(out, "pid"), pidOf(out, "child")
+			killLater(t, child)
+		}
+		u := c.end(t, true)
+		gone(t, "after End", runner, child)
+		if seen[cg] {
+			reused++
+		}
+		seen[cg] = true
+		if node == burnNode {
+			if u.CPU < 400*time.Millisecond {
+				t.Errorf("call %d burnt half a second of CPU; End says %v", i, u.CPU)
+			}
+			burntIn[cg] = u.CPU
+		} else if before, ok := burntIn[cg]; ok {
+			compared++
+			if u.CPU >= before {
+				t.Errorf("call %d in a cgroup where an earlier call burnt %v reports %v: not only its own", i, before, u.CPU)
+			}
+		}
+	}
+	if compared == 0 {
+		t.Errorf("no lingering call ran in a burning call's cgroup: %v", seen)
+	}
+	if reused == 0 {
+		t.Errorf("no call's cgroup served a later call: %v", seen)
+	}
+	z.pool.Close()
+	for cg := range seen {
+		if fileExists(cg) {
+			t.Errorf("%s is left after Pool.Close", cg)
+		}
+	}
+	if log := z.log.String(); !strings.Contains(log, "still running after it was stopped") && !strings.Contains(log, "did not stop within --cancel-grace") {
+		t.Errorf("the log does not say the lingering processes were killed:\n%s", log)
+	}
+}
