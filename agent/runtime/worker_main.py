@@ -23,6 +23,7 @@ It is shipped as this one file and uses the standard library only (Python
 
 from __future__ import annotations
 
+import _signal
 import _thread
 import collections
 import gc
@@ -100,6 +101,7 @@ DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 # odd file names included) travels as valid UTF-8.
 _ENCODE = json.JSONEncoder(ensure_ascii=True, allow_nan=False).encode
 _WRITE = os.write
+_SIGTERM, _SIG_IGN = int(signal.SIGTERM), int(signal.SIG_IGN)
 # The real os._exit; in the runner, node code's goes through exit_after_output.
 _EXIT = os._exit
 
@@ -154,10 +156,11 @@ class Channel:
             self.fd = -1
 
     def _write(self, obj: dict) -> None:
-        if self.pid != os.getpid() or self.fd < 0:
+        if self.pid != os.getpid():
             return
-        data = (_ENCODE(obj) + "\n").encode("ascii")
-        view = memoryview(data)
+        view = memoryview((_ENCODE(obj) + "\n").encode("ascii"))
+        if self.fd < 0:
+            return  # a forked child's, or a rehearsal's
         while view:
             n = _WRITE(self.fd, view)
             view = view[n:]
@@ -529,6 +532,8 @@ class Cancel:
             # while the main thread is busy in C code and cannot run Python.
             signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
             self.wakeup = (read_fd, write_fd)
+            self.poller = select.poll()
+            self.poller.register(read_fd, select.POLLIN)
             # A bare thread: threading's would make this one wait until it
             # runs (on a busy machine, a spare ready that much later), and
             # node code never waits for it (as threading does not for a
@@ -592,7 +597,13 @@ class Cancel:
     def cancelled(self) -> bool:
         """Whether the runner got SIGTERM, even if node code's own handler took it."""
         if self.wakeup:
-            self._take_signals(self.wakeup[0])
+            # Polled first: reading an empty pipe raises, which costs a
+            # call's path more than the poll. Under the lock: the watcher
+            # may have read the signal and not yet set the flag.
+            with self.pipe_lock:
+                pending = self.poller.poll(0)
+            if pending:
+                self._take_signals(self.wakeup[0])
         return self.signalled
 
     def _take_signals(self, read_fd: int) -> bool:
@@ -1670,16 +1681,19 @@ def ship_source(name: str, data: bytes) -> str:
     sys.path (spawn and forkserver hand that to their children) and on
     PYTHONPATH (any other Python the node starts). The directory is under
     the agent's per-call directory (FLUKSIO_CALL_DIR) when there is one,
-    made before the request (prepare_code), with an empty file in it that
-    takes the source and then the module's name: renaming a file costs a
-    fraction of creating one, which the call's path then does not pay.
+    made before the request (prepare_code), already first on sys.path and
+    PYTHONPATH, with an empty file in it that takes the source and then
+    the module's name: renaming a file costs a fraction of creating one,
+    which the call's path then does not pay.
     """
     path = None
     if SHIP_DIR:
         code_dir, fd = SHIP_DIR.pop()
         path = os.path.join(code_dir, name + ".py")
+        del SHIP_AHEAD[:]  # the directory on the paths is this call's now
     else:
         code_dir = call_dir("fluksio-code-")
+        put_code_dir_first(code_dir)
     if path is None or fd < 0:
         path = None
         fd = os.open(os.path.join(code_dir, name + ".py"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
@@ -1691,37 +1705,50 @@ def ship_source(name: str, data: bytes) -> str:
         os.close(fd)
     if path is not None:
         os.rename(os.path.join(code_dir, SHIP_PLACEHOLDER), path)
+    return code_dir
+
+
+def put_code_dir_first(code_dir: str):
+    """Puts the directory of shipped source first on sys.path and PYTHONPATH; returns PYTHONPATH before."""
     sys.path.insert(0, code_dir)
     inherited = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = code_dir + (os.pathsep + inherited if inherited else "")
-    return code_dir
+    return inherited
+
+
+def take_back_code_dir() -> None:
+    """Takes the directory prepare_code put on the paths off them: the call ships no source."""
+    for code_dir, inherited in SHIP_AHEAD:
+        if code_dir in sys.path:
+            sys.path.remove(code_dir)
+        sys.path_importer_cache.pop(code_dir, None)
+        if inherited is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = inherited
+    del SHIP_AHEAD[:]
 
 
 # Made by prepare_code, before the request: the directory shipped source
 # goes to (with the descriptor of its placeholder, or -1), and the code
-# cache's directory with the bytecode's magic number.
+# cache's directory with the bytecode's magic number. SHIP_AHEAD holds the
+# directory prepare_code put first on the paths, with the PYTHONPATH before
+# it, until a call ships source into it.
 SHIP_DIR = []
+SHIP_AHEAD = []
 SHIP_PLACEHOLDER = ".fluksio-source"
 CODE_CACHE = []
 
 
 def prepare_code() -> None:
     """Makes ahead what loading shipped source needs, off the call's path."""
-    if os.environ.get("FLUKSIO_CALL_DIR"):
-        try:
-            code_dir = call_dir("fluksio-code-")
-        except OSError:
-            code_dir = None  # the call makes one when it ships source, or says why it could not
-        if code_dir is not None:
-            try:
-                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
-                fd = os.open(os.path.join(code_dir, SHIP_PLACEHOLDER), flags, 0o666)
-            except OSError:
-                fd = -1
-            SHIP_DIR.append((code_dir, fd))
     # The code cache is the worker's (FLUKSIO_ARTIFACT_CACHE is set by it):
     # a runtime run by other means leaves no cache behind. A spare only
     # checks it here; the first call that compiles makes it (cache_code).
+    # (Its imports come first: an import that listed the directory for
+    # shipped source before the source is in it could keep that listing,
+    # within a tick of the file system's clock. Nothing on the way to
+    # ship_source, the rehearsal included, imports from a file.)
     if os.environ.get("FLUKSIO_ARTIFACT_CACHE"):
         try:
             import importlib.util
@@ -1734,6 +1761,21 @@ def prepare_code() -> None:
             CODE_CACHE.append((cache, importlib.util.MAGIC_NUMBER.hex(), zlib.crc32, there))
         except Exception:
             pass  # no cache: shipped source is compiled
+    if os.environ.get("FLUKSIO_CALL_DIR"):
+        try:
+            code_dir = call_dir("fluksio-code-")
+        except OSError:
+            code_dir = None  # the call makes one when it ships source, or says why it could not
+        if code_dir is not None:
+            try:
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+                fd = os.open(os.path.join(code_dir, SHIP_PLACEHOLDER), flags, 0o666)
+            except OSError:
+                fd = -1
+            SHIP_DIR.append((code_dir, fd))
+            # On the paths now, as the call will have it: writing os.environ
+            # costs a forked runner pages copied from its zygote.
+            SHIP_AHEAD.append((code_dir, put_code_dir_first(code_dir)))
 
 
 def call_dir(prefix: str) -> str:
@@ -1784,7 +1826,8 @@ def load_node_code(spec: dict):
         # (a file of the same name in the cwd must not be shown instead).
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         name = module_name_for(filename)
-        ship_source(name, data)
+        if not REHEARSING:
+            ship_source(name, data)
         module = types.ModuleType(name)
         module.__file__ = filename
         sys.modules[name] = module
@@ -1805,6 +1848,7 @@ def load_node_code(spec: dict):
             if fd >= 0:
                 os.close(fd)  # no source to ship: the placeholder stays empty
         del SHIP_DIR[:]
+        take_back_code_dir()
         try:
             module = importlib.import_module(target)
         except SyntaxError as exc:
@@ -1843,7 +1887,7 @@ def compiled(source: str, data: bytes, filename: str):
         if entry is not None and entry[0] == filename and entry[1] == source:
             return entry[2]
     code = compile(source, filename, "exec", dont_inherit=True)
-    if path is not None:
+    if path is not None and not REHEARSING:
         CODE_TO_CACHE.append((path, (filename, source, code)))
     return code
 
@@ -2127,6 +2171,11 @@ def _traceback_at(frame):
 
 def do_run(channel: Channel, request: dict) -> int:
     module = load_node_code(request.get("node"))
+    return finish_then_answer(channel, call_node(channel, module, request))
+
+
+def call_node(channel: Channel, module, request: dict) -> dict:
+    """Calls the request's function of the loaded node module; returns the answer's fields."""
     fname = request.get("function")
     if not isinstance(fname, str) or not fname:
         raise BadRequest("'function' must name a function in the node code")
@@ -2148,23 +2197,25 @@ def do_run(channel: Channel, request: dict) -> int:
             result = asyncio.run(result)
     finally:
         ArtifactCall.active = False
-    outputs = check_outputs(fname, spec, result)
-    return finish_then_answer(channel, {"ok": True, "outputs": outputs})
+    return {"ok": True, "outputs": check_outputs(fname, spec, result)}
 
 
 # Set up in main(): the pump whose events must all go out before the answer.
 PUMP = None
 
 
-# A call rehearsed on a node of the runtime's own, by rehearse_call.
+# A call rehearsed on a node of the runtime's own, by rehearse_call: its
+# outputs are of each common type, whose checks and encoding a call runs.
 REHEARSAL = json.dumps(
     {
         "op": "run",
         "call_id": "fluksio-rehearsal",
         "node": {
             "source": "from fluksio import Port, node\n\n"
-            "@node(requires=[Port('x', 'int', 1)], provides=[Port('y', 'int')])\n"
-            "def rehearsal(x):\n    return x + 1\n",
+            "@node(requires=[Port('x', 'int', 1)], provides=[Port('y', 'int'), Port('f', 'float'), Port('b', 'bool'),"
+            " Port('s', 'str'), Port('j', 'json')])\n"
+            "def rehearsal(x):\n"
+            "    return {'y': x + 1, 'f': x / 2, 'b': x > 0, 's': str(x), 'j': {'l': [x, 0.5, 'a', False, None]}}\n",
             "filename": "fluksio_rehearsal.py",
         },
         "function": "rehearsal",
@@ -2199,39 +2250,42 @@ def rehearse_call() -> None:
     (copy-on-write, a few microseconds a page, a hundred pages). The
     zygote rehearses once, so its forks start with the caches filled; a
     forked spare rehearses while it waits, so the copies are made before
-    its request, not while the engine waits for the answer. Nothing is
-    written to disk, nothing registered (sys.modules, linecache, the code
-    cache), and nothing is printed.
+    its request, not while the engine waits for the answer. It runs the
+    call's own functions (do_run and what it calls: a function first run
+    in a fork writes to its code object's page, and to the pages of the
+    frames it pushes), but nothing is written to disk, nothing is left
+    registered (sys.modules, linecache, the code cache), nothing is
+    printed, and the answer is encoded, not written.
     """
+    request = json.loads(REHEARSAL.decode("utf-8"))
+    spec = request["node"]
+    source, filename = spec["source"], spec["filename"]
     try:
-        request = json.loads(REHEARSAL.decode("utf-8"))
-        spec = request["node"]
-        source, filename = spec["source"], spec["filename"]
-        data = source.encode("utf-8", "surrogatepass")
-        module = types.ModuleType(module_name_for(filename))
-        module.__file__ = filename
-        code = compile(source, filename, "exec", dont_inherit=True)
+        # A code cache hit in a spare started cold loads the code with marshal.
         import marshal
 
-        code = marshal.loads(marshal.dumps((filename, source, code)))[2]
-        if CODE_CACHE:
-            cache, magic, crc32, _ = CODE_CACHE[0]
-            os.path.join(cache, "%s-%d-%08x-%d" % (magic, sys.flags.optimize, crc32(data), len(data)))
-        exec(code, module.__dict__)
-        fn = getattr(module, request["function"])
-        try:
-            node_spec = spec_of(fn)
-            result = fn(**call_arguments(fn, node_spec, request))
-            answer = {"call_id": request["call_id"], "ok": True, "outputs": check_outputs(request["function"], node_spec, result)}
-            (_ENCODE(answer) + "\n").encode("ascii")
-            flush_node_output()
-            CANCEL.cancelled()
-            signal.signal(signal.SIGTERM, signal.getsignal(signal.SIGTERM))
-        finally:
-            SPECS.pop(id(fn), None)
-            module.__dict__.clear()
+        marshal.loads(marshal.dumps((filename, source, compile(source, filename, "exec", dont_inherit=True))))
+    except Exception:
+        pass
+    name = module_name_for(filename)
+    REHEARSING.append(True)
+    try:
+        do_run(Channel(-1, request["call_id"]), request)
     except Exception:
         pass  # a rehearsal only saves time; the call itself says what fails
+    finally:
+        del REHEARSING[:]
+        module = sys.modules.pop(name, None)
+        if module is not None:
+            SPECS.pop(id(module.__dict__.get(request["function"])), None)
+            NODE_MODULES.remove(module)
+            module.__dict__.clear()
+        linecache.cache.pop(filename, None)
+
+
+# Set while rehearse_call goes through a call: nothing is written to disk,
+# the answer is only encoded, and SIGTERM's handler stays.
+REHEARSING = []
 
 
 def finish_then_answer(channel: Channel, answer: dict) -> int:
@@ -2241,17 +2295,20 @@ def finish_then_answer(channel: Channel, answer: dict) -> int:
     own SIGTERM handler may have swallowed the signal or raised something
     else (a handler that prints can fail inside print's own write).
     """
-    # From here on a late SIGTERM must not interrupt the answer.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # From here on a late SIGTERM must not interrupt the answer. (signal's
+    # own signal() would make an enum of the handler it replaces: a
+    # ValueError raised and caught for a Python handler.)
+    _signal.signal(_SIGTERM, _signal.getsignal(_SIGTERM) if REHEARSING else _SIG_IGN)
     flush_node_output()
     status = 0 if answer.get("ok") else 1
     if channel.pid != os.getpid():
         _EXIT(status)  # a forked child that returned here: only the runner answers
     if CANCEL.cancelled() and answer.get("error", {}).get("type") != NodeCancelled.__name__:
         answer, status = error_answer_fields(NodeCancelled("the call was cancelled"), channel.call_id), 1
-    remove_call_dirs()
-    if PUMP is not None:
-        PUMP.finish()
+    if not REHEARSING:
+        remove_call_dirs()
+        if PUMP is not None:
+            PUMP.finish()
     try:
         channel.answer(answer)
     except OSError:
@@ -3030,15 +3087,15 @@ def main() -> None:
         prepare_call(channel, echo_fd, worker_pipes)
         if FORKED and not request_waiting(REHEARSE_AFTER_S):
             rehearse_call()
-        request = read_request(channel)
-        # stdin stays open until the call ends; node code must not wait on it.
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.close(devnull)
         # What the runtime made so far stays out of the collector's way (a
         # runner forked from a zygote does not copy its pages for it), and
-        # at exit, the objects the collector lists are the call's own.
+        # at exit, the objects the collector lists are the call's own. Done
+        # before the request: it writes to pages of the zygote's objects.
         gc.freeze()
+        request = read_request(channel)
+        # stdin stays open until the call ends; node code must not wait on it.
+        os.dup2(DEVNULL[0], 0)
+        os.close(DEVNULL.pop())
         op = request.get("op", "run")
         if op == "run":
             status = do_run(channel, request)
@@ -3089,6 +3146,11 @@ def prepare_call(channel: Channel, echo_fd: int, worker_pipes) -> None:
     )
     install_sdk()
     prepare_code()
+    DEVNULL.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))  # stdin's, once the request is read
+
+
+# Opened by prepare_call: what stdin becomes once the request is read.
+DEVNULL = []
 
 
 if __name__ == "__main__":

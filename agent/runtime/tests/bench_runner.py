@@ -55,9 +55,16 @@ def request(source, n):
 
 
 def cpu_of(pid):
-    """The CPU seconds a live process's threads have used so far (schedstat: nanoseconds, not ticks)."""
+    """The CPU seconds a live process's threads have used so far (schedstat: nanoseconds, not ticks); NaN once it is gone.
+
+    A forked runner is its zygote's child, which may have reaped it by now.
+    """
     total = 0
-    for tid in os.listdir("/proc/%d/task" % pid):
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except FileNotFoundError:
+        return float("nan")
+    for tid in tids:
         try:
             with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
                 total += int(f.read().split()[0])

@@ -1,6 +1,7 @@
 """Zygote mode: the runtime loaded once, forking each call's runner (--fluksio-zygote REPORT CONTROL EXITS MODS)."""
 
 import json
+import marshal
 import os
 import shutil
 import signal
@@ -99,6 +100,70 @@ class ZygoteTest(unittest.TestCase):
         answer = self.zygote.run(run_request(probe, "f"), env + ["FLUKSIO_CALL_DIR=" + call_dir], call_dir, after=0.5)
         self.assertTrue(answer.get("ok"), answer)
         self.assertEqual(answer["outputs"], {"modules": [], "lines": [], "specs": [], "functions": [], "files": ["pipeline.py"]})
+
+    def run_rehearsed(self, request, env=(), zygote=None):
+        """Runs request in a forked runner that rehearsed first, with a call directory and a code cache; returns (answer, cache dir)."""
+        state = tempfile.mkdtemp(prefix="fluksio-zygote-")
+        self.addCleanup(shutil.rmtree, state, True)
+        call_dir = os.path.join(state, "call")
+        os.mkdir(call_dir)
+        base = [k + "=" + v for k, v in os.environ.items() if k != "PYTHONPATH"] + list(env)
+        base += ["FLUKSIO_CALL_DIR=" + call_dir, "FLUKSIO_ARTIFACT_CACHE=" + os.path.join(state, "artifacts")]
+        # Written late: a spare rehearses only once it has waited a while.
+        return (zygote or self.zygote).run(request, base, call_dir, after=0.5), os.path.join(state, "artifacts", "code")
+
+    def test_a_rehearsed_runner_ships_the_source_to_child_interpreters(self):
+        # The directory shipped source goes to is on sys.path and
+        # PYTHONPATH before the request: the file must be there by the
+        # time node code starts another Python, which imports it by name.
+        code = (
+            "import multiprocessing, os, subprocess, sys\n"
+            "MARK = 'shipped'\n\n"
+            "def square(x):\n    return x * x\n\n"
+            "def f():\n"
+            "    with multiprocessing.get_context('spawn').Pool(1) as pool:\n"
+            "        squares = pool.map(square, range(3))\n"
+            "    child = subprocess.run([sys.executable, '-c', 'import pipeline; print(pipeline.MARK)'], stdout=subprocess.PIPE, check=True)\n"
+            "    return {'squares': squares, 'child': child.stdout.decode().strip(), 'first': sys.path[0],\n"
+            "            'pythonpath': os.environ['PYTHONPATH'].split(os.pathsep)[0]}\n"
+        )
+        answer, cache = self.run_rehearsed(run_request(code, "f"))
+        self.assertTrue(answer.get("ok"), answer)
+        out = answer["outputs"]
+        self.assertEqual((out["squares"], out["child"]), ([0, 1, 4], "shipped"))
+        self.assertEqual(out["pythonpath"], out["first"])
+        # The code cache holds the call's code, none of the rehearsal's.
+        names = []
+        for entry in os.listdir(cache):
+            with open(os.path.join(cache, entry), "rb") as f:
+                names.append(marshal.load(f)[0])
+        self.assertEqual(names, ["pipeline.py"])
+
+    def test_a_rehearsed_runner_shows_the_nodes_lines_and_takes_a_cancel(self):
+        failing = "def f():\n    x = 1\n    raise ValueError('from the node, x=%d' % x)\n"
+        answer, _ = self.run_rehearsed(run_request(failing, "f"))
+        self.assertFalse(answer["ok"])
+        self.assertIn('pipeline.py", line 3, in f\n    raise ValueError', answer["error"]["traceback"])
+        # The rehearsal leaves the runtime's SIGTERM handler in place.
+        cancelled = "import os, signal, time\n\ndef f():\n    os.kill(os.getpid(), signal.SIGTERM)\n    time.sleep(20)\n"
+        answer, _ = self.run_rehearsed(run_request(cancelled, "f"))
+        self.assertEqual(answer["error"]["type"], "NodeCancelled", answer)
+
+    def test_a_module_node_finds_no_directory_for_shipped_source_on_its_paths(self):
+        # The directory is put on the paths ahead of the request; a call
+        # that ships no source has it taken off again.
+        module_dir = tempfile.mkdtemp(prefix="fluksio-zygote-")
+        self.addCleanup(shutil.rmtree, module_dir, True)
+        with open(os.path.join(module_dir, "path_probe.py"), "w") as f:
+            f.write("import os, sys\n\ndef f():\n    return {'path': sys.path, 'pythonpath': os.environ['PYTHONPATH'].split(os.pathsep)}\n")
+        request = {"op": "run", "call_id": "m1", "node": {"module": "path_probe"}, "function": "f", "inputs": {}}
+        zygote = Zygote(env={"PYTHONPATH": module_dir})  # a zygote's sys.path is its forks'
+        self.addCleanup(zygote.close)
+        answer, _ = self.run_rehearsed(request, ["PYTHONPATH=" + module_dir], zygote)
+        self.assertTrue(answer.get("ok"), answer)
+        out = answer["outputs"]
+        self.assertEqual([p for p in out["path"] + out["pythonpath"] if "fluksio-code" in p], [], out)
+        self.assertEqual(out["pythonpath"][0], module_dir)
 
     def test_reports_how_each_runner_ended(self):
         env = [k + "=" + v for k, v in os.environ.items()]
