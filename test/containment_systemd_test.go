@@ -88,16 +88,17 @@ func checkServiceContainment(ctx context.Context, t *testing.T, w *enginetest.Wo
 		t.Errorf("the node ran in cgroup %s, not in a call's cgroup of the service", got.Outputs.Cgroup)
 	}
 	// --cancel-grace is 3 s by default; the stubborn helper needs all of it.
+	// The call's cgroup is then removed, or kept empty for a later call.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		// (The bracket keeps this grep from matching its own command line.)
 		left := strings.TrimSpace(must("grep -l 'fluksio-svc-helpe[r]' /proc/[0-9]*/cmdline 2>/dev/null | wc -l"))
-		gone := strings.TrimSpace(must("test -e /sys/fs/cgroup" + got.Outputs.Cgroup + " || test -e /sys/fs/cgroup/unified" + got.Outputs.Cgroup + " || echo gone"))
-		if left == "0" && gone == "gone" {
+		inCgroup := strings.TrimSpace(must("cat /sys/fs/cgroup" + got.Outputs.Cgroup + "/cgroup.procs /sys/fs/cgroup/unified" + got.Outputs.Cgroup + "/cgroup.procs 2>/dev/null | wc -l"))
+		if left == "0" && inCgroup == "0" {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("10 s after the answer: %s helper processes left, call cgroup %q", left, gone)
+			t.Fatalf("10 s after the answer: %s helper processes left, %s processes in the call's cgroup %s", left, inCgroup, got.Outputs.Cgroup)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

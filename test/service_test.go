@@ -195,7 +195,7 @@ func TestServiceUnderSystemd(t *testing.T) {
 	}
 	step("config, unit, status, check")
 	checkServiceContainment(ctx, t, w, must)
-	step("a node's helpers and its cgroup are gone after its call")
+	step("a node's helpers are gone after its call, its cgroup empty")
 
 	// restart: the old connection closes, a new one attaches and works.
 	pid := mainPID(t, must)

@@ -18,7 +18,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -60,7 +59,12 @@ func inContainedChild(t *testing.T) bool {
 	case !fileExists(systemPython):
 		t.Skip("zygote tests run " + systemPython)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.v")
+	args := []string{"-test.run=^" + t.Name() + "$", "-test.count=1", "-test.v"}
+	if deadline, ok := t.Deadline(); ok {
+		// A child that hangs times out first, and its goroutines are shown.
+		args = append(args, "-test.timeout="+(time.Until(deadline)*9/10).String())
+	}
+	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), containedEnv+"=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -173,7 +177,7 @@ func (z *zygoteRig) forking(t *testing.T, n int) (zyg int, spares []int) {
 // ends or continues it.
 func (z *zygoteRig) stoppedZygote(t *testing.T) (zyg int, spares []int) {
 	t.Helper()
-	zyg, spares = z.forking(t, 1+forkedSparesAhead)
+	zyg, spares = z.forking(t, warmOneKeeps)
 	syscall.Kill(zyg, syscall.SIGSTOP)
 	t.Cleanup(func() { syscall.Kill(zyg, syscall.SIGCONT) })
 	return zyg, spares
@@ -259,6 +263,11 @@ func parentOf(pid int) int {
 
 // readyForked lists the pids of the ready spares (forks of the zygote).
 func (z *zygoteRig) readyForked() []int { return z.readySpares() }
+
+// warmOneKeeps is how many forked spares a rig with one warm slot keeps.
+// A test that runs a call in "one of the spares" waits for all of them:
+// one forked after a snapshot of fewer may serve the call as well.
+const warmOneKeeps = 1 + forkedSparesAhead
 
 // waitForked waits until n forked spares are ready.
 func (z *zygoteRig) waitForked(t *testing.T, n int) []int {
@@ -398,7 +407,7 @@ func TestZygotes(t *testing.T) {
 			{"exits-7", "import os\ndef f():\n    os._exit(7)\n", "exited with code 7 without answering"},
 			{"killed", "import os, signal\ndef f():\n    os.kill(os.getpid(), signal.SIGUSR1)\n", "killed by SIGUSR1"},
 		} {
-			c := z.runForked(t, tc.name, tc.source, z.waitForked(t, 1))
+			c := z.runForked(t, tc.name, tc.source, z.waitForked(t, warmOneKeeps))
 			if parent := parentOf(c.box.pid); parent != zyg && parent != 0 {
 				t.Errorf("call %s: its runner's parent is %d; want the zygote %d", tc.name, parent, zyg)
 			}
@@ -411,7 +420,7 @@ func TestZygotes(t *testing.T) {
 		// itself: the call ends with how its runner ended, and nothing of
 		// it is left.
 		z := newZygoteRig(t, 1, nil)
-		zyg, spares := z.forking(t, 1)
+		zyg, spares := z.forking(t, warmOneKeeps)
 		fifo := filepath.Join(t.TempDir(), "go")
 		if err := unix.Mkfifo(fifo, 0o600); err != nil {
 			t.Fatal(err)
@@ -434,7 +443,7 @@ func TestZygotes(t *testing.T) {
 		gone(t, "after End", runner, zyg)
 		// Calls go on, forked from a new zygote.
 		next := z.zygote(t, zyg)
-		spares = z.waitForked(t, 1)
+		spares = z.waitForked(t, warmOneKeeps)
 		if got := z.runPID(t, "after"); !containsInt(spares, got) {
 			t.Errorf("the call ran in %d; want a spare forked from the new zygote %d: %v", got, next, spares)
 		}
@@ -460,7 +469,7 @@ func TestZygotes(t *testing.T) {
 			}
 		}
 		gone(t, "the replaced zygote", zyg)
-		spares = z.waitForked(t, 1)
+		spares = z.waitForked(t, warmOneKeeps)
 		if got := z.runPID(t, "after"); !containsInt(spares, got) {
 			t.Errorf("the call ran in %d; want a spare forked from the new zygote %d: %v", got, next, spares)
 		}
@@ -475,12 +484,18 @@ func TestZygotes(t *testing.T) {
 		z := newZygoteRig(t, 1, nil)
 		z.pool.warm.exitReportWait = 2 * waitLong
 		_, spares := z.stoppedZygote(t)
+		// Dead as the kernel says once all of a spare's threads are gone
+		// (its pidfd), not when its main thread is a zombie (/proc): a
+		// spare has a thread watching for a cancel, which may exit later.
 		for _, pid := range spares {
+			w := platform.WatchExit(pid)
+			defer w.Close()
 			syscall.Kill(pid, syscall.SIGKILL)
-		}
-		deadline := time.Now().Add(waitLong)
-		for slices.ContainsFunc(spares, platform.ProcessAlive) && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
+			select {
+			case <-w.Exited():
+			case <-time.After(waitLong):
+				t.Fatalf("the killed spare %d did not exit within %s", pid, waitLong)
+			}
 		}
 		if got := z.runPID(t, "after-the-kill"); containsInt(spares, got) {
 			t.Errorf("the call ran in %d, one of the killed spares %v", got, spares)
@@ -558,7 +573,7 @@ func TestZygotes(t *testing.T) {
 	t.Run("KilledZygoteIsReplaced", func(t *testing.T) {
 		t.Parallel()
 		z := newZygoteRig(t, 1, nil)
-		zyg, before := z.forking(t, 1)
+		zyg, before := z.forking(t, warmOneKeeps)
 		killed, _ := os.FindProcess(zyg)
 		killed.Kill()
 		// Calls go on while a new zygote starts: a spare forked before
@@ -567,7 +582,7 @@ func TestZygotes(t *testing.T) {
 			t.Errorf("the call after the kill ran in %d; want one of the spares forked before it %v", got, before)
 		}
 		next := z.zygote(t, zyg)
-		spares := z.waitForked(t, 1)
+		spares := z.waitForked(t, warmOneKeeps)
 		if got := z.runPID(t, "after"); !containsInt(spares, got) {
 			t.Errorf("the call ran in %d; want a spare forked from the new zygote %d: %v", got, next, spares)
 		}
