@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -12,8 +13,8 @@ import (
 )
 
 // helpersNode starts the four helpers of containment_test.go from Python,
-// as node code would, waits until all run, and returns how many it saw and
-// its own cgroup.
+// as node code would, waits until all run, and returns how many it saw,
+// its own cgroup and pid.
 const helpersNode = `
 import os, subprocess, time
 
@@ -41,13 +42,14 @@ def f(*, marker):
         time.sleep(0.05)
     with open("/proc/self/cgroup") as f:
         cgroup = [l.split("::", 1)[1].strip() for l in f if l.startswith("0::")][0]
-    return {"seen": seen, "cgroup": cgroup}
+    return {"seen": seen, "cgroup": cgroup, "pid": os.getpid()}
 `
 
 // checkServiceContainment runs a node that starts the four helpers in the
 // installed service: the worker is in cgroup mode in a leaf of its
 // delegated cgroup, the call runs in a cgroup of its own, and after the
-// answer neither a helper nor the call's cgroup is left.
+// answer no helper is left, nor the node's process in the call's cgroup
+// (removed, or kept for a later call: a spare forked since may be in it).
 func checkServiceContainment(ctx context.Context, t *testing.T, w *enginetest.Worker, must func(string) string) {
 	t.Helper()
 	if out := must("fluksio-worker status"); !strings.Contains(out, "cgroup") {
@@ -79,26 +81,26 @@ func checkServiceContainment(ctx context.Context, t *testing.T, w *enginetest.Wo
 		Outputs struct {
 			Seen   int    `json:"seen"`
 			Cgroup string `json:"cgroup"`
+			PID    int    `json:"pid"`
 		} `json:"outputs"`
 	}
-	if err := json.Unmarshal(answer.Raw, &got); err != nil || !got.OK || got.Outputs.Seen != 4 {
-		t.Fatalf("the helpers node answered %s; want ok with all four helpers seen", answer.Raw)
+	if err := json.Unmarshal(answer.Raw, &got); err != nil || !got.OK || got.Outputs.Seen != 4 || got.Outputs.PID <= 0 {
+		t.Fatalf("the helpers node answered %s; want ok with all four helpers seen and its pid", answer.Raw)
 	}
 	if !regexp.MustCompile(`fluksio-worker\.service/worker-\d+/call-`).MatchString(got.Outputs.Cgroup) {
 		t.Errorf("the node ran in cgroup %s, not in a call's cgroup of the service", got.Outputs.Cgroup)
 	}
 	// --cancel-grace is 3 s by default; the stubborn helper needs all of it.
-	// The call's cgroup is then removed, or kept empty for a later call.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		// (The bracket keeps this grep from matching its own command line.)
 		left := strings.TrimSpace(must("grep -l 'fluksio-svc-helpe[r]' /proc/[0-9]*/cmdline 2>/dev/null | wc -l"))
-		inCgroup := strings.TrimSpace(must("cat /sys/fs/cgroup" + got.Outputs.Cgroup + "/cgroup.procs /sys/fs/cgroup/unified" + got.Outputs.Cgroup + "/cgroup.procs 2>/dev/null | wc -l"))
-		if left == "0" && inCgroup == "0" {
+		node := strings.TrimSpace(must(fmt.Sprintf("cat /sys/fs/cgroup%[1]s/cgroup.procs /sys/fs/cgroup/unified%[1]s/cgroup.procs 2>/dev/null | grep -cx %[2]d || true", got.Outputs.Cgroup, got.Outputs.PID)))
+		if left == "0" && node == "0" {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("10 s after the answer: %s helper processes left, %s processes in the call's cgroup %s", left, inCgroup, got.Outputs.Cgroup)
+			t.Fatalf("10 s after the answer: %s helper processes left; the node's process %d in the call's cgroup %s: %s", left, got.Outputs.PID, got.Outputs.Cgroup, node)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
