@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fluksio/fluksio-worker/agent"
 	"github.com/fluksio/fluksio-worker/agent/config"
@@ -147,5 +148,47 @@ func TestPythonThatIsNotPythonIsRefused(t *testing.T) {
 	}
 	if n := len(eng.Hellos()); n != 0 {
 		t.Errorf("the worker attached %d times with no Python", n)
+	}
+}
+
+// Under systemd, the worker's last status line says it stopped, why and
+// with which code, on a real notify socket: a unit that failed (here, a
+// refused token) no longer shows the "not attached …, retrying" it showed
+// while it ran.
+func TestFinalStatusLineForSystemd(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "notify")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	t.Setenv("NOTIFY_SOCKET", path)
+	t.Setenv("WATCHDOG_USEC", "")
+	eng, err := enginetest.Start(enginetest.Options{Tokens: []string{"another-workers-token"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	code, records := runCommand(t, eng.AttachURL())
+	exited(t, code, records, config.ExitRefused, "ERROR", "refused by the engine")
+
+	// Every notification sent is queued on the socket; read them all.
+	var statuses []string
+	buf := make([]byte, 4096)
+	for {
+		conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		n, err := conn.Read(buf)
+		if err != nil {
+			break
+		}
+		for _, line := range strings.Split(string(buf[:n]), "\n") {
+			if s, ok := strings.CutPrefix(line, "STATUS="); ok {
+				statuses = append(statuses, s)
+			}
+		}
+	}
+	want := "stopped: refused by the engine (exit code 1)"
+	if len(statuses) == 0 || statuses[len(statuses)-1] != want {
+		t.Errorf("the status lines systemd got: %q; want the last to be %q", statuses, want)
 	}
 }

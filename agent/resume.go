@@ -1,6 +1,6 @@
 package agent
 
-// Calls that survive an outage: the resume extension (RESUME.md). On a
+// Calls that survive an outage: the resume extension (docs/resume.md). On a
 // connection whose welcome accepted it, each call's frames go through a
 // hold.Journal. When the connection is lost, its running calls are held:
 // they keep running for the grace, their output kept. On the next accepting

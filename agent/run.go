@@ -63,17 +63,17 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	python, pyVersion, err := platform.FindPython(ctx, cfg.Python)
 	if err != nil {
 		log.Error("cannot run node code", "error", err)
-		return exiting(log, config.ExitUsage, "no Python to run node code on")
+		return exiting(log, service, config.ExitUsage, "no Python to run node code on")
 	}
 	stateDir, err := config.ResolveStateDir(cfg, os.Getenv)
 	if err != nil {
 		log.Error("cannot use the state directory", "error", err)
-		return exiting(log, config.ExitUsage, "the state directory cannot be used")
+		return exiting(log, service, config.ExitUsage, "the state directory cannot be used")
 	}
 	lock, err := config.LockStateDir(stateDir)
 	if err != nil {
 		log.Error("cannot use the state directory", "error", err)
-		return exiting(log, config.ExitUsage, "another worker holds the state directory")
+		return exiting(log, service, config.ExitUsage, "another worker holds the state directory")
 	}
 	defer lock.Release()
 	if n, err := runner.ClearLeftovers(stateDir); err != nil {
@@ -93,7 +93,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		srv, err := a.ListenMonitoring()
 		if err != nil {
 			log.Error("cannot serve monitoring", "error", err)
-			return exiting(log, config.ExitUsage, "--listen cannot be served")
+			return exiting(log, service, config.ExitUsage, "--listen cannot be served")
 		}
 		defer srv.Close()
 		log.Info("serving /metrics, /healthz and /livez", "listen", srv.Addr())
@@ -128,14 +128,14 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		case err := <-served:
 			if errors.Is(err, ErrReload) {
 				signal.Stop(signals)
-				return exiting(log, a.reexec(exe, exeErr, service.Reloading), "a reload could not execute the binary")
+				return exiting(log, service, a.reexec(exe, exeErr, service.Reloading), "a reload could not execute the binary")
 			}
 			service.Stopping()
 			code, why := exitCode(log, err)
 			if err == nil {
 				why = a.EndReason()
 			}
-			return exiting(log, code, why)
+			return exiting(log, service, code, why)
 		case err := <-checked:
 			checked = nil
 			if err != nil {
@@ -173,7 +173,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 				case <-served:
 				case <-time.After(time.Second):
 				}
-				return exiting(log, config.ExitOK, signalName(sig)+" twice: running calls killed")
+				return exiting(log, service, config.ExitOK, signalName(sig)+" twice: running calls killed")
 			}
 		}
 	}
@@ -204,9 +204,11 @@ func exitCode(log *slog.Logger, err error) (code int, why string) {
 }
 
 // exiting writes the worker's last record, why it stops and its exit
-// code, and returns the code. Every way out of `run` once it has a logger
-// goes through here, so the journal's last word about a worker is this.
-func exiting(log *slog.Logger, code int, why string) int {
+// code, sets systemd's status line to the same, and returns the code.
+// Every way out of `run` once it has a logger goes through here, so the
+// journal's last word about a worker, and `systemctl status`'s, is this.
+func exiting(log *slog.Logger, service *platform.ServiceManager, code int, why string) int {
+	service.Stopped(code, why)
 	level := slog.LevelInfo
 	if code != config.ExitOK {
 		level = slog.LevelError

@@ -44,6 +44,9 @@ func SelftestCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	python := fs.String("python", "", "")
 	steps := fs.Int("steps", 5, "")
 	verbose := fs.Bool("verbose", false, "")
+	nodeFile := fs.String("node", "", "")
+	function := fs.String("function", "", "")
+	inputs := fs.String("inputs", "", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			writeSelftestUsage(stdout)
@@ -53,18 +56,29 @@ func SelftestCommand(ctx context.Context, args []string, stdout, stderr io.Write
 		return config.ExitUsage
 	}
 	if fs.NArg() > 0 || *steps < 1 {
-		fmt.Fprintln(stderr, "fluksio-worker selftest: takes only --python P, --steps N (>= 1) and --verbose")
+		fmt.Fprintln(stderr, "fluksio-worker selftest: takes only --python P, --steps N (>= 1), --node FILE --function NAME [--inputs JSON] and --verbose")
 		return config.ExitUsage
+	}
+	st := &selftest{out: stdout, steps: *steps}
+	if *nodeFile != "" || *function != "" || *inputs != "" {
+		var err error
+		if st.own, err = readOwnNode(*nodeFile, *function, *inputs, isSet(fs, "steps")); err != nil {
+			fmt.Fprintf(stderr, "fluksio-worker selftest: %v (see 'fluksio-worker selftest --help')\n", err)
+			return config.ExitUsage
+		}
 	}
 	// SIGTERM (a CI runner's timeout, systemd) ends the self-test as SIGINT
 	// does, through the cleanup below: its engine, worker and temporary
 	// directory do not outlive it.
 	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stopSignals()
-	ctx, cancel := context.WithTimeout(ctx, selftestTimeout)
-	defer cancel()
-
-	st := &selftest{out: stdout, steps: *steps}
+	if st.own == nil {
+		// The example takes seconds; a node of your own runs as long as it
+		// runs (Ctrl-C stops it).
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, selftestTimeout)
+		defer cancel()
+	}
 	// The worker's own log goes to stderr with --verbose; otherwise it is
 	// kept and shown only if something fails.
 	var agentLog bytes.Buffer
@@ -80,17 +94,23 @@ func SelftestCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	err := st.run(ctx, *python, token, logging.NewLogger(logTo, "text", level, token))
 	if err != nil {
 		fmt.Fprintf(stdout, "\nFAILED: %v\n", err)
+		if errors.Is(err, errNodeFailed) {
+			return config.ExitRefused // the node's own error, shown above
+		}
 		if !*verbose && agentLog.Len() > 0 {
 			fmt.Fprintf(stderr, "\nThe worker's log:\n%s", logging.LastLines(agentLog.String(), 60)+"\n")
 		}
 		return config.ExitRefused
 	}
-	st.report()
+	if st.own == nil {
+		st.report()
+	}
 	return config.ExitOK
 }
 
 func writeSelftestUsage(w io.Writer) {
 	fmt.Fprint(w, `Usage: fluksio-worker selftest [--python P] [--steps N] [--verbose]
+       fluksio-worker selftest --node FILE --function NAME [--inputs JSON] [--python P] [--verbose]
 
 Proves this machine can run Fluksio nodes, with no engine needed: starts a
 built-in engine on loopback, attaches a worker to it, and runs the bundled
@@ -98,20 +118,39 @@ example node (a small training loop) through the embedded runtime on the
 chosen Python: compile, a generator node whose metrics stream live, and an
 artifact saved and loaded back. Exits 0 only if all of it worked.
 
-Options:
-  --python P   the interpreter nodes will run on (default: python3 on PATH)
-  --steps N    training steps of the example (default 5)
-  --verbose    show the worker's own log as it runs
+With --node, it runs your own node the same way instead: FILE is compiled
+(the nodes it defines are listed), then the function NAME is called with
+--inputs, and every message an engine would receive is printed as it
+arrives (events, with the seconds since the call was sent), then the
+answer and how long the call took. Artifacts it saves go to the built-in
+engine and are gone afterwards. It runs until the node returns (Ctrl-C
+stops it).
 
-Exit status: 0 all of it worked, 1 a step failed (it says which), 2 bad
-options.
+Options:
+  --python P        the interpreter nodes will run on (default: python3 on PATH)
+  --steps N         training steps of the example (default 5)
+  --node FILE       a Python file of nodes of your own, run instead of the example
+  --function NAME   the node of FILE to call
+  --inputs JSON     its inputs, a JSON object (default {})
+  --verbose         show the worker's own log as it runs
+
+Exit status: 0 all of it worked, 1 a step failed or the node answered an
+error (it says which), 2 bad options or a FILE that cannot be read.
 `)
+}
+
+// isSet reports whether the flag name was given on the command line.
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // selftest carries what the report shows.
 type selftest struct {
 	out   io.Writer
 	steps int
+	own   *ownNode // --node: the user's node, run instead of the example
 
 	python, pyVersion string
 	hello             enginetest.Hello
@@ -178,6 +217,9 @@ func (st *selftest) run(ctx context.Context, python, token string, log *slog.Log
 
 	// The cache is the self-test's own, so the load really fetches.
 	env := map[string]any{"FLUKSIO_ARTIFACT_CACHE": filepath.Join(tmp, "artifacts")}
+	if st.own != nil {
+		return st.runOwn(ctx, wk, env)
+	}
 	if err := st.compile(ctx, wk); err != nil {
 		return err
 	}
@@ -301,8 +343,13 @@ func (st *selftest) report() {
 		ram = fmt.Sprintf("%d MiB", *inv.RAMMB)
 	}
 	venv := st.hello.VenvDigest
-	if venv == "" {
+	switch venv {
+	case "":
 		venv = "none (pip freeze could not run)"
+	case emptyVenvDigest:
+		venv += " (pip freeze listed nothing: this Python has no pip, or no packages installed)"
+	default:
+		venv += " (pip freeze's packages, hashed: the engine may match a node's environment on it)"
 	}
 	st.say("")
 	st.say("selftest passed")
@@ -313,6 +360,10 @@ func (st *selftest) report() {
 	st.say("  calls      %s", strings.Join(st.timings, ", "))
 	st.say("  artifact   %v, %v bytes, saved and loaded back", st.model["name"], st.model["size"])
 }
+
+// emptyVenvDigest is the venv digest of an empty pip freeze (the first 16
+// hex digits of sha256 of nothing): a Python without pip reports it.
+const emptyVenvDigest = "e3b0c44298fc1c14"
 
 // describeError renders an error answer for a person.
 func describeError(answer map[string]any) string {

@@ -2,6 +2,8 @@ package agent_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -20,7 +22,7 @@ func TestSelftest(t *testing.T) {
 		t.Fatalf("selftest exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}
 	out := stdout.String()
-	for _, want := range []string{"train and evaluate", "loss=", "lr_now=", "loaded the model back", "selftest passed", "runtime    embedded, sha256 ", "GPUs seen"} {
+	for _, want := range []string{"train and evaluate", "loss=", "lr_now=", "loaded the model back", "selftest passed", "runtime    embedded, sha256 ", "GPUs seen", "(pip freeze"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the selftest output lacks %q:\n%s", want, out)
 		}
@@ -42,5 +44,75 @@ func TestSelftest(t *testing.T) {
 	stdout.Reset()
 	if code := agent.SelftestCommand(ctx, []string{"--help"}, &stdout, &stdout); code != 0 || !strings.Contains(stdout.String(), "Usage:") {
 		t.Errorf("selftest --help: exit %d\n%s", code, stdout.String())
+	}
+}
+
+// `selftest --node FILE --function NAME --inputs JSON`: a node file of the
+// user's own through the real runtime on a real Python, every message the
+// engine receives printed (its stream values and log lines), then the
+// answer and how long the call took; a node that raises exits 1 with its
+// traceback; options that cannot go together exit 2 before anything runs.
+func TestSelftestOwnNode(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), attachTimeout)
+	defer cancel()
+	given, _ := findPython(ctx, t)
+	file := filepath.Join(t.TempDir(), "mine.py")
+	source := `from fluksio import Port, node
+
+@node(requires=[Port("n", "int")], provides=[Port("seen", "int", stream=True), Port("total", "int")])
+def count(*, n):
+    for i in range(n):
+        print("counting %d of %d" % (i + 1, n), flush=True)
+        yield {"seen": i + 1}
+    return {"total": n * 10}
+
+@node
+def broken():
+    raise ValueError("the node's own mistake")
+`
+	if err := os.WriteFile(file, []byte(source), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr strings.Builder
+	if code := agent.SelftestCommand(ctx, []string{"--python", given, "--node", file, "--function", "count", "--inputs", `{"n": 3}`}, &stdout, &stderr); code != 0 {
+		t.Fatalf("selftest --node exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	out := stdout.String()
+	// The messages as the runtime wrote them, spaces after separators or not.
+	compact := strings.ReplaceAll(out, " ", "")
+	for _, want := range []string{"mine.py defines count, broken", `count({"n":3})`, `"seen":3`, "counting 3 of 3", `"total":30`, "selftest-run: answered ok in "} {
+		if !strings.Contains(out, want) && !strings.Contains(compact, want) {
+			t.Errorf("the output lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, " stream "); n != 3 {
+		t.Errorf("%d stream events printed, want 3:\n%s", n, out)
+	}
+	if strings.Contains(out, "train") {
+		t.Errorf("selftest --node ran the example too:\n%s", out)
+	}
+
+	stdout.Reset()
+	if code := agent.SelftestCommand(ctx, []string{"--python", given, "--node", file, "--function", "broken"}, &stdout, &stdout); code != 1 {
+		t.Errorf("selftest --node on a node that raises: exit %d, want 1\n%s", code, stdout.String())
+	}
+	for _, want := range []string{"the node's own mistake", "selftest-run: answered an error in ", "FAILED: the node answered an error"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("the output of a node that raises lacks %q:\n%s", want, stdout.String())
+		}
+	}
+
+	for _, args := range [][]string{
+		{"--function", "count"},
+		{"--node", file},
+		{"--node", file, "--function", "count", "--inputs", "[1]"},
+		{"--node", file, "--function", "count", "--steps", "3"},
+		{"--node", filepath.Join(t.TempDir(), "missing.py"), "--function", "count"},
+	} {
+		stdout.Reset()
+		if code := agent.SelftestCommand(ctx, args, &stdout, &stdout); code != 2 || !strings.Contains(stdout.String(), "--") {
+			t.Errorf("selftest %q exited %d, want 2 saying which option:\n%s", args, code, stdout.String())
+		}
 	}
 }

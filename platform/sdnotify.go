@@ -1,6 +1,7 @@
 package platform
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -64,6 +65,14 @@ func (m *ServiceManager) Reloading() {
 // Stopping says the worker is on its way out, so systemctl shows
 // "deactivating" while calls are stopped or drained.
 func (m *ServiceManager) Stopping() { m.send(daemon.SdNotifyStopping) }
+
+// Stopped sets the last status line: stopped, why and the exit code, so
+// that `systemctl status` of a unit that ended (failed, or waiting for its
+// restart) says what happened instead of what the worker was doing before.
+// Sent just before the worker exits.
+func (m *ServiceManager) Stopped(code int, why string) {
+	m.Status(fmt.Sprintf("stopped: %s (exit code %d)", why, code))
+}
 
 // Status sets the line `systemctl status` shows. Sending the same line again
 // is skipped.

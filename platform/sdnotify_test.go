@@ -67,6 +67,11 @@ func TestServiceManagerNotifies(t *testing.T) {
 	if got := next(t, conn); got != "STOPPING=1" {
 		t.Errorf("Stopping sent %q", got)
 	}
+	// The last word: what a unit that ended shows, not what it was doing.
+	m.Stopped(1, "refused by the engine")
+	if got := next(t, conn); got != "STATUS=stopped: refused by the engine (exit code 1)" {
+		t.Errorf("Stopped sent %q", got)
+	}
 }
 
 // Outside systemd nothing is sent and nothing fails.
@@ -81,6 +86,7 @@ func TestServiceManagerOutsideSystemd(t *testing.T) {
 	m.Watchdog()
 	m.Reloading()
 	m.Stopping()
+	m.Stopped(0, "x")
 	if m.WatchdogPeriod() != 0 {
 		t.Errorf("WatchdogPeriod() = %v outside systemd", m.WatchdogPeriod())
 	}

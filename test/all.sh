@@ -4,8 +4,17 @@
 # each fuzzer, then every Go test under the race detector (the service and
 # package tests boot a real systemd with systemd-nspawn; they need root,
 # debootstrap and systemd-container, see .ci/run).
+#
+# Run it from a clone as root for everything (`bash test/all.sh` in a root
+# shell, `sudo bash test/all.sh` from a user's): without root the tests
+# that boot systemd or need a cgroup skip themselves, and the summary at the
+# end lists them. The first run downloads the Go modules (go.sum) from the
+# module proxy; the systemd tests build a Debian rootfs with debootstrap.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# What this run could not do, said again at the end.
+skipped=()
 
 echo "== gofmt"
 unformatted=$(git ls-files '*.go' | xargs gofmt -l)
@@ -16,8 +25,14 @@ go vet ./...
 if command -v staticcheck >/dev/null; then
   echo "== staticcheck"
   staticcheck ./...
+else
+  skipped+=("staticcheck: not on PATH; CI installs it: go install honnef.co/go/tools/cmd/staticcheck@v0.8.2 (then PATH=\"\$(go env GOPATH)/bin:\$PATH\")")
+  echo "== staticcheck: SKIPPED, not installed (see the summary at the end)"
 fi
-if command -v deadcode >/dev/null; then
+if ! command -v deadcode >/dev/null; then
+  skipped+=("deadcode: not on PATH; CI installs it: go install golang.org/x/tools/cmd/deadcode@v0.51.0")
+  echo "== deadcode: SKIPPED, not installed (see the summary at the end)"
+else
   echo "== deadcode"
   # Functions the binary can never call. The fake engine (agent/enginetest)
   # is in the binary for selftest, which uses part of it; the rest is what
@@ -73,5 +88,19 @@ done
 rm -rf "$logs"
 [ "$failed" = 0 ] || { echo "the runtime's Python tests failed (above)"; exit 1; }
 
-echo "== go test -race"
-go test -race -count=1 -timeout 75m ./...
+echo "== go test -race (one line per test as it ends; a failed test's whole output)"
+if [ "$(id -u)" != 0 ]; then
+  skipped+=("the tests that need root (systemd under systemd-nspawn, packages, podman, cgroups per call): run as root; .ci/run installs what they need on Debian")
+fi
+# go test -json, summarised by test/gotest_lines.py: a line per top-level
+# test as it ends, so a long run shows where it is and a timeout where it
+# was; each package's closing ok or FAIL line as go test writes it.
+go_test_status=0
+go test -race -count=1 -timeout 75m -json ./... | python3 test/gotest_lines.py || go_test_status=$?
+
+if [ ${#skipped[@]} -gt 0 ]; then
+  echo "== not run here (CI runs them)"
+  printf '  %s\n' "${skipped[@]}"
+  echo "  and every test above marked --- SKIP, with its reason"
+fi
+exit "$go_test_status"

@@ -179,7 +179,11 @@ func debUnderSystemd(t *testing.T, v1, v2 release) {
 	step("preremove with rpm's upgrade argument")
 
 	// Remove: the service stops and its unit goes; config and state stay.
-	sh("apt-get remove -y fluksio-worker")
+	out = sh("apt-get remove -y fluksio-worker 2>&1")
+	// What is said about the config kept must work once the binary is gone.
+	if !strings.Contains(out, "'apt purge fluksio-worker' removes them") || strings.Contains(out, "fluksio-worker uninstall --purge") {
+		t.Errorf("apt-get remove does not point at apt purge for the config it keeps (or names the removed binary):\n%s", out)
+	}
 	if state := strings.TrimSpace(sh("systemctl is-active fluksio-worker || true")); state == "active" {
 		t.Error("apt-get remove left the service running")
 	}

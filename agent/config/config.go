@@ -706,16 +706,23 @@ func durationSetter(apply func(*Config, time.Duration)) func(*Config, string) er
 func durationUpTo(apply func(*Config, time.Duration), maximum time.Duration, why string) func(*Config, string) error {
 	return func(c *Config, v string) error {
 		v = strings.TrimSpace(v)
-		tooLarge := fmt.Errorf("must be at most %s (%s)", maximum, why)
+		tooLarge := fmt.Errorf("must be at most %s (%s)", humanDuration(maximum), why)
 		d, err := time.ParseDuration(v)
 		if err != nil {
 			secs, ferr := strconv.ParseFloat(v, 64)
 			switch {
 			case ferr == nil && !math.IsNaN(secs) && secs > maximum.Seconds():
 				return tooLarge
+			case ferr != nil && strings.HasSuffix(strings.ToLower(v), "d"):
+				// Days are what people write for long waits; Go has no such unit.
+				hint := "hours"
+				if days, err := strconv.ParseFloat(v[:len(v)-1], 64); err == nil && days >= 0 && days*24 < math.MaxInt32 {
+					hint = fmt.Sprintf("%gh for %s", days*24, v)
+				}
+				return fmt.Errorf("days are not a unit here: write %s (units: h, m, s, ms), at most %s", hint, humanDuration(maximum))
 			case ferr != nil || math.IsNaN(secs) || math.IsInf(secs, 0):
 				// time.ParseDuration cannot tell an overflow from a typo.
-				return fmt.Errorf("expected seconds (300) or a duration (5m, 3s), at most %s", maximum)
+				return fmt.Errorf("expected seconds (300) or a duration (5m, 3s), at most %s", humanDuration(maximum))
 			}
 			d = time.Duration(secs * float64(time.Second))
 		}
@@ -728,6 +735,26 @@ func durationUpTo(apply func(*Config, time.Duration), maximum time.Duration, why
 		apply(c, d)
 		return nil
 	}
+}
+
+// humanDuration writes a limit as a person reads it: "366 days (8784h)",
+// "1h", "24h", not Go's "8784h0m0s".
+func humanDuration(d time.Duration) string {
+	const day = 24 * time.Hour
+	switch {
+	case d == math.MaxInt64:
+		return "about 292 years"
+	case d > day && d%day == 0:
+		return fmt.Sprintf("%d days (%dh)", d/day, d/time.Hour)
+	}
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 func oneOf(apply func(*Config, string), choices ...string) func(*Config, string) error {

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"flag"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -511,6 +512,34 @@ func TestOptionLimits(t *testing.T) {
 		o, _ := OptionByName(name)
 		if err := o.Check(v); err != nil {
 			t.Errorf("--%s %s: %v", name, v, err)
+		}
+	}
+}
+
+// Duration limits read as a person writes them, and days, which Go has no
+// unit for, are refused saying so and what to write instead.
+func TestDurationLimitsSaidPlainly(t *testing.T) {
+	for _, c := range []struct{ option, value, want string }{
+		{"max-idle", "1e10", "must be at most 366 days (8784h)"},
+		{"max-idle", "9000h", "must be at most 366 days (8784h)"},
+		{"cancel-grace", "2h", "must be at most 1h ("},
+		{"outage-grace", "25h", "must be at most 24h ("},
+		{"max-idle", "2d", "days are not a unit here: write 48h for 2d"},
+		{"outage-grace", "1.5D", "days are not a unit here: write 36h for 1.5D"},
+		{"max-idle", "soon", "expected seconds (300) or a duration (5m, 3s), at most 366 days (8784h)"},
+	} {
+		o, _ := OptionByName(c.option)
+		err := o.Check(c.value)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("--%s %s: %v; want it to say %q", c.option, c.value, err, c.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "0m0s") {
+			t.Errorf("--%s %s: %v says Go's form of a duration", c.option, c.value, err)
+		}
+	}
+	for d, want := range map[time.Duration]string{time.Hour: "1h", 90 * time.Second: "1m30s", 5 * time.Minute: "5m", 36 * time.Hour: "36h", math.MaxInt64: "about 292 years"} {
+		if got := humanDuration(d); got != want {
+			t.Errorf("humanDuration(%v) = %q; want %q", d, got, want)
 		}
 	}
 }

@@ -1,6 +1,6 @@
 package enginetest
 
-// The engine's side of the resume extension (RESUME.md): it accepts the
+// The engine's side of the resume extension (docs/resume.md): it accepts the
 // worker's offer in its welcome, remembers the calls it sent to each worker
 // (by the worker's name) with how many frames of each it received, and
 // answers a reconnected worker's resume message: continue after the frames

@@ -1,5 +1,5 @@
 // Package hold keeps a call's output for an engine that may not have it
-// yet: the resume extension (RESUME.md at the top of the repository). Every
+// yet: the resume extension (docs/resume.md). Every
 // frame a call sends gets the next sequence number of that call (1, 2, ...;
 // heartbeats are not frames of the journal). While the connection is up,
 // frames go straight out and the last ones sent are retained, since the

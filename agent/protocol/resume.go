@@ -1,6 +1,6 @@
 package protocol
 
-// The resume extension (RESUME.md at the top of the repository): calls
+// The resume extension (docs/resume.md): calls
 // survive an engine outage when both sides opt in. A protocol-2 engine
 // never sees any of this: the offer is an HTTP header on the upgrade, and
 // everything else follows only a welcome that accepted it.

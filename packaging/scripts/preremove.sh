@@ -12,7 +12,19 @@ remove | 0) ;;
 esac
 
 [ -e "$unit" ] || exit 0
-if ! fluksio-worker uninstall; then
+# uninstall's own advice for the config it keeps names a command this
+# removal is taking away; the package says what works once it is gone.
+if out=$(fluksio-worker uninstall); then
+	printf '%s\n' "$out" | grep -v 'uninstall --purge' || true
+	if [ -e /etc/fluksio-worker ] || [ -e /var/lib/fluksio-worker ]; then
+		if [ "$1" = remove ]; then
+			echo "fluksio-worker: kept the config (with the token) in /etc/fluksio-worker and the state in /var/lib/fluksio-worker; 'apt purge fluksio-worker' removes them."
+		else
+			echo "fluksio-worker: kept the config (with the token) in /etc/fluksio-worker and the state in /var/lib/fluksio-worker; rpm has no purge: 'sudo rm -rf /etc/fluksio-worker /var/lib/fluksio-worker' removes them."
+		fi
+	fi
+else
+	printf '%s\n' "$out"
 	# Never block a removal: the binary is about to go, so a unit left
 	# behind would point at nothing. Take it down by hand.
 	echo "fluksio-worker: uninstall failed; removing the unit directly" >&2
