@@ -20,6 +20,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/fluksio/fluksio-worker/agent/logging"
+	"github.com/fluksio/fluksio-worker/agent/policy"
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
@@ -65,6 +66,9 @@ type Config struct {
 	PreCallHook  string        // a shell command that accepts or declines each call; "": none
 	PostCallHook string        // a shell command told each call's outcome; "": none
 	HookTimeout  time.Duration // how long a hook may run; 0: DefaultHookTimeout
+	// Policy is the code policy these settings make, read (trusted keys
+	// and all) by Resolve; nil before, and nil is no policy.
+	Policy *policy.Policy
 
 	// Warnings are things worth telling the user that do not stop the
 	// worker (a token file others can read); run logs them once it has a
@@ -494,7 +498,7 @@ func (c *Config) Resolve() error {
 			return &UsageError{err}
 		}
 	}
-	return nil
+	return c.resolvePolicy()
 }
 
 // ReadTokenFile returns the token in a token file: its first line that is

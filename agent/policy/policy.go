@@ -33,12 +33,11 @@ type Policy struct {
 	modules []string // --allow-module patterns; empty allows every module
 	source  string   // SourceAny ("" too), SourceSigned or SourceNone
 	keys    *KeyRing // the keys signed source may be signed with
-	now     func() time.Time
 }
 
 // New makes the policy of the owner's settings; it reads the trusted keys.
 func New(modules []string, source string, trustKeys []string) (*Policy, error) {
-	p := &Policy{source: source, now: time.Now}
+	p := &Policy{source: source}
 	if p.source == "" {
 		p.source = SourceAny
 	}
@@ -171,7 +170,7 @@ func (p *Policy) CheckNode(n Node) *Refusal {
 		return &Refusal{Rule: "--allow-source none", Reason: "this worker runs no source shipped with a call (" + shownName(n.Filename) + ")",
 			Change: "The machine's owner can allow signed source with --allow-source signed and --trust-key, or run the node as an installed module (--allow-module)."}
 	case SourceSigned:
-		if _, err := p.keys.Verify([]byte(n.Source), p.now()); err != nil {
+		if _, err := p.keys.Verify([]byte(n.Source), time.Now()); err != nil {
 			return &Refusal{Rule: "--allow-source signed", Reason: shownName(n.Filename) + ": " + err.Error(),
 				Change: "Sign the file with 'fluksio-worker sign --key KEY " + shownName(n.Filename) + "' using a key this worker trusts (its public key given to --trust-key); trusted keys: " + strings.Join(p.keys.IDs(), ",") + "."}
 		}
