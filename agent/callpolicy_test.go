@@ -98,7 +98,7 @@ func TestPreCallHookDeclines(t *testing.T) {
 		protocol.TypeNodeCancelled, "declined by this worker's pre-call hook: GPU 0 is busy (93% used)")
 	var got struct {
 		CallID, Op, Function, Filename, Engine string
-		SourceSHA256                           string `json:"source_sha256"`
+		SourceSHA256                           string   `json:"source_sha256"`
 		EnvKeys                                []string `json:"env_keys"`
 	}
 	b, err := os.ReadFile(seen)
