@@ -75,13 +75,6 @@ func writeNew(path, text string, mode os.FileMode) error {
 // ReadPrivateKey reads a private key file that keygen wrote. A file others
 // may read is refused: whoever reads it can sign code this machine runs.
 func ReadPrivateKey(path string) (ed25519.PrivateKey, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	if st.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("%s is readable by others (mode %04o): whoever reads it can sign code; chmod 600 %s", path, st.Mode().Perm(), path)
-	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -92,6 +85,11 @@ func ReadPrivateKey(path string) (ed25519.PrivateKey, error) {
 			return nil, fmt.Errorf("%s is a public key: sign with the private key (the file without %s)", path, PublicKeySuffix)
 		}
 		return nil, fmt.Errorf("%s is not a fluksio private key (one line %q and the key in base64; make one with 'fluksio-worker keygen')", path, privateKeyWord)
+	}
+	if st, err := os.Stat(path); err != nil {
+		return nil, err
+	} else if st.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("%s is readable by others (mode %04o): whoever reads it can sign code; chmod 600 %s", path, st.Mode().Perm(), path)
 	}
 	seed, err := base64.StdEncoding.DecodeString(fields[1])
 	if err != nil || len(seed) != ed25519.SeedSize {
