@@ -1,6 +1,7 @@
 package config
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/policy"
@@ -19,6 +20,19 @@ func (c *Config) resolvePolicy() error {
 	}
 	c.Policy = p
 	return nil
+}
+
+// PolicyText is the code policy and the call hooks in force, in one line,
+// for check, status and the start's log.
+func (c Config) PolicyText() string {
+	text := "code policy " + c.Policy.Describe()
+	if c.PreCallHook != "" {
+		text += "; pre-call hook " + strconv.Quote(c.PreCallHook)
+	}
+	if c.PostCallHook != "" {
+		text += "; post-call hook " + strconv.Quote(c.PostCallHook)
+	}
+	return text
 }
 
 // HookBound is how long a call hook may run.
