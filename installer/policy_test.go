@@ -27,7 +27,9 @@ func TestCheckAndStatusShowThePolicy(t *testing.T) {
 	var out, errs bytes.Buffer
 	check(context.Background(), testHost(t, 1000), []string{"--url", eng.AttachURL(), "--token", token, "--python", "/usr/bin/python3",
 		"--allow-module", "acme.*", "--allow-source", "none", "--pre-call-hook", "/etc/fluksio-worker/gpu-free.sh", "--json"}, &out, &errs)
-	var report struct{ Items []struct{ Item, Result, Detail string } }
+	var report struct {
+		Items []struct{ Item, Result, Detail string }
+	}
 	if err := json.Unmarshal(out.Bytes(), &report); err != nil {
 		t.Fatalf("check --json: %v\n%s%s", err, out.String(), errs.String())
 	}
