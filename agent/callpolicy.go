@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,7 +54,12 @@ type preCall struct {
 	Filename     string   `json:"filename,omitempty"`
 	SourceSHA256 string   `json:"source_sha256,omitempty"`
 	EnvKeys      []string `json:"env_keys"`
-	Engine       string   `json:"engine"`
+	// CUDAVisibleDevices is the call's CUDA_VISIBLE_DEVICES, as its
+	// process gets it (positions in the worker's own mask), for a hook
+	// that checks its GPUs are free; the env's other values may be
+	// secrets and are not shown.
+	CUDAVisibleDevices string `json:"cuda_visible_devices,omitempty"`
+	Engine             string `json:"engine"`
 }
 
 // pendingCalls are the calls whose pre-call hook runs: not yet in the
@@ -107,7 +113,7 @@ func (a *Agent) askPreCallHook(at *attachment, m protocol.Message, node policy.N
 	input, _ := json.Marshal(preCall{
 		CallID: m.CallID, Op: m.Op, Function: protocol.CallIDText(m.Fields["function"]),
 		Module: node.Module, Filename: node.Filename, SourceSHA256: node.SourceSHA256(),
-		EnvKeys: policy.EnvKeys(env), Engine: logging.ShownURL(a.cfg.URL),
+		EnvKeys: policy.EnvKeys(env), CUDAVisibleDevices: callEnvValue(env, "CUDA_VISIBLE_DEVICES"), Engine: logging.ShownURL(a.cfg.URL),
 	})
 	at.calls.Add(1)
 	go func() {
@@ -153,6 +159,16 @@ func (a *Agent) askPreCallHook(at *attachment, m protocol.Message, node policy.N
 		}
 		a.admitCall(at, m, request, env, refuse)
 	}()
+}
+
+// callEnvValue is key's value in env (KEY=VALUE entries), "" when unset.
+func callEnvValue(env []string, key string) string {
+	for _, kv := range env {
+		if k, v, _ := strings.Cut(kv, "="); k == key {
+			return v
+		}
+	}
+	return ""
 }
 
 // postCall is what a post-call hook reads on stdin.

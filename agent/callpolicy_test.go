@@ -94,12 +94,13 @@ func TestPreCallHookDeclines(t *testing.T) {
 	f := serveFake(t, enginetest.Options{}, "--pre-call-hook", "cat > "+seen+"; echo 'GPU 0 is busy (93% used)' >&2; exit 1")
 	src := "x = 1\n"
 	declined(t, answerOf(t, f.runReq(t, map[string]any{"call_id": "busy", "function": "train",
-		"node": map[string]any{"source": src, "filename": "train.py"}, "env": map[string]any{"SEED": 1, "OMP_NUM_THREADS": 2}})),
+		"node": map[string]any{"source": src, "filename": "train.py"}, "env": map[string]any{"SEED": 1, "OMP_NUM_THREADS": 2, "CUDA_VISIBLE_DEVICES": "1"}})),
 		protocol.TypeNodeCancelled, "declined by this worker's pre-call hook: GPU 0 is busy (93% used)")
 	var got struct {
 		CallID, Op, Function, Filename, Engine string
 		SourceSHA256                           string   `json:"source_sha256"`
 		EnvKeys                                []string `json:"env_keys"`
+		CUDA                                   string   `json:"cuda_visible_devices"`
 	}
 	b, err := os.ReadFile(seen)
 	if err != nil {
@@ -109,7 +110,7 @@ func TestPreCallHookDeclines(t *testing.T) {
 		t.Fatalf("the hook read %q: %v", b, err)
 	}
 	if got.Op != "run" || got.Function != "train" || got.Filename != "train.py" || len(got.SourceSHA256) != 64 ||
-		strings.Join(got.EnvKeys, ",") != "OMP_NUM_THREADS,SEED" || !strings.HasPrefix(got.Engine, "ws://") || strings.Contains(string(b), fakeToken) {
+		strings.Join(got.EnvKeys, ",") != "CUDA_VISIBLE_DEVICES,OMP_NUM_THREADS,SEED" || got.CUDA != "1" || !strings.HasPrefix(got.Engine, "ws://") || strings.Contains(string(b), fakeToken) {
 		t.Errorf("the hook read %s", b)
 	}
 	if !strings.Contains(string(b), `"call_id":"busy"`) {
