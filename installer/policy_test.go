@@ -55,3 +55,15 @@ func TestCheckAndStatusShowThePolicy(t *testing.T) {
 		t.Errorf("status does not show the policy:\n%s", out.String())
 	}
 }
+
+// TestInstallTrustsEveryKeyGiven: install --trust-key given twice writes
+// both keys to the config, as run takes them, not the last alone.
+func TestInstallTrustsEveryKeyGiven(t *testing.T) {
+	req, err := parseInstall([]string{"--url", "wss://e.example.com", "--trust-key", "/etc/keys/a.pub", "--trust-key", "/etc/keys/b.pub"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := req.given["trust-key"]; got != "/etc/keys/a.pub,/etc/keys/b.pub" {
+		t.Errorf("install keeps --trust-key %q", got)
+	}
+}

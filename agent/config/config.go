@@ -256,6 +256,10 @@ var Options = []Option{
 		durationUpTo(func(c *Config, d time.Duration) { c.HookTimeout = d }, maxHookTimeout, "a hook holds its call that long")},
 }
 
+// Repeatable says whether the option's flag may be given more than once,
+// the values adding up.
+func Repeatable(name string) bool { return repeatable[name] != nil }
+
 // repeatable are the options whose flag may be given more than once, the
 // values adding up; each layer (file, variable, flags) replaces the one
 // before it, as for any option. Each entry empties its option.
