@@ -167,3 +167,15 @@ func TestPostCallHook(t *testing.T) {
 		t.Error("the log does not say the post-call hook failed")
 	}
 }
+
+// TestPreCallHookCancelled: a cancel for a call whose pre-call hook still
+// runs stops the hook and answers the call as cancelled before it started.
+func TestPreCallHookCancelled(t *testing.T) {
+	t.Parallel()
+	f := serveFake(t, enginetest.Options{}, "--pre-call-hook", "exec sleep 600", "--hook-timeout", "10m")
+	c := f.run(t, "waits")
+	if err := f.wk.Cancel("waits"); err != nil {
+		t.Fatal(err)
+	}
+	declined(t, answerOf(t, c), protocol.TypeNodeCancelled, "the call was cancelled before it started")
+}
