@@ -179,3 +179,21 @@ func TestPreCallHookCancelled(t *testing.T) {
 	}
 	declined(t, answerOf(t, c), protocol.TypeNodeCancelled, "the call was cancelled before it started")
 }
+
+// TestPostCallHookThatHangs: a post-call hook past --hook-timeout is
+// killed; it holds the slot no longer than that, and the calls' answers
+// stand.
+func TestPostCallHookThatHangs(t *testing.T) {
+	t.Parallel()
+	f := serveFake(t, enginetest.Options{}, "--parallel", "1", "--post-call-hook", "exec sleep 600", "--hook-timeout", "300ms")
+	for _, id := range []string{"first", "second"} {
+		if a := answerOf(t, f.run(t, id)); !a.OK {
+			t.Errorf("%s answered %s", id, a.Raw)
+		}
+	}
+	// The second call had the slot only once the first call's hook was
+	// killed at its bound.
+	if !strings.Contains(f.log.String(), "did not finish within 300ms") {
+		t.Errorf("the log does not say the post-call hook was killed:\n%s", f.log.String())
+	}
+}
