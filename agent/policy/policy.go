@@ -51,7 +51,11 @@ func New(modules []string, source string, trustKeys []string) (*Policy, error) {
 	}
 	p.modules = modules
 	switch p.source {
-	case SourceAny, SourceNone:
+	case SourceAny:
+	case SourceNone:
+		if len(modules) == 0 {
+			return nil, fmt.Errorf("--allow-source none without --allow-module lets nothing run: name the installed modules node calls may import, e.g. --allow-module acme_pipelines.* (or * for any)")
+		}
 	case SourceSigned:
 		if len(trustKeys) == 0 {
 			return nil, fmt.Errorf("--allow-source signed needs the keys it accepts: give --trust-key FILE (a public key 'fluksio-worker keygen' made) or a directory of them")
@@ -82,8 +86,10 @@ func (p *Policy) Describe() string {
 	if !p.On() {
 		return "off (any module, any source)"
 	}
-	mods := "any module"
+	mods := "no module"
 	switch {
+	case slices.Contains(p.modules, ModulesAny):
+		mods = "any module"
 	case slices.Contains(p.modules, ModulesNone):
 		mods = "no module"
 	case len(p.modules) > 0:
@@ -223,7 +229,12 @@ func matchModule(pattern, module string) bool {
 
 func (p *Policy) checkModule(module string) *Refusal {
 	if len(p.modules) == 0 {
-		return nil
+		// A code policy of source alone: a module node could call any
+		// installed function (subprocess.run) with the engine's inputs,
+		// so only modules the owner names run.
+		return &Refusal{Rule: "--allow-source " + p.source + " without --allow-module",
+			Reason: "module " + cut(module, 200) + " is installed code, which runs under a code policy only when --allow-module names it",
+			Change: "The machine's owner can allow it with --allow-module (e.g. " + patternFor(module) + ", or * for any installed module)."}
 	}
 	rule := "--allow-module " + strings.Join(p.modules, ",")
 	change := "The machine's owner can add a pattern for it to --allow-module (e.g. " + patternFor(module) + ")."

@@ -89,9 +89,13 @@ func TestPolicySignedSourceRule(t *testing.T) {
 	if no == nil || !strings.Contains(no.Error(), "train.py") || !strings.Contains(no.Error(), "fluksio-worker sign") {
 		t.Errorf("source of an untrusted key: %v", no)
 	}
-	// A module node is not source: --allow-source leaves it alone.
-	if no := p.CheckNode(nodeOf(t, `{"module": "os"}`)); no != nil {
-		t.Errorf("module refused by the source rule: %v", no)
+	// Without --allow-module, no installed module runs under a code
+	// policy: subprocess.run would take the engine's arguments.
+	if no := p.CheckNode(nodeOf(t, `{"module": "subprocess"}`)); no == nil || !strings.Contains(no.Error(), "--allow-module") {
+		t.Errorf("a module under --allow-source signed alone: %v", no)
+	}
+	if _, err := New(nil, SourceNone, nil); err == nil || !strings.Contains(err.Error(), "lets nothing run") {
+		t.Errorf("--allow-source none alone: %v", err)
 	}
 	if !strings.Contains(p.Describe(), "source signed by key") {
 		t.Errorf("describe: %s", p.Describe())
@@ -99,7 +103,7 @@ func TestPolicySignedSourceRule(t *testing.T) {
 }
 
 func TestPolicyRefusesEnvSideDoors(t *testing.T) {
-	p, _ := New(nil, SourceNone, nil)
+	p, _ := New([]string{"acme.*"}, SourceNone, nil)
 	for _, kv := range []string{"LD_PRELOAD=/tmp/evil.so", "LD_LIBRARY_PATH=/tmp", "PYTHONPATH=/tmp", "PYTHONSTARTUP=/tmp/x.py",
 		"PYTHONHOME=/tmp", "PYTHONINSPECT=1", "PYTHONUSERBASE=/tmp", "PYTHONSAFEPATH=", "PYTHONBREAKPOINT=os.system",
 		"PATH=/tmp:/usr/bin", "BASH_ENV=/tmp/x", "GCONV_PATH=/tmp"} {
