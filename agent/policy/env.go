@@ -19,14 +19,15 @@ var (
 	sideDoorPrefixes = []string{"LD_", "DYLD_", "PYTHON"}
 	// sideDoorNames: startup files and module paths of the shells and
 	// interpreters a node commonly starts, the C library's conversion
-	// modules, CUDA's injection library, and git's helpers.
+	// modules, CUDA's injection library, git's helpers, and a library's
+	// plugin named by module (MPLBACKEND=module://pkg imports pkg).
 	sideDoorNames = map[string]bool{
 		"BASH_ENV": true, "ENV": true, "SHELLOPTS": true, "BASHOPTS": true, "PS4": true,
 		"GCONV_PATH": true, "CUDA_INJECTION64_PATH": true,
 		"PERL5LIB": true, "PERLLIB": true, "PERL5OPT": true, "RUBYLIB": true, "RUBYOPT": true,
 		"NODE_OPTIONS": true, "NODE_PATH": true, "JAVA_TOOL_OPTIONS": true, "_JAVA_OPTIONS": true, "JDK_JAVA_OPTIONS": true,
 		"GIT_EXEC_PATH": true, "GIT_SSH_COMMAND": true, "GIT_SSH": true, "GIT_ASKPASS": true, "GIT_CONFIG_GLOBAL": true,
-		"HOME": true, "XDG_CONFIG_HOME": true,
+		"HOME": true, "XDG_CONFIG_HOME": true, "MPLBACKEND": true,
 	}
 	// harmlessPython are PYTHON* variables that change how output is
 	// written or hashed, never what runs.
