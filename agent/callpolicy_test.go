@@ -122,10 +122,10 @@ func TestPreCallHookDeclines(t *testing.T) {
 // call declined; the worker goes on taking calls.
 func TestPreCallHookThatHangs(t *testing.T) {
 	t.Parallel()
-	flag := filepath.Join(t.TempDir(), "hang")
-	// The first call's hook hangs; later ones find the flag and accept.
-	f := serveFake(t, enginetest.Options{}, "--pre-call-hook", "test -e "+flag+" && exit 0; touch "+flag+"; exec sleep 600", "--hook-timeout", "300ms")
-	declined(t, answerOf(t, f.run(t, "hangs")), protocol.TypeNodeCancelled, "declined by this worker's pre-call hook: it did not answer within 300ms")
+	// The hook of the call "hangs" hangs; the others' accept. The bound
+	// leaves a loaded machine time to start a shell.
+	f := serveFake(t, enginetest.Options{}, "--pre-call-hook", `grep -q '"call_id":"hangs"' && exec sleep 600; exit 0`, "--hook-timeout", "3s")
+	declined(t, answerOf(t, f.run(t, "hangs")), protocol.TypeNodeCancelled, "declined by this worker's pre-call hook: it did not answer within 3s")
 	if answer := answerOf(t, f.run(t, "next")); !answer.OK {
 		t.Errorf("the call after a hung hook answered %s", answer.Raw)
 	}
