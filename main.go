@@ -42,6 +42,8 @@ func commands() []command {
 		{"check-config", "check that run would start with these options and config, as a reload does first", agent.CheckConfigCommand},
 		{"completion", "print the completion script for bash, zsh or fish", completionCommand},
 		{"copy", "copy this binary into a directory (for a Kubernetes init container)", copyCommand},
+		{"keygen", "make a key pair for signing node files (--allow-source signed)", keygenCommand},
+		{"sign", "sign node files with a key, for workers that run only signed source", signCommand},
 		{"version", "print the version, revision, build date, Go version and protocol (--json)", versionCommand},
 	}
 }

@@ -94,6 +94,7 @@ func New(cfg config.Config, log *slog.Logger, python, stateDir string) *Agent {
 		Engine:    logging.ShownURL(cfg.URL),
 		State:     status.StateConnecting,
 		CallsDone: done,
+		Policy:    cfg.PolicyText(),
 	}, a.redact, func(err error) { log.Debug("could not write the status file", "error", err) })
 	a.life = newLifecycle(a.status)
 	return a

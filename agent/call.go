@@ -72,6 +72,9 @@ type call struct {
 	// lost: the call was stopped because the connection to the engine
 	// was lost; nobody heard its answer.
 	lost bool
+	// usage is what its runner cost, once its processes are gone; nil
+	// when none was started.
+	usage *runner.Usage
 }
 
 // callHost is what a call uses of the worker, and all it uses.
@@ -148,6 +151,7 @@ func (c *call) run(ctx context.Context, rt runner.Runtime) {
 		usage = p.End(end.Answer != nil)
 	}
 	c.logEnd(&usage)
+	c.usage = &usage
 	// The socket's writer gave back what it could once it sent the
 	// answer; the answer itself was held here until now. (An outsized
 	// request's memory went back once the runner read it.)

@@ -36,6 +36,8 @@ type attachment struct {
 	// answer came (or its wait ended), and the timer of that wait.
 	resumed     atomic.Bool
 	resumeTimer *time.Timer
+
+	pending pendingCalls // calls whose pre-call hook runs (callpolicy.go)
 }
 
 // engineNoisePerSecond is how many log lines a second the engine's ignored
@@ -108,15 +110,8 @@ func (a *Agent) startCall(at *attachment, m protocol.Message) {
 		a.metrics.CallDeclined(no.reason)
 		at.conn.SendJSON(protocol.NewErrorAnswer(m.CallID, no.typ, no.msg))
 	}
-	switch mode := a.life.mode(); {
-	case mode.ending():
-		refuse(&refusal{metrics.DeclinedStopping, protocol.TypeNodeCancelled, msgStopping})
-		return
-	case mode == modeDraining, a.book.full():
-		refuse(&refusal{metrics.DeclinedDraining, protocol.TypeNodeCancelled, msgDraining})
-		return
-	case mode == modeReloading:
-		refuse(&refusal{metrics.DeclinedReloading, protocol.TypeNodeCancelled, msgReloading})
+	if no := a.modeRefusal(); no != nil {
+		refuse(no)
 		return
 	}
 	env, err := requestEnv(m.Fields["env"])
@@ -124,11 +119,40 @@ func (a *Agent) startCall(at *attachment, m protocol.Message) {
 		refuse(&refusal{metrics.DeclinedInvalid, protocol.TypeRemoteError, err.Error()})
 		return
 	}
+	node, no := a.checkPolicy(m, env)
+	if no != nil {
+		refuse(no)
+		return
+	}
 	request, err := protocol.RequestLine(m.Fields)
 	if err != nil {
 		refuse(&refusal{metrics.DeclinedInvalid, protocol.TypeRemoteError, "could not re-encode the request: " + err.Error()})
 		return
 	}
+	if a.cfg.PreCallHook != "" {
+		a.askPreCallHook(at, m, node, env, request, refuse)
+		return
+	}
+	a.admitCall(at, m, request, env, refuse)
+}
+
+// modeRefusal declines a call the worker takes none of now: it stops,
+// drains, reloads, or its queue is full.
+func (a *Agent) modeRefusal() *refusal {
+	switch mode := a.life.mode(); {
+	case mode.ending():
+		return &refusal{metrics.DeclinedStopping, protocol.TypeNodeCancelled, msgStopping}
+	case mode == modeDraining, a.book.full():
+		return &refusal{metrics.DeclinedDraining, protocol.TypeNodeCancelled, msgDraining}
+	case mode == modeReloading:
+		return &refusal{metrics.DeclinedReloading, protocol.TypeNodeCancelled, msgReloading}
+	}
+	return nil
+}
+
+// admitCall gives an accepted call a slot, or a place in the queue.
+func (a *Agent) admitCall(at *attachment, m protocol.Message, request []byte, env []string, refuse func(*refusal)) {
+	log := a.log.With("call_id", logging.Cut(m.CallID, maxLoggedID))
 	now := time.Now()
 	c := newCall(m.CallID, m.Op, protocol.CallIDText(m.Fields["function"]), request, env,
 		callHost{metrics: a.metrics, runners: a.runners, ended: a.callEnded}, at.conn, log, now)
@@ -153,6 +177,9 @@ func (a *Agent) startCall(at *attachment, m protocol.Message) {
 
 // cancel stops a running call, or answers a waiting one without starting it.
 func (a *Agent) cancel(at *attachment, id string) {
+	if at.pending.cancel(id) {
+		return // its pre-call hook is stopped, and it is answered as cancelled
+	}
 	c, waiting := a.book.leaveQueue(id)
 	switch {
 	case c == nil:

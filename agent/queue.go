@@ -135,6 +135,7 @@ func (q *callQueue) compact() {
 func (a *Agent) runSlot(c *call) {
 	for c != nil {
 		c.run(c.session, c.rt)
+		a.afterCall(c) // the post-call hook, in the slot and within its bound
 		done := c
 		// A stopping worker answers the waiting calls itself (stopAll); a
 		// lost connection drops them (dropWaiting). Neither starts them.

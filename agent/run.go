@@ -87,6 +87,9 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	contain := runner.SetupContainment(log, cfg.Containment)
 	log.Info("starting", "version", Version, "engine", logging.ShownURL(cfg.URL), "python", python,
 		"python_version", pyVersion, "state_dir", stateDir, "parallel", cfg.Parallel, "containment", contain)
+	if cfg.Policy.On() || cfg.PreCallHook != "" || cfg.PostCallHook != "" {
+		log.Info("the machine owner's code policy and hooks are in force", "policy", cfg.PolicyText())
+	}
 	a := New(cfg, log, python, stateDir)
 	a.status.Update(func(s *status.Status) { s.Containment = contain })
 	if cfg.Listen != "" {

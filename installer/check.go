@@ -157,6 +157,7 @@ func check(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 	} else {
 		c.ok("contain", "%s: what a node starts is stopped with its call", mode)
 	}
+	c.ok("policy", "%s", cfg.PolicyText())
 
 	pctx, cancel := context.WithTimeout(ctx, engineCheckTimeout)
 	err = agent.Probe(pctx, cfg)
@@ -241,6 +242,8 @@ Checks, one item at a time, what a worker needs, and says what to fix:
   runtime    the runner script can be fetched from the engine or unpacked
   inventory  the CPUs, GPUs and memory this machine will advertise
   contain    how a call's processes are kept together (--containment)
+  policy     the code policy and call hooks in force (--allow-module,
+             --allow-source, --pre-call-hook, --post-call-hook)
   engine     the engine answers at the URL
   token      the engine accepts the token
 

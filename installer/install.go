@@ -59,8 +59,11 @@ func parseInstall(args []string) (installRequest, error) {
 	for _, o := range config.Options {
 		name := o.Name
 		fs.Func(name, "", func(v string) error {
-			if _, seen := req.given[name]; !seen {
+			prev, seen := req.given[name]
+			if !seen {
 				req.order = append(req.order, name)
+			} else if config.Repeatable(name) {
+				v = prev + "," + v // --trust-key a --trust-key b trusts both
 			}
 			req.given[name] = v
 			return nil

@@ -20,6 +20,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/fluksio/fluksio-worker/agent/logging"
+	"github.com/fluksio/fluksio-worker/agent/policy"
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
@@ -57,6 +58,17 @@ type Config struct {
 	OutageGrace   time.Duration // how long calls are held through an outage (resume extension); 0: never
 	Warm          *int          // spare runners in all; nil: as many as Parallel (--warm)
 	Preload       []string      // modules spare runners import before they wait
+
+	// The machine owner's code policy (agent/policy) and call hooks.
+	AllowModule  []string      // module patterns a module node may name; empty: any
+	AllowSource  string        // none, signed or any ("" too): shipped source
+	TrustKeys    []string      // public key files or directories signed source may be signed with
+	PreCallHook  string        // a shell command that accepts or declines each call; "": none
+	PostCallHook string        // a shell command told each call's outcome; "": none
+	HookTimeout  time.Duration // how long a hook may run; 0: DefaultHookTimeout
+	// Policy is the code policy these settings make, read (trusted keys
+	// and all) by Resolve; nil before, and nil is no policy.
+	Policy *policy.Policy
 
 	// Warnings are things worth telling the user that do not stop the
 	// worker (a token file others can read); run logs them once it has a
@@ -111,7 +123,16 @@ const (
 	// maxWarm: each spare is a waiting Python process; more than the
 	// calls a machine can run at once only costs memory.
 	maxWarm = maxParallel
+	// maxHookTimeout: a pre-call hook holds its call (and the engine's
+	// wait for it) this long; one that needs longer is not a check.
+	maxHookTimeout = 10 * time.Minute
 )
+
+// DefaultHookTimeout bounds a call hook: enough for nvidia-smi on a busy
+// machine (a second or two) or removing a large scratch directory, short
+// enough that a hung hook delays a call by less than an engine waits for
+// a worker's first heartbeat.
+const DefaultHookTimeout = 10 * time.Second
 
 // EnvPrefix names every option's environment variable: --ram-mb is
 // FLUKSIO_WORKER_RAM_MB.
@@ -221,6 +242,29 @@ var Options = []Option{
 		intInRange(func(c *Config, n int) { c.Warm = &n }, 0, maxWarm, "each spare is a waiting Python process")},
 	{"preload", "MOD,MOD", "modules spare runners import before they wait, e.g. numpy,torch (embedded runtime only; CUDA is not initialized)",
 		func(c *Config, v string) error { c.Preload = SplitLabels(v); return nil }},
+	{"allow-module", "PATTERN,PATTERN", "the installed modules a module node may name: acme.train (that module), acme.* (every module under acme), * (any) or none; with it, a code policy is on, and under a code policy no module runs that it does not name",
+		func(c *Config, v string) error { c.AllowModule = SplitLabels(v); return nil }},
+	{"allow-source", "none|signed|any", "whether node source shipped with a call runs: never, only when signed by a --trust-key key (SIGNING.md), or always; none or signed puts a code policy on",
+		oneOf(func(c *Config, v string) { c.AllowSource = v }, "none", "signed", "any")},
+	{"trust-key", "PATH,PATH", "public keys (files 'fluksio-worker keygen' made, or directories of *.pub files) whose signatures --allow-source signed accepts; the flag may be repeated",
+		func(c *Config, v string) error { c.TrustKeys = append(c.TrustKeys, SplitLabels(v)...); return nil }},
+	{"pre-call-hook", "CMD", "a shell command run before a call takes its slot, the call's metadata as JSON on stdin: exit 0 takes the call, any other status declines it (NodeCancelled, its first stderr line the reason) so the engine runs it elsewhere",
+		func(c *Config, v string) error { c.PreCallHook = v; return nil }},
+	{"post-call-hook", "CMD", "a shell command run after a call's processes are gone, its outcome as JSON on stdin; its failure is logged, not the call's",
+		func(c *Config, v string) error { c.PostCallHook = v; return nil }},
+	{"hook-timeout", "DURATION", "how long a call hook may run before it is killed; a pre-call hook killed declines its call",
+		durationUpTo(func(c *Config, d time.Duration) { c.HookTimeout = d }, maxHookTimeout, "a hook holds its call that long")},
+}
+
+// Repeatable says whether the option's flag may be given more than once,
+// the values adding up.
+func Repeatable(name string) bool { return repeatable[name] != nil }
+
+// repeatable are the options whose flag may be given more than once, the
+// values adding up; each layer (file, variable, flags) replaces the one
+// before it, as for any option. Each entry empties its option.
+var repeatable = map[string]func(*Config){
+	"trust-key": func(c *Config) { c.TrustKeys = nil },
 }
 
 // optionDefaults is each option's default as --help, the manual and the
@@ -257,6 +301,12 @@ var optionDefaults = map[string]string{
 	"outage-grace":   "5m",
 	"warm":           "(--parallel)",
 	"preload":        "(none)",
+	"allow-module":   "(any module; none under a code policy)",
+	"allow-source":   "(any)",
+	"trust-key":      "(none)",
+	"pre-call-hook":  "(none)",
+	"post-call-hook": "(none)",
+	"hook-timeout":   "(" + DefaultHookTimeout.String() + ")",
 }
 
 // Default is the option's default as a reader should see it ("3s", "the
@@ -384,13 +434,21 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 			continue
 		}
 		if v := getenv(o.Env()); v != "" {
+			if reset := repeatable[o.Name]; reset != nil {
+				reset(&cfg)
+			}
 			if err := o.set(&cfg, v); err != nil {
 				return cfg, Usagef("%s=%q: %v", o.Env(), v, err)
 			}
 		}
 	}
+	reset := map[string]bool{}
 	for i, name := range order {
 		o, _ := OptionByName(name)
+		if empty := repeatable[name]; empty != nil && !reset[name] {
+			empty(&cfg)
+			reset[name] = true
+		}
 		if err := o.set(&cfg, flagValues[i]); err != nil {
 			return cfg, Usagef("--%s %q: %v", name, flagValues[i], err)
 		}
@@ -444,7 +502,7 @@ func (c *Config) Resolve() error {
 			return &UsageError{err}
 		}
 	}
-	return nil
+	return c.resolvePolicy()
 }
 
 // ReadTokenFile returns the token in a token file: its first line that is

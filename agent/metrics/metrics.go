@@ -26,7 +26,7 @@ const Namespace = "fluksio_worker"
 var (
 	Ops            = []string{"run", "compile"}
 	Outcomes       = []string{OutcomeOK, OutcomeError, OutcomeCancelled}
-	DeclineReasons = []DeclineReason{DeclinedStopping, DeclinedDraining, DeclinedReloading, DeclinedQueueFull, DeclinedCancelled, DeclinedInvalid}
+	DeclineReasons = []DeclineReason{DeclinedStopping, DeclinedDraining, DeclinedReloading, DeclinedQueueFull, DeclinedCancelled, DeclinedInvalid, DeclinedPolicy, DeclinedHook}
 )
 
 const (
@@ -48,6 +48,8 @@ const (
 	DeclinedQueueFull DeclineReason = "queue_full" // every --parallel slot busy and the waiting queue full
 	DeclinedCancelled DeclineReason = "cancelled"  // cancelled, stopped or dropped while waiting for a slot
 	DeclinedInvalid   DeclineReason = "invalid"    // a duplicate call_id or a request that cannot be run
+	DeclinedPolicy    DeclineReason = "policy"     // the code policy refused its code or its env (PolicyRefused)
+	DeclinedHook      DeclineReason = "hook"       // the pre-call hook declined it
 )
 
 // Histogram buckets, in seconds. Calls run from a compile of a few

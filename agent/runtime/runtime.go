@@ -60,6 +60,12 @@ type Script struct {
 func Ensure(ctx context.Context, cfg config.Config, stateDir string, log *slog.Logger) (Script, error) {
 	switch cfg.Runtime {
 	case "", "auto":
+		if cfg.Policy.On() {
+			// A runner the engine serves is code the engine chose: with a
+			// code policy, the runner is the embedded one or a local file.
+			policyOnce.Do(func() { log.Info("a code policy is on: using the embedded runner, not one the engine serves") })
+			return cacheRuntime(stateDir, embeddedRuntime, "embedded")
+		}
 		body, err := fetchRuntime(ctx, cfg)
 		switch {
 		case err == nil:
@@ -90,8 +96,9 @@ func Ensure(ctx context.Context, cfg config.Config, stateDir string, log *slog.L
 
 var errNoServedRuntime = errors.New("the engine serves no runner")
 
-// notServedOnce says once per process that the engine serves no runner.
-var notServedOnce sync.Once
+// notServedOnce says once per process that the engine serves no runner;
+// policyOnce, that a code policy keeps the engine's runner out.
+var notServedOnce, policyOnce sync.Once
 
 // runtimeURL is where the engine serves its runner, beside the socket.
 func runtimeURL(cfg config.Config) string { return config.HTTPBase(cfg.URL, "/workers/runtime") }

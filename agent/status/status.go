@@ -53,6 +53,7 @@ type Status struct {
 	ReloadRefused *ReloadRefused `json:"reload_refused,omitempty"`
 	Listen        string         `json:"listen,omitempty"`      // where /metrics, /healthz and /livez are served
 	Containment   string         `json:"containment,omitempty"` // how calls' processes are kept together (runner.SetupContainment)
+	Policy        string         `json:"policy,omitempty"`      // the code policy and call hooks in force (config.Config.PolicyText)
 	Updated       time.Time      `json:"updated"`
 }
 

@@ -1,0 +1,199 @@
+package agent_test
+
+// The code policy and the call hooks at dispatch, with the fake engine and
+// the fake runner (which ignores the node it is sent): what is refused is
+// answered at once and never started; what the hooks decline goes back to
+// the engine as NodeCancelled.
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
+	"github.com/fluksio/fluksio-worker/agent/policy"
+	"github.com/fluksio/fluksio-worker/agent/protocol"
+)
+
+// TestPolicyRefusesCodeAndSideDoors: a module outside --allow-module,
+// shipped source under --allow-source none, and an env that sets
+// LD_PRELOAD are each answered PolicyRefused, with the rule and what the
+// owner can change, and never take a slot; an allowed module runs.
+func TestPolicyRefusesCodeAndSideDoors(t *testing.T) {
+	t.Parallel()
+	f := serveFake(t, enginetest.Options{}, "--listen", "127.0.0.1:0", "--allow-module", "acme_pipelines.*", "--allow-source", "none")
+	base := monitoring(t, f)
+	refused := func(id string, req map[string]any, want ...string) {
+		t.Helper()
+		req["call_id"] = id
+		m := answerOf(t, f.runReq(t, req))
+		declined(t, m, policy.ErrorType, want[0])
+		for _, w := range want[1:] {
+			if m.Error == nil {
+				break
+			}
+			if !strings.Contains(m.Error.Message, w) {
+				t.Errorf("%s: the refusal does not say %q: %s", id, w, m.Error.Message)
+			}
+		}
+	}
+	refused("module", map[string]any{"node": map[string]any{"module": "os"}, "function": "system"},
+		"--allow-module acme_pipelines.*", "module os is not among", "owner can add a pattern")
+	refused("source", map[string]any{"op": "compile", "node": map[string]any{"source": "import os\n", "filename": "evil.py"}},
+		"--allow-source none", "evil.py", "--allow-source signed")
+	refused("preload", map[string]any{"node": map[string]any{"module": "acme_pipelines.train"}, "env": map[string]any{"LD_PRELOAD": "/tmp/x.so", "SEED": 1}},
+		"LD_PRELOAD", "could load code")
+	refused("pythonpath", map[string]any{"node": map[string]any{"module": "acme_pipelines.train"}, "env": map[string]any{"PYTHONPATH": "/tmp"}},
+		"PYTHONPATH")
+	ok := answerOf(t, f.runReq(t, map[string]any{"call_id": "allowed", "node": map[string]any{"module": "acme_pipelines.train"}, "env": map[string]any{"SEED": 1}}))
+	if !ok.OK {
+		t.Errorf("an allowed module answered %s", ok.Raw)
+	}
+	_, m := httpGet(t, base+"/metrics")
+	for _, want := range []string{`fluksio_worker_calls_declined_total{reason="policy"} 4`, `fluksio_worker_calls_started_total{op="run"} 1`, `fluksio_worker_calls_started_total{op="compile"} 0`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics does not say %s:\n%s", want, m)
+		}
+	}
+}
+
+// TestSignedSourceRunsTamperedIsRefused: under --allow-source signed, the
+// source signed with a trusted key runs; the same file with one byte
+// changed is refused, saying so.
+func TestSignedSourceRunsTamperedIsRefused(t *testing.T) {
+	t.Parallel()
+	key := filepath.Join(t.TempDir(), "owner")
+	if _, err := policy.GenerateKey(key); err != nil {
+		t.Fatal(err)
+	}
+	priv, err := policy.ReadPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signed := string(policy.Sign([]byte("from fluksio import node\n\n@node()\ndef train():\n    return 1\n"), priv, time.Time{}))
+	f := serveFake(t, enginetest.Options{}, "--allow-source", "signed", "--trust-key", key+policy.PublicKeySuffix)
+	ok := answerOf(t, f.runReq(t, map[string]any{"call_id": "signed", "node": map[string]any{"source": signed, "filename": "train.py"}}))
+	if !ok.OK {
+		t.Errorf("signed source answered %s", ok.Raw)
+	}
+	tampered := strings.Replace(signed, "return 1", "return 2", 1)
+	declined(t, answerOf(t, f.runReq(t, map[string]any{"call_id": "tampered", "node": map[string]any{"source": tampered, "filename": "train.py"}})),
+		policy.ErrorType, "does not match the source")
+}
+
+// TestPreCallHookDeclines: a hook that exits 1 declines the call as a
+// drain does (NodeCancelled), its first stderr line the reason; it read
+// the call's metadata on stdin.
+func TestPreCallHookDeclines(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	seen := filepath.Join(dir, "call.json")
+	f := serveFake(t, enginetest.Options{}, "--pre-call-hook", "cat > "+seen+"; echo 'GPU 0 is busy (93% used)' >&2; exit 1")
+	src := "x = 1\n"
+	declined(t, answerOf(t, f.runReq(t, map[string]any{"call_id": "busy", "function": "train",
+		"node": map[string]any{"source": src, "filename": "train.py"}, "env": map[string]any{"SEED": 1, "OMP_NUM_THREADS": 2, "CUDA_VISIBLE_DEVICES": "1"}})),
+		protocol.TypeNodeCancelled, "declined by this worker's pre-call hook: GPU 0 is busy (93% used)")
+	var got struct {
+		CallID, Op, Function, Filename, Engine string
+		SourceSHA256                           string   `json:"source_sha256"`
+		EnvKeys                                []string `json:"env_keys"`
+		CUDA                                   string   `json:"cuda_visible_devices"`
+	}
+	b, err := os.ReadFile(seen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatalf("the hook read %q: %v", b, err)
+	}
+	if got.Op != "run" || got.Function != "train" || got.Filename != "train.py" || len(got.SourceSHA256) != 64 ||
+		strings.Join(got.EnvKeys, ",") != "CUDA_VISIBLE_DEVICES,OMP_NUM_THREADS,SEED" || got.CUDA != "1" || !strings.HasPrefix(got.Engine, "ws://") || strings.Contains(string(b), fakeToken) {
+		t.Errorf("the hook read %s", b)
+	}
+	if !strings.Contains(string(b), `"call_id":"busy"`) {
+		t.Errorf("the hook was not told the call id: %s", b)
+	}
+}
+
+// TestPreCallHookThatHangs: a hook past --hook-timeout is killed and its
+// call declined; the worker goes on taking calls.
+func TestPreCallHookThatHangs(t *testing.T) {
+	t.Parallel()
+	// The hook of the call "hangs" hangs; the others' accept. The bound
+	// leaves a loaded machine time to start a shell.
+	f := serveFake(t, enginetest.Options{}, "--pre-call-hook", `grep -q '"call_id":"hangs"' && exec sleep 600; exit 0`, "--hook-timeout", "3s")
+	declined(t, answerOf(t, f.run(t, "hangs")), protocol.TypeNodeCancelled, "declined by this worker's pre-call hook: it did not answer within 3s")
+	if answer := answerOf(t, f.run(t, "next")); !answer.OK {
+		t.Errorf("the call after a hung hook answered %s", answer.Raw)
+	}
+}
+
+// TestPostCallHook: the hook hears each call's outcome once its processes
+// are gone, within the call's slot (the next call waits for it), and its
+// failure is logged, the call's answer untouched.
+func TestPostCallHook(t *testing.T) {
+	t.Parallel()
+	outcomes := filepath.Join(t.TempDir(), "outcomes")
+	f := serveFake(t, enginetest.Options{}, "--parallel", "1", "--post-call-hook", "cat >> "+outcomes+"; echo >> "+outcomes+"; echo 'scratch is gone' >&2; exit 7")
+	if a := answerOf(t, f.run(t, "first")); !a.OK {
+		t.Fatalf("first answered %s", a.Raw)
+	}
+	declined(t, answerOf(t, f.run(t, "second", map[string]any{"exit": 3})), protocol.TypeRemoteError, "")
+	// The third call took the slot after the second's hook was done.
+	answerOf(t, f.run(t, "third"))
+	b, err := os.ReadFile(outcomes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) < 2 {
+		t.Fatalf("the hook heard %q", b)
+	}
+	var first, second struct {
+		CallID    string `json:"call_id"`
+		Outcome   string
+		ErrorType string `json:"error_type"`
+		CPUMS     *int64 `json:"cpu_ms"`
+	}
+	json.Unmarshal([]byte(lines[0]), &first)
+	json.Unmarshal([]byte(lines[1]), &second)
+	if first.CallID != "first" || first.Outcome != "ok" || first.CPUMS == nil || second.CallID != "second" || second.Outcome != "error" || second.ErrorType != protocol.TypeRemoteError {
+		t.Errorf("the hook heard:\n%s", b)
+	}
+	if !strings.Contains(f.log.String(), "the post-call hook failed; the call's answer stands") || !strings.Contains(f.log.String(), "scratch is gone") {
+		t.Error("the log does not say the post-call hook failed")
+	}
+}
+
+// TestPreCallHookCancelled: a cancel for a call whose pre-call hook still
+// runs stops the hook and answers the call as cancelled before it started.
+func TestPreCallHookCancelled(t *testing.T) {
+	t.Parallel()
+	f := serveFake(t, enginetest.Options{}, "--pre-call-hook", "exec sleep 600", "--hook-timeout", "10m")
+	c := f.run(t, "waits")
+	if err := f.wk.Cancel("waits"); err != nil {
+		t.Fatal(err)
+	}
+	declined(t, answerOf(t, c), protocol.TypeNodeCancelled, "the call was cancelled before it started")
+}
+
+// TestPostCallHookThatHangs: a post-call hook past --hook-timeout is
+// killed; it holds the slot no longer than that, and the calls' answers
+// stand.
+func TestPostCallHookThatHangs(t *testing.T) {
+	t.Parallel()
+	f := serveFake(t, enginetest.Options{}, "--parallel", "1", "--post-call-hook", "exec sleep 600", "--hook-timeout", "300ms")
+	for _, id := range []string{"first", "second"} {
+		if a := answerOf(t, f.run(t, id)); !a.OK {
+			t.Errorf("%s answered %s", id, a.Raw)
+		}
+	}
+	// The second call had the slot only once the first call's hook was
+	// killed at its bound.
+	if !strings.Contains(f.log.String(), "did not finish within 300ms") {
+		t.Errorf("the log does not say the post-call hook was killed:\n%s", f.log.String())
+	}
+}

@@ -1,0 +1,121 @@
+package policy
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+func nodeOf(t *testing.T, raw string) Node {
+	t.Helper()
+	n, err := ReadNode(json.RawMessage(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestPolicyOffAllowsEverything(t *testing.T) {
+	p, err := New(nil, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.On() {
+		t.Fatal("the default policy is on")
+	}
+	for _, raw := range []string{`{"source": "import os", "filename": "x.py"}`, `{"module": "anything.at.all"}`} {
+		if no := p.CheckNode(nodeOf(t, raw)); no != nil {
+			t.Errorf("%s refused: %v", raw, no)
+		}
+	}
+	if no := p.CheckEnv([]string{"LD_PRELOAD=/tmp/x.so", "PATH=/tmp"}, "/usr/bin"); no != nil {
+		t.Errorf("env refused without a policy: %v", no)
+	}
+}
+
+func TestPolicyRefusesModuleOutsideItsPatterns(t *testing.T) {
+	p, err := New([]string{"acme_pipelines.*", "tools.prep"}, SourceAny, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for mod, allowed := range map[string]bool{
+		"acme_pipelines.train": true, "acme_pipelines.a.b": true, "tools.prep": true,
+		"acme_pipelines": false, "acme_pipelinesx.y": false, "tools.prep2": false, "os": false, "../acme_pipelines.x": false,
+	} {
+		no := p.CheckNode(nodeOf(t, `{"module": "`+mod+`"}`))
+		if allowed != (no == nil) {
+			t.Errorf("module %s: allowed %v, refusal %v", mod, allowed, no)
+		}
+		if no != nil && !strings.Contains(no.Error(), "--allow-module acme_pipelines.*,tools.prep") {
+			t.Errorf("the refusal does not say its rule: %v", no)
+		}
+		if no != nil && moduleName.MatchString(mod) && !strings.Contains(no.Error(), "add a pattern for it to --allow-module") {
+			t.Errorf("the refusal does not say its rule and what to change: %v", no)
+		}
+	}
+	// Source wins over module, as in the runtime: a module allowed does
+	// not smuggle source through.
+	none, _ := New([]string{"acme_pipelines.*"}, SourceNone, nil)
+	if no := none.CheckNode(nodeOf(t, `{"module": "acme_pipelines.x", "source": "import os"}`)); no == nil || no.Rule != "--allow-source none" {
+		t.Errorf("source beside an allowed module: %v", no)
+	}
+	nomods, _ := New([]string{"none"}, SourceAny, nil)
+	if no := nomods.CheckNode(nodeOf(t, `{"module": "none"}`)); no == nil {
+		t.Error("--allow-module none allowed a module")
+	}
+	if _, err := New([]string{"a/b"}, SourceAny, nil); err == nil {
+		t.Error("a pattern that names no module was accepted")
+	}
+}
+
+func TestPolicySignedSourceRule(t *testing.T) {
+	key, other := newKey(t, "k"), newKey(t, "o")
+	if _, err := New(nil, SourceSigned, nil); err == nil || !strings.Contains(err.Error(), "--trust-key") {
+		t.Errorf("signed without keys: %v", err)
+	}
+	p, err := New(nil, SourceSigned, []string{key + PublicKeySuffix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := func(src string) Node {
+		b, _ := json.Marshal(map[string]string{"source": src, "filename": "train.py"})
+		return nodeOf(t, string(b))
+	}
+	if no := p.CheckNode(node(signWith(t, key, nodeSource, time.Time{}))); no != nil {
+		t.Errorf("signed source refused: %v", no)
+	}
+	no := p.CheckNode(node(signWith(t, other, nodeSource, time.Time{})))
+	if no == nil || !strings.Contains(no.Error(), "train.py") || !strings.Contains(no.Error(), "fluksio-worker sign") {
+		t.Errorf("source of an untrusted key: %v", no)
+	}
+	// Without --allow-module, no installed module runs under a code
+	// policy: subprocess.run would take the engine's arguments.
+	if no := p.CheckNode(nodeOf(t, `{"module": "subprocess"}`)); no == nil || !strings.Contains(no.Error(), "--allow-module") {
+		t.Errorf("a module under --allow-source signed alone: %v", no)
+	}
+	if _, err := New(nil, SourceNone, nil); err == nil || !strings.Contains(err.Error(), "lets nothing run") {
+		t.Errorf("--allow-source none alone: %v", err)
+	}
+	if !strings.Contains(p.Describe(), "source signed by key") {
+		t.Errorf("describe: %s", p.Describe())
+	}
+}
+
+func TestPolicyRefusesEnvSideDoors(t *testing.T) {
+	p, _ := New([]string{"acme.*"}, SourceNone, nil)
+	for _, kv := range []string{"LD_PRELOAD=/tmp/evil.so", "LD_LIBRARY_PATH=/tmp", "PYTHONPATH=/tmp", "PYTHONSTARTUP=/tmp/x.py",
+		"PYTHONHOME=/tmp", "PYTHONINSPECT=1", "PYTHONUSERBASE=/tmp", "PYTHONSAFEPATH=", "PYTHONBREAKPOINT=os.system",
+		"PATH=/tmp:/usr/bin", "BASH_ENV=/tmp/x", "GCONV_PATH=/tmp"} {
+		no := p.CheckEnv([]string{"SEED=1", kv}, "/usr/bin")
+		key, _, _ := strings.Cut(kv, "=")
+		if no == nil || !strings.Contains(no.Error(), key) {
+			t.Errorf("%s: %v", kv, no)
+		}
+	}
+	for _, kv := range []string{"PATH=/usr/bin", "PYTHONUNBUFFERED=1", "CUDA_VISIBLE_DEVICES=0", "OMP_NUM_THREADS=4"} {
+		if no := p.CheckEnv([]string{kv}, "/usr/bin"); no != nil {
+			t.Errorf("%s refused: %v", kv, no)
+		}
+	}
+}
