@@ -1865,31 +1865,52 @@ CODE_TO_CACHE = []
 
 
 def compiled(source: str, data: bytes, filename: str):
-    """The code of shipped source: from the code cache, else compiled (and cached after the answer).
+    """The code of shipped source: compiled by the zygote ahead, else here (and cached after the answer).
 
-    The cache (a directory of the artifact cache, trusted as it is: ours
-    and private) keeps each source's code in a file named by the
-    bytecode's magic number (another Python's code is never loaded), the
+    The cache (a directory of the artifact cache, ours and private) keeps
+    each source in a file named by the bytecode's magic number, the
     optimization level, and the source's CRC-32 and length; the file holds
-    the source and its file name too, and is used only when both are this
-    call's. A call that finds its code there skips compiling (a millisecond
-    for a small node in a forked runner, more for a large one). Any problem
-    with the cache only means compiling.
+    the source and its file name (code_entry), never code: node code runs
+    as the worker's account and can write the cache, so whatever is read
+    from it is only ever a source to compile, never code to run. The
+    zygote compiles the entries it finds before it forks
+    (remember_cached_code, off the call's path), so a forked call whose
+    source is there skips compiling (a millisecond for a small node, 18 ms
+    for 3,000 lines); a cold runner compiles. Any problem with the cache
+    only means compiling.
     """
     path = None
     if CODE_CACHE:
         cache, magic, crc32, there = CODE_CACHE[0]
         path = os.path.join(cache, "%s-%d-%08x-%d" % (magic, sys.flags.optimize, crc32(data), len(data)))
-        # A runner forked from a zygote finds what the zygote read (remember_cached_code).
-        entry = CODE_MEMO.get(path)
-        if entry is None and there:
-            entry = read_code_entry(path, used=True)
-        if entry is not None and entry[0] == filename and entry[1] == source:
-            return entry[2]
+        # A runner forked from a zygote finds what the zygote compiled (remember_cached_code).
+        memo = CODE_MEMO.get(path)
+        if memo is not None and memo[0] == filename and memo[1] == source:
+            if time.time() - memo[3] >= CODE_USED_EVERY_S:
+                CODE_USED.append(path)
+            return memo[2]
+        entry = code_entry(filename, data)
+        if there and read_code_entry(path, used=True) == entry:
+            path = None  # cached already
     code = compile(source, filename, "exec", dont_inherit=True)
     if path is not None and not REHEARSING:
-        CODE_TO_CACHE.append((path, (filename, source, code)))
+        CODE_TO_CACHE.append((path, entry))
     return code
+
+
+def code_entry(filename: str, data: bytes) -> bytes:
+    """A code cache entry: the length of the file name's UTF-8, a newline, the file name, then the source."""
+    name = filename.encode("utf-8", "surrogatepass")
+    return b"%d\n" % len(name) + name + data
+
+
+def code_entry_source(entry: bytes):
+    """The (file name, source) of a code cache entry; ValueError if it is not one."""
+    head, _, rest = entry.partition(b"\n")
+    if not head.isdigit() or int(head) > len(rest):
+        raise ValueError("not a code cache entry")
+    n = int(head)
+    return rest[:n].decode("utf-8", "surrogatepass"), rest[n:].decode("utf-8", "surrogatepass")
 
 
 # Code cache entries read on this call that were last marked used a day
@@ -1904,10 +1925,8 @@ CODE_CACHE_KEEP = 256
 
 
 def read_code_entry(path: str, used: bool = False):
-    """The (file name, source, code) a code cache entry holds, or None if it cannot be read."""
+    """What a code cache entry holds (bytes), or None if it cannot be read; used: mark it used if it is due."""
     try:
-        import marshal
-
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             if used and time.time() - os.fstat(fd).st_mtime >= CODE_USED_EVERY_S:
@@ -1920,16 +1939,13 @@ def read_code_entry(path: str, used: bool = False):
                 chunks.append(chunk)
         finally:
             os.close(fd)
-        entry = marshal.loads(b"".join(chunks))
-        if isinstance(entry, tuple) and len(entry) == 3 and isinstance(entry[2], types.CodeType):
-            return entry
-    except Exception:
-        pass  # not there yet, or unreadable: compile
-    return None
+        return b"".join(chunks)
+    except OSError:
+        return None  # not there yet, or unreadable: compile
 
 
-# The code cache's entries a zygote read, by path, for the runners it
-# forks: (file name, source, code), as read_code_entry gives them.
+# The code cache's sources a zygote compiled, by path, for the runners it
+# forks: (file name, source, code, the entry's modification time).
 CODE_MEMO = {}
 CODE_MEMO_MAX = 64
 # The code cache directory a zygote reads (None: there is none), found
@@ -1939,7 +1955,7 @@ CODE_MEMO_STAMP = []
 
 
 def remember_cached_code() -> None:
-    """In the zygote, before a fork: reads the code cache's new entries, which the fork then finds in memory.
+    """In the zygote, before a fork: compiles the code cache's new sources, which the fork then finds in memory.
 
     One stat when nothing changed: what the zygote allocates between two
     forks is written to pages it shares with the runners alive, and each
@@ -1947,9 +1963,11 @@ def remember_cached_code() -> None:
     path, computed each time, cost it 30 pages a fork). The directory is
     checked as the runner's own use of it is (private_dir), and entries
     of another Python (their name starts with the bytecode's magic number)
-    are left. At most CODE_MEMO_MAX entries are kept: the zygote is
-    replaced when it goes stale or old, and a runner that finds nothing
-    here reads the file.
+    are left. The zygote compiles each source itself: an entry is a
+    source and a file name any call could have written, so the code a
+    fork runs is always what its request's source compiles to. At most
+    CODE_MEMO_MAX entries are kept: the zygote is replaced when it goes
+    stale or old, and a runner that finds nothing here compiles.
     """
     if not CODE_MEMO_DIR:
         cached = os.environ.get("FLUKSIO_ARTIFACT_CACHE")
@@ -1963,6 +1981,7 @@ def remember_cached_code() -> None:
         if CODE_MEMO_STAMP and CODE_MEMO_STAMP[0] == stamp:
             return
         import importlib.util
+        import warnings
 
         private_dir(cache)
         prefix = "%s-%d-" % (importlib.util.MAGIC_NUMBER.hex(), sys.flags.optimize)
@@ -1971,18 +1990,22 @@ def remember_cached_code() -> None:
             if len(CODE_MEMO) >= CODE_MEMO_MAX:
                 break
             if name.startswith(prefix) and path not in CODE_MEMO:
-                entry = read_code_entry(path)
-                if entry is not None:
-                    CODE_MEMO[path] = entry
+                try:
+                    mtime = os.stat(path).st_mtime
+                    filename, source = code_entry_source(read_code_entry(path) or b"")
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")  # the call that compiles it shows them
+                        code = compile(source, filename, "exec", dont_inherit=True)
+                except (OSError, ValueError, SyntaxError, RecursionError, MemoryError, OverflowError):
+                    continue  # not an entry (or not one this Python compiles): the call compiles
+                CODE_MEMO[path] = (filename, source, code, mtime)
         CODE_MEMO_STAMP[:] = [stamp]
     except (OSError, RuntimeError):
-        pass  # no cache yet, or one not to trust: the runners read or compile
+        pass  # no cache yet, or one not to trust: the runners compile
 
 
 def cache_code() -> None:
-    """Writes the code compiled on this call into the code cache (after the answer), and bounds the cache."""
-    import marshal
-
+    """Writes the sources compiled on this call into the code cache (after the answer), and bounds the cache."""
     for path in CODE_USED:
         try:
             os.utime(path)
@@ -1994,7 +2017,7 @@ def cache_code() -> None:
             fd, partial = tempfile.mkstemp(prefix=".part-", dir=os.path.dirname(path))
             try:
                 with os.fdopen(fd, "wb") as f:
-                    marshal.dump(entry, f)
+                    f.write(entry)
                 os.replace(partial, path)
             except BaseException:
                 _discard(partial)

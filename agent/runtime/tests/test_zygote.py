@@ -1,7 +1,6 @@
 """Zygote mode: the runtime loaded once, forking each call's runner (--fluksio-zygote REPORT CONTROL EXITS MODS)."""
 
 import json
-import marshal
 import os
 import shutil
 import signal
@@ -132,12 +131,12 @@ class ZygoteTest(unittest.TestCase):
         out = answer["outputs"]
         self.assertEqual((out["squares"], out["child"]), ([0, 1, 4], "shipped"))
         self.assertEqual(out["pythonpath"], out["first"])
-        # The code cache holds the call's code, none of the rehearsal's.
+        # The code cache holds the call's source, none of the rehearsal's.
         names = []
         for entry in os.listdir(cache):
             with open(os.path.join(cache, entry), "rb") as f:
-                names.append(marshal.load(f)[0])
-        self.assertEqual(names, ["pipeline.py"])
+                names.append(f.read().split(b"\n", 1)[1][: len("pipeline.py")])
+        self.assertEqual(names, [b"pipeline.py"])
 
     def test_a_rehearsed_runner_shows_the_nodes_lines_and_takes_a_cancel(self):
         failing = "def f():\n    x = 1\n    raise ValueError('from the node, x=%d' % x)\n"
