@@ -2709,8 +2709,13 @@ def spare_prepare() -> None:
     preload_and_report(fd, preloads)
 
 
-def preload_and_report(fd: int, preloads: list) -> None:
-    """Imports the SDK and the preloads, and reports as spare_prepare says."""
+def preload_and_report(fd: int, preloads: list) -> bool:
+    """Imports the SDK and the preloads, and reports as spare_prepare says; True if this process has threads now.
+
+    The report also says, under "threads", how many threads the process
+    has once the preloads are imported, and which preload started the
+    first beyond the main thread, when it has more than one.
+    """
     # What every call needs (ctypes, for C stdio; the code cache's modules;
     # faulthandler; atexit, for the exit; for a zygote's forks, fcntl) is
     # loaded now, not while the engine waits for the answer or in each
@@ -2728,6 +2733,7 @@ def preload_and_report(fd: int, preloads: list) -> None:
     # protocol channel (fd 1).
     saved = os.dup(1)
     os.dup2(2, 1)
+    started_by = ""  # the preload that started the first thread
     try:
         # Node modules start with `from fluksio import ...`: preloading the
         # user's own package needs the SDK in place.
@@ -2740,6 +2746,8 @@ def preload_and_report(fd: int, preloads: list) -> None:
                 importlib.import_module(name)
             except BaseException as exc:  # a failed preload is reported, the spare goes on
                 failed[name] = "%s: %s" % (type(exc).__name__, exc)
+            if not started_by and thread_count() > 1:
+                started_by = name
     finally:
         try:
             sys.stdout.flush()
@@ -2768,8 +2776,24 @@ def preload_and_report(fd: int, preloads: list) -> None:
         if path not in seen:
             seen.add(path)
             watch.append([path, os.path.exists(path)])
-    with os.fdopen(fd, "w") as report:
-        json.dump({"watch": watch, "failed": failed}, report)
+    report = {"watch": watch, "failed": failed}
+    threads = thread_count()
+    if threads > 1:
+        # A fork keeps only the thread that forks: a zygote that forks now
+        # gives each call a library whose threads are gone (its next
+        # parallel op hangs, or aborts). The worker starts spares cold.
+        report["threads"] = {"count": threads, "module": started_by}
+    with os.fdopen(fd, "w") as out:
+        json.dump(report, out)
+    return threads > 1
+
+
+def thread_count() -> int:
+    """The threads of this process, those a library started in C included (threading sees only its own)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
 
 
 # `worker_main.py --fluksio-zygote REPORT CONTROL EXITS [MOD,MOD]` is a warm
@@ -2875,7 +2899,7 @@ def zygote_serve() -> None:
     preloads = [m for m in (sys.argv[5] if len(sys.argv) > 5 else "").split(",") if m]
     del sys.argv[1:]
     os.set_inheritable(exits_fd, False)  # the zygote's own: no runner holds it
-    preload_and_report(report_fd, preloads)
+    threaded = preload_and_report(report_fd, preloads)
     # What each fork would otherwise do first, to objects it shares with
     # this process (every page it writes there is copied).
     line_buffered_std_streams()
@@ -2887,6 +2911,9 @@ def zygote_serve() -> None:
         gc.collect()
         gc.freeze()
     trim_heap()
+    # A zygote with threads forks no call (preload_and_report): it answers
+    # every fork 0, and the worker, told by the report, starts spares cold.
+    threaded = threaded or thread_count() > 1
     exits = ExitReports(exits_fd)
     control = socket.socket(fileno=control_fd)
     while True:
@@ -2905,7 +2932,7 @@ def zygote_serve() -> None:
             request = json.loads(msg.decode("utf-8"))
         except ValueError:
             request = None
-        if not isinstance(request, dict) or len(fds) != 5:
+        if not isinstance(request, dict) or len(fds) != 5 or threaded:
             for fd in fds:
                 os.close(fd)
             control.send(b"0")
@@ -2984,17 +3011,35 @@ def zygote_child(request: dict, fds: list, control_fd: int) -> None:
     if zygote_dirs:
         fresh = write_sdk_module()
         sys.path[:] = [fresh if p in zygote_dirs else p for p in sys.path]
-    # A fork copies the zygote's random state: reseed what a cold start
-    # seeds from the system's entropy. (Python's random reseeds itself in
-    # every fork, by an at-fork hook of its own; numpy's does not.)
+    reseed_after_fork()
+    sys.argv[1:] = [OUTPUT_FLAG, "3", str(request.get("token", ""))]
+    FORKED.append(True)
+
+
+def reseed_after_fork() -> None:
+    """Reseeds, in a forked runner, the generators a cold start seeds from the system's entropy.
+
+    A fork copies the zygote's random state, so every call forked from one
+    zygote would draw the same numbers. Python's random reseeds itself in
+    every fork (an at-fork hook of its own) and numpy.random.default_rng()
+    seeds each new generator from the system; numpy's global RandomState
+    and torch's default generators do not: those that are loaded are
+    reseeded here. torch.seed() reseeds the CPU generator and queues the
+    seed for CUDA's, which CUDA takes when a call first uses it (it never
+    initialises CUDA here).
+    """
     numpy_random = sys.modules.get("numpy.random")
     if numpy_random is not None:
         try:
             numpy_random.seed()
         except Exception:
             pass
-    sys.argv[1:] = [OUTPUT_FLAG, "3", str(request.get("token", ""))]
-    FORKED.append(True)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            torch.seed()
+        except Exception:
+            pass
 
 
 # The zygote's environment as it forks (remember_environ): its names in

@@ -303,3 +303,85 @@ class ZygoteTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+# A stand-in for torch's generator API (torch is not installed here): a
+# default generator seeded from the system's entropy at import, which
+# torch.seed() reseeds, as the real one does.
+FAKE_TORCH = """
+import os, types
+
+random = types.ModuleType("torch.random")
+random._seed = int.from_bytes(os.urandom(8), "little")
+
+def seed():
+    random._seed = int.from_bytes(os.urandom(8), "little")
+    return random._seed
+
+def initial_seed():
+    return random._seed
+
+random.seed, random.initial_seed = seed, initial_seed
+"""
+
+# A preload that starts a thread as it is imported (as torch's or numba's
+# thread pools do), native or not: threading's count sees only Python's.
+THREAD_STARTER = """
+import _thread, time
+
+_thread.start_new_thread(time.sleep, (3600,))
+"""
+
+DRAWS = """
+import random, sys
+
+def f():
+    out = {"random": random.random(), "torch": sys.modules["torch"].initial_seed()}
+    try:
+        import numpy
+    except ImportError:
+        return out
+    out["numpy"] = float(numpy.random.random())
+    out["default_rng"] = float(numpy.random.default_rng().random())
+    return out
+"""
+
+
+class PreloadedState(unittest.TestCase):
+    """What a zygote's preloads leave in its forks: generators reseeded, and no fork at all where a preload started threads."""
+
+    def zygote(self, preload, modules):
+        path = tempfile.mkdtemp(prefix="fluksio-preloads-")
+        self.addCleanup(shutil.rmtree, path, True)
+        for name, text in modules.items():
+            with open(os.path.join(path, name + ".py"), "w") as f:
+                f.write(text)
+        zygote = Zygote(preload, env={"PYTHONPATH": path})
+        self.addCleanup(zygote.close)
+        env = ["%s=%s" % kv for kv in os.environ.items()] + ["PYTHONPATH=" + path]
+        return zygote, env
+
+    def test_each_fork_draws_numbers_of_its_own(self):
+        preload = "torch,numpy" if subprocess.run([PYTHON, "-c", "import numpy"], capture_output=True).returncode == 0 else "torch"
+        zygote, env = self.zygote(preload, {"torch": FAKE_TORCH})
+        self.assertEqual(zygote.report["failed"], {})
+        first, second = (zygote.run(run_request(DRAWS, "f"), env) for _ in range(2))
+        self.assertTrue(first["ok"] and second["ok"], (first, second))
+        first, second = first["outputs"], second["outputs"]
+        self.assertEqual(set(first), {"random", "torch", "numpy", "default_rng"} if "numpy" in preload else {"random", "torch"})
+        for name in first:
+            self.assertNotEqual(first[name], second[name], name)
+
+    def test_a_zygote_whose_preload_started_threads_forks_nothing(self):
+        zygote, env = self.zygote("json,threader,torch", {"threader": THREAD_STARTER, "torch": FAKE_TORCH})
+        self.assertEqual(zygote.report["failed"], {})
+        self.assertEqual(zygote.report["threads"], {"count": 2, "module": "threader"})
+        pid, stdin_w, stdout_r, outputs = zygote.fork(env)
+        for fd in [stdin_w, stdout_r] + outputs:
+            os.close(fd)
+        self.assertEqual(pid, 0, "the zygote forked")
+        self.assertIsNone(zygote.proc.poll(), "the zygote goes on (the worker stops it)")
+
+    def test_a_zygote_without_threads_says_none(self):
+        zygote, _ = self.zygote("json,torch", {"torch": FAKE_TORCH})
+        self.assertNotIn("threads", zygote.report)
