@@ -2709,12 +2709,13 @@ def spare_prepare() -> None:
     preload_and_report(fd, preloads)
 
 
-def preload_and_report(fd: int, preloads: list) -> bool:
-    """Imports the SDK and the preloads, and reports as spare_prepare says; True if this process has threads now.
+def preload_and_report(fd: int, preloads: list, forks: bool = False) -> bool:
+    """Imports the SDK and the preloads, and reports as spare_prepare says; True if this process has threads a fork cannot keep.
 
-    The report also says, under "threads", how many threads the process
-    has once the preloads are imported, and which preload started the
-    first beyond the main thread, when it has more than one.
+    A process that forks (a zygote) also says in the report, under
+    "threads", how many threads it has once the preloads are imported and
+    a fork's prepare handlers ran (threads_past_a_fork), and which preload
+    started the first of them, when it has more than one.
     """
     # What every call needs (ctypes, for C stdio; the code cache's modules;
     # faulthandler; atexit, for the exit; for a zygote's forks, fcntl) is
@@ -2746,7 +2747,7 @@ def preload_and_report(fd: int, preloads: list) -> bool:
                 importlib.import_module(name)
             except BaseException as exc:  # a failed preload is reported, the spare goes on
                 failed[name] = "%s: %s" % (type(exc).__name__, exc)
-            if not started_by and thread_count() > 1:
+            if not started_by and forks and threads_past_a_fork() > 1:
                 started_by = name
     finally:
         try:
@@ -2777,7 +2778,7 @@ def preload_and_report(fd: int, preloads: list) -> bool:
             seen.add(path)
             watch.append([path, os.path.exists(path)])
     report = {"watch": watch, "failed": failed}
-    threads = thread_count()
+    threads = threads_past_a_fork() if forks else 1
     if threads > 1:
         # A fork keeps only the thread that forks: a zygote that forks now
         # gives each call a library whose threads are gone (its next
@@ -2786,6 +2787,33 @@ def preload_and_report(fd: int, preloads: list) -> bool:
     with os.fdopen(fd, "w") as out:
         json.dump(report, out)
     return threads > 1
+
+
+def threads_past_a_fork() -> int:
+    """The threads of this process once a fork's prepare handlers ran: those no fork can keep.
+
+    A library that knows forks shuts its threads down before one
+    (OpenBLAS, numpy's, does, and starts them again on first use): one
+    fork of a child that exits at once tells such threads from those of
+    a library that does not (libgomp's, torch's and numba's OpenMP).
+    """
+    if thread_count() <= 1:
+        return 1
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: forking with threads
+            pid = os.fork()
+    except OSError:
+        return thread_count()
+    if pid == 0:
+        os._exit(0)
+    try:
+        os.waitpid(pid, 0)
+    except OSError:
+        pass
+    return thread_count()
 
 
 def thread_count() -> int:
@@ -2899,7 +2927,7 @@ def zygote_serve() -> None:
     preloads = [m for m in (sys.argv[5] if len(sys.argv) > 5 else "").split(",") if m]
     del sys.argv[1:]
     os.set_inheritable(exits_fd, False)  # the zygote's own: no runner holds it
-    threaded = preload_and_report(report_fd, preloads)
+    threaded = preload_and_report(report_fd, preloads, forks=True)
     # What each fork would otherwise do first, to objects it shares with
     # this process (every page it writes there is copied).
     line_buffered_std_streams()
@@ -2913,7 +2941,7 @@ def zygote_serve() -> None:
     trim_heap()
     # A zygote with threads forks no call (preload_and_report): it answers
     # every fork 0, and the worker, told by the report, starts spares cold.
-    threaded = threaded or thread_count() > 1
+    threaded = threaded or threads_past_a_fork() > 1
     exits = ExitReports(exits_fd)
     control = socket.socket(fileno=control_fd)
     while True:
