@@ -492,6 +492,31 @@ def flush_node_output() -> None:
         _FFLUSH[0](None)  # printf output of C extensions
 
 
+def flush_logging() -> None:
+    """Flushes the node's logging handlers, before the answer: what they hold goes out as the call's output.
+
+    A logging.handlers.MemoryHandler keeps records until it is flushed,
+    which logging does at exit, after the answer, when the engine no
+    longer takes the call's output. Only flushed: closing them is the
+    exit's (logging.shutdown). A handler whose lock another thread holds
+    is left, rather than hold up the answer.
+    """
+    logging = sys.modules.get("logging")
+    if logging is None:
+        return
+    for ref in list(getattr(logging, "_handlerList", ())):
+        handler = ref()
+        lock = getattr(handler, "lock", None)
+        if handler is None or lock is None or not lock.acquire(timeout=0.05):
+            continue
+        try:
+            handler.flush()
+        except Exception:
+            pass  # a handler that fails to flush fails at exit as it would in a script
+        finally:
+            lock.release()
+
+
 # ---------------------------------------------------------------------------
 # Cancel: SIGTERM from the agent
 # ---------------------------------------------------------------------------
@@ -2322,6 +2347,7 @@ def finish_then_answer(channel: Channel, answer: dict) -> int:
     # own signal() would make an enum of the handler it replaces: a
     # ValueError raised and caught for a Python handler.)
     _signal.signal(_SIGTERM, _signal.getsignal(_SIGTERM) if REHEARSING else _SIG_IGN)
+    flush_logging()
     flush_node_output()
     status = 0 if answer.get("ok") else 1
     if channel.pid != os.getpid():
