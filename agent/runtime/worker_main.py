@@ -231,6 +231,8 @@ def _trim(te: traceback.TracebackException, seen: set) -> None:
         return
     seen.add(id(te))
     te.stack = traceback.StackSummary.from_list([f for f in te.stack if not _is_runtime_frame(f)])
+    for f in te.stack:
+        f.filename = SHIPPED_AS.get(f.filename, f.filename)  # the engine's name for shipped source
     for nested in (te.__cause__, te.__context__):
         if nested is not None:
             _trim(nested, seen)
@@ -1677,7 +1679,7 @@ def _where(exc: BaseException, filename: str = "") -> str:
         if name == filename or (not filename and name != RUNTIME_FILE and not name.startswith("<frozen")):
             found = (name, tb.tb_lineno)
         tb = tb.tb_next
-    return "%s, line %d" % found if found else ""
+    return "%s, line %d" % (SHIPPED_AS.get(found[0], found[0]), found[1]) if found else ""
 
 
 def module_name_for(filename: str) -> str:
@@ -1847,23 +1849,30 @@ def load_node_code(spec: dict):
         if not isinstance(source, str) or not isinstance(filename, str):
             raise BadRequest("'node.source' and 'node.filename' must be strings")
         data = source.encode("utf-8", "surrogatepass")
-        # The file does not exist here: give tracebacks its lines directly
-        # (a file of the same name in the cwd must not be shown instead).
-        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        # The engine's file does not exist here: give tracebacks its lines
+        # directly (a file of the same name in the cwd must not be shown
+        # instead).
+        lines = source.splitlines(True)
+        linecache.cache[filename] = (len(source), None, lines, filename)
         name = module_name_for(filename)
+        shipped = None
         if not REHEARSING:
-            ship_source(name, data)
+            shipped = os.path.join(ship_source(name, data), name + ".py")
+            linecache.cache[shipped] = (len(source), None, lines, shipped)
+            SHIPPED_AS[shipped] = filename
         module = types.ModuleType(name)
-        module.__file__ = filename
+        module.__file__ = shipped or filename
         sys.modules[name] = module
         NODE_MODULES.append(module)
         try:
             code = compiled(source, data, filename)
+            if shipped is not None:
+                code = with_filename(code, shipped)
             exec(code, module.__dict__)
         except SyntaxError as exc:
             raise ImportFailed(exc, "") from exc
         except (Exception, SystemExit, KeyboardInterrupt) as exc:
-            raise ImportFailed(exc, _where(exc, filename)) from exc
+            raise ImportFailed(exc, _where(exc, shipped or filename)) from exc
         return module
     if "module" in spec:
         target = spec["module"]
@@ -1883,6 +1892,26 @@ def load_node_code(spec: dict):
         NODE_MODULES.append(module)
         return module
     raise BadRequest("'node' must have 'source' (with 'filename') or 'module'")
+
+
+# The files shipped source was written to (ship_source), each with the
+# file name the engine gave it: the code's own file name is the shipped
+# file's, which exists (inspect, linecache and numba's cache=True look it
+# up); what the engine is answered names the engine's.
+SHIPPED_AS = {}
+
+
+def with_filename(code, filename: str):
+    """code, and every code object in it, with co_filename set to filename.
+
+    Compiled under the engine's file name, which the code cache keys,
+    and renamed here: 0.03 ms for a small node, 0.6 ms for 3,000 lines,
+    where compiling costs 1.4 and 18.
+    """
+    consts = code.co_consts
+    if any(isinstance(c, types.CodeType) for c in consts):
+        consts = tuple(with_filename(c, filename) if isinstance(c, types.CodeType) else c for c in consts)
+    return code.replace(co_filename=filename, co_consts=consts)
 
 
 # Code compiled on this call, for the code cache: (path, what to store).

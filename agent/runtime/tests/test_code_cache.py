@@ -36,12 +36,16 @@ def f():
 """ % (PLANTED, source(NODE))
 # A node that says whether its code is what the zygote compiled (the
 # runtime's CODE_MEMO: a forked call that finds its source there runs it).
+# (A constant that is not an identifier is not interned: compiled again,
+# it is another object.)
 FROM_ZYGOTE = """
 import __main__
 
+ANSWER = "ran from the code compiled"
+
 def f():
     memo = getattr(__main__, "CODE_MEMO", {})
-    return {"answer": "ran", "from_zygote": any(c is f.__code__ for m in memo.values() for c in m[2].co_consts)}
+    return {"answer": "ran", "from_zygote": any(c is ANSWER for m in memo.values() for c in m[2].co_consts)}
 """
 # The runtime's CODE_CACHE_KEEP: the entries the cache keeps.
 KEEP = 256
