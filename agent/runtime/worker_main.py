@@ -2006,9 +2006,15 @@ CODE_MEMO_MAX = 64
 # once, and its (inode, modification time) when the zygote last read it.
 CODE_MEMO_DIR = []
 CODE_MEMO_STAMP = []
+# How long the zygote compiles cached sources before one fork: a call may
+# be waiting for it (it is taken for wedged after 250 ms: zygote.go's
+# callForkTimeout); what is left, the next fork goes on with. Before its
+# first fork, while it starts, it takes up to CODE_MEMO_START_S.
+CODE_MEMO_FORK_S = 0.02
+CODE_MEMO_START_S = 1.0
 
 
-def remember_cached_code() -> None:
+def remember_cached_code(budget_s: float = CODE_MEMO_FORK_S) -> None:
     """In the zygote, before a fork: compiles the code cache's new sources, which the fork then finds in memory.
 
     One stat when nothing changed: what the zygote allocates between two
@@ -2039,10 +2045,13 @@ def remember_cached_code() -> None:
 
         private_dir(cache)
         prefix = "%s-%d-" % (importlib.util.MAGIC_NUMBER.hex(), sys.flags.optimize)
+        until = time.monotonic() + budget_s
         for name in sorted(os.listdir(cache)):
             path = os.path.join(cache, name)
             if len(CODE_MEMO) >= CODE_MEMO_MAX:
                 break
+            if time.monotonic() > until:
+                return  # the next fork goes on from here
             if name.startswith(prefix) and path not in CODE_MEMO:
                 try:
                     mtime = os.stat(path).st_mtime
@@ -2051,7 +2060,8 @@ def remember_cached_code() -> None:
                         warnings.simplefilter("ignore")  # the call that compiles it shows them
                         code = compile(source, filename, "exec", dont_inherit=True)
                 except (OSError, ValueError, SyntaxError, RecursionError, MemoryError, OverflowError):
-                    continue  # not an entry (or not one this Python compiles): the call compiles
+                    CODE_MEMO[path] = None  # not an entry (or not one this Python compiles): the call compiles
+                    continue
                 CODE_MEMO[path] = (filename, source, code, mtime)
         CODE_MEMO_STAMP[:] = [stamp]
     except (OSError, RuntimeError):
@@ -2982,6 +2992,9 @@ def zygote_serve() -> None:
     preloads = [m for m in (sys.argv[5] if len(sys.argv) > 5 else "").split(",") if m]
     del sys.argv[1:]
     os.set_inheritable(exits_fd, False)  # the zygote's own: no runner holds it
+    # The code cache's sources compiled now, not while a call waits for a
+    # fork, and frozen below with the rest.
+    remember_cached_code(CODE_MEMO_START_S)
     threaded = preload_and_report(report_fd, preloads, forks=True)
     # What each fork would otherwise do first, to objects it shares with
     # this process (every page it writes there is copied).

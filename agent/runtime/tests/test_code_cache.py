@@ -180,6 +180,8 @@ class ZygoteCodeCache(unittest.TestCase):
         zygote = self.start_zygote()
         self.assertEqual(self.run_forked(zygote, FROM_ZYGOTE), {"answer": "ran", "from_zygote": False})  # writes the entry as it exits
         self.assertEqual(self.run_forked(zygote, FROM_ZYGOTE), {"answer": "ran", "from_zygote": True})
+        # A zygote started since compiled it as it started.
+        self.assertEqual(self.run_forked(self.start_zygote(), FROM_ZYGOTE), {"answer": "ran", "from_zygote": True})
 
     def test_a_node_cannot_plant_code_for_another_pipeline(self):
         zygote = self.start_zygote()
