@@ -104,6 +104,11 @@ const (
 	// msgCancelledWaiting answers a cancel of a call that was still
 	// waiting for a slot: nothing of it ever ran.
 	msgCancelledWaiting = "the call was cancelled before it started"
+	// msgNotCancelled replaces a runner's NodeCancelled that no cancel
+	// or stop of the worker's caused: the runtime answers that way to any
+	// SIGTERM, and numba raises one in a process that forks after using
+	// its OpenMP layer.
+	msgNotCancelled = "the node process got a SIGTERM that the worker did not send (nobody cancelled the call): the node's code, a library it uses (numba raises one when a process that used its OpenMP threads forks) or another process of this user sent it; see the node's stderr"
 )
 
 // run executes the call to its end. It returns only when nothing of its
@@ -193,6 +198,11 @@ func (c *call) answer(ctx context.Context, p *runner.Process, end runner.Output)
 		return
 	}
 	switch {
+	case end.Answer != nil && runner.Stopped(c.ctx) == nil && protocol.ReadOutcome(end.Answer) == protocol.Cancelled:
+		// Only a cancel is a cancel.
+		frame.Put(end.Answer)
+		c.outcome, c.errType, c.errMsg = metrics.OutcomeError, protocol.TypeRemoteError, msgNotCancelled
+		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeRemoteError, msgNotCancelled))
 	case end.Answer != nil:
 		c.outcome = answerOutcome(end.Answer)
 		if c.outcome != metrics.OutcomeOK {

@@ -49,6 +49,20 @@ func TestCancelledRunnerMayAnswerItself(t *testing.T) {
 	}
 }
 
+// A runner's NodeCancelled is relayed only for a call the worker stopped:
+// the runtime answers so to any SIGTERM, and one that nobody cancelled
+// (numba raises one in a process that forks after using its OpenMP
+// layer) is the node's failure.
+func TestOnlyACancelIsAnsweredNodeCancelled(t *testing.T) {
+	t.Parallel()
+	f := serveFake(t, enginetest.Options{})
+	runtimeAnswer := `{"call_id":"k3","ok":false,"error":{"type":"NodeCancelled","message":"the call was cancelled","short":"NodeCancelled: the call was cancelled","traceback":""}}`
+	answer, _ := wait(t, run(t, f.wk, "k3", step{"raw": runtimeAnswer}, step{"no_answer": true}))
+	if answer.OK || answer.Error == nil || answer.Error.Type != "RemoteError" || !strings.Contains(answer.Error.Message, "a SIGTERM that the worker did not send") {
+		t.Fatalf("an uncancelled call answered %s", answer.Raw)
+	}
+}
+
 func TestRunnerDeathIsReported(t *testing.T) {
 	t.Parallel()
 	f := serveFake(t, enginetest.Options{})

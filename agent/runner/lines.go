@@ -2,7 +2,6 @@ package runner
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -104,11 +103,62 @@ func (lr *lineReader) skipLine(err error) error {
 }
 
 // textFrame makes a line safe to send as a WebSocket text frame, which must
-// be UTF-8: invalid bytes become U+FFFD, and the rest of the line gets
-// through.
+// be UTF-8: invalid bytes become U+FFFD (appendValidUTF8), and the rest of
+// the line gets through.
 func textFrame(line []byte) []byte {
 	if utf8.Valid(line) {
 		return append(frame.Get(len(line)), line...)
 	}
-	return bytes.ToValidUTF8(line, []byte("\uFFFD"))
+	return appendValidUTF8(frame.Get(len(line)+len(line)/2), line)
+}
+
+// appendValidUTF8 appends s to dst with each maximal subpart of an
+// ill-formed sequence replaced by one U+FFFD, as Python's
+// bytes.decode("utf-8", "replace") and the WHATWG decoder do (the Unicode
+// Standard's recommended practice, chapter 3): b"\xe2\x82", a character
+// cut short, is one U+FFFD; b"\xff\xfe", two bytes no character starts
+// with, is two. (bytes.ToValidUTF8 makes one of any run of invalid bytes;
+// encoding/json one of each byte.)
+func appendValidUTF8(dst, s []byte) []byte {
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRune(s[i:])
+		if r != utf8.RuneError || n > 1 {
+			dst = append(dst, s[i:i+n]...)
+			i += n
+			continue
+		}
+		dst = append(dst, "\uFFFD"...)
+		i += maximalSubpart(s[i:])
+	}
+	return dst
+}
+
+// maximalSubpart is the length of the ill-formed sequence that s starts
+// with: its first byte, and the bytes after it that a well-formed sequence
+// starting with that byte could still have had there.
+func maximalSubpart(s []byte) int {
+	lo, hi := byte(0x80), byte(0xBF) // what may follow the first byte
+	need := 0                        // continuation bytes its character has
+	switch b := s[0]; {
+	case b >= 0xC2 && b <= 0xDF:
+		need = 1
+	case b == 0xE0:
+		need, lo = 2, 0xA0 // no overlong form
+	case b == 0xED:
+		need, hi = 2, 0x9F // no surrogate
+	case b >= 0xE1 && b <= 0xEF:
+		need = 2
+	case b == 0xF0:
+		need, lo = 3, 0x90 // no overlong form
+	case b == 0xF4:
+		need, hi = 3, 0x8F // nothing past U+10FFFF
+	case b >= 0xF1 && b <= 0xF3:
+		need = 3
+	}
+	n := 1
+	for n <= need && n < len(s) && s[n] >= lo && s[n] <= hi {
+		n++
+		lo, hi = 0x80, 0xBF
+	}
+	return n
 }

@@ -2,10 +2,13 @@ package runner
 
 import (
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -16,6 +19,80 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 )
+
+// Invalid UTF-8 is replaced as the runtime's (Python's) decoder does:
+// one U+FFFD for each maximal subpart of an ill-formed sequence.
+func TestValidUTF8ReplacesMaximalSubparts(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                     "",
+		"plain ✓ text":         "plain ✓ text",
+		"\xe2\x82":             "\uFFFD",             // a character cut short
+		"a\xe2\x82b":           "a\uFFFDb",           // ... mid-line
+		"\xff\xfe":             "\uFFFD\uFFFD",       // no character starts with them
+		"\xf0\x9f\x98":         "\uFFFD",             // four bytes, the last missing
+		"\xf0\x9f\x98\xc3\xa9": "\uFFFDé",            // ... and a character after
+		"\xc0\xaf":             "\uFFFD\uFFFD",       // an overlong '/'
+		"\xe0\x80\xaf":         "\uFFFD\uFFFD\uFFFD", // overlong: E0 is never followed by 80
+		"\xed\xa0\x80":         "\uFFFD\uFFFD\uFFFD", // a surrogate
+		"\xf4\x90\x80\x80":     "\uFFFD\uFFFD\uFFFD\uFFFD",
+		"\xef\xbf\xbd":         "\uFFFD", // U+FFFD itself
+		"\x80\xbf":             "\uFFFD\uFFFD",
+	} {
+		if got := string(appendValidUTF8(nil, []byte(in))); got != want {
+			t.Errorf("appendValidUTF8(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// The same, checked against Python's decoder itself for every string of
+// up to three bytes from an alphabet of each kind of byte, and of four
+// from a smaller one.
+func TestValidUTF8MatchesPython(t *testing.T) {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3 to compare with")
+	}
+	var inputs [][]byte
+	var grow func(prefix []byte, alphabet []byte, left int)
+	grow = func(prefix []byte, alphabet []byte, left int) {
+		if len(prefix) > 0 {
+			inputs = append(inputs, prefix)
+		}
+		if left == 0 {
+			return
+		}
+		for _, b := range alphabet {
+			grow(append(slices.Clip(prefix), b), alphabet, left-1)
+		}
+	}
+	grow(nil, []byte{0x00, 0x41, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xC1, 0xC2, 0xDF, 0xE0, 0xE1, 0xEC, 0xED, 0xEE, 0xEF, 0xF0, 0xF1, 0xF3, 0xF4, 0xF5, 0xFF}, 3)
+	grow(nil, []byte{0x41, 0x80, 0x8F, 0x90, 0xA0, 0xBF, 0xC2, 0xE0, 0xED, 0xF0, 0xF4, 0xFF}, 4)
+	var stdin bytes.Buffer
+	for _, in := range inputs {
+		stdin.WriteString(hex.EncodeToString(in) + "\n")
+	}
+	cmd := exec.Command(python, "-c", "import sys\nfor line in sys.stdin:\n    print(bytes.fromhex(line.strip()).decode('utf-8', 'replace').encode('utf-8').hex())")
+	cmd.Stdin = &stdin
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("python3: %v", err)
+	}
+	decoded := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	if len(decoded) != len(inputs) {
+		t.Fatalf("python3 decoded %d strings of %d", len(decoded), len(inputs))
+	}
+	wrong := 0
+	for i, in := range inputs {
+		if got := hex.EncodeToString(appendValidUTF8(nil, in)); got != decoded[i] {
+			if wrong++; wrong <= 10 {
+				t.Errorf("appendValidUTF8(%q) = %s; Python's decoder gives %s", in, got, decoded[i])
+			}
+		}
+	}
+	if wrong > 10 {
+		t.Errorf("... %d strings in all of %d", wrong, len(inputs))
+	}
+}
 
 func TestTextFrame(t *testing.T) {
 	valid := []byte(`{"event":"log","line":"héllo ✓"}`)

@@ -40,6 +40,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fluksio/fluksio-worker/agent/frame"
 	"github.com/fluksio/fluksio-worker/agent/logging"
@@ -472,6 +473,9 @@ func (o *nodeOutput) budgetLocked(stream string, line []byte) {
 
 func (o *nodeOutput) emitLocked(stream string, line []byte) {
 	o.noteDroppedLocked()
+	if !utf8.Valid(line) {
+		line = appendValidUTF8(nil, line) // as the runtime's decoder does, not encoding/json's byte by byte
+	}
 	o.sendLocked(stream, string(line))
 }
 

@@ -91,10 +91,10 @@ func TestNodeOutputFloodKeepsTheBeginningAndTheEnd(t *testing.T) {
 func TestNodeOutputLineRules(t *testing.T) {
 	lines := relayed(t, func(stdout, stderr io.Writer, _ []byte) {
 		io.WriteString(stderr, "\r 50%|#####     |\r"+strings.Repeat(" ", 80)+"\r")
-		io.WriteString(stdout, "a\r\nb\n\n \t \nbad \xff bytes\n")
+		io.WriteString(stdout, "a\r\nb\n\n \t \nbad \xff bytes\ncut \xe2\x82 short\n")
 		io.WriteString(stdout, strings.Repeat("x", nodeLineMax+10)+"\nafter\n")
 	}, nil)
-	want := []string{"a", "b", "bad \uFFFD bytes", strings.Repeat("x", nodeLineMax) + cutMark, "after", " 50%|#####     |"}
+	want := []string{"a", "b", "bad \uFFFD bytes", "cut \uFFFD short", strings.Repeat("x", nodeLineMax) + cutMark, "after", " 50%|#####     |"}
 	got := map[string]bool{}
 	for _, l := range lines {
 		got[l] = true

@@ -110,6 +110,9 @@ type warmPool struct {
 	spares   sync.WaitGroup // every spare's goroutines
 	janitor  chan struct{}  // closed by close
 	reported map[string]bool
+	// threaded holds the environments (by key) whose preloads start
+	// threads: their spares start cold, never forked from a zygote.
+	threaded map[string]bool
 }
 
 // warmEnv is one environment's spares and demand.
@@ -164,7 +167,8 @@ func newWarmPool(cfg *Config) *warmPool {
 		return nil
 	}
 	p := &warmPool{cfg: cfg, max: n, forkTimeout: forkTimeout, replaceDelay: replaceDelay, exitReportWait: exitReportWait,
-		changes: systemChanges(), janitor: make(chan struct{}), reported: map[string]bool{}}
+		changes: systemChanges(), janitor: make(chan struct{}), reported: map[string]bool{},
+		threaded: map[string]bool{}}
 	if len(cfg.Preload) > 0 {
 		p.preload = strings.Join(cfg.Preload, ",")
 	}
@@ -394,7 +398,7 @@ func (p *warmPool) fillLocked() {
 		left -= allowed
 		waiting := false // for the zygote to be ready, to fork spares
 		keep := allowed
-		if we.rt.Embedded && forksHere() {
+		if we.rt.Embedded && forksHere() && !p.threaded[we.key] {
 			keep = allowed + forkedSparesAhead
 			// A zygote forks the environment's spares.
 			waiting = we.zyg == nil || !we.zyg.ready
@@ -516,6 +520,12 @@ func (s *spare) run() {
 	var r struct {
 		Watch  [][2]any          `json:"watch"`
 		Failed map[string]string `json:"failed"`
+		// Threads, when the process has more than one after its
+		// preloads: how many, and the preload that started the first.
+		Threads *struct {
+			Count  int    `json:"count"`
+			Module string `json:"module"`
+		} `json:"threads"`
 	}
 	decodeErr := json.NewDecoder(report).Decode(&r)
 	report.Close()
@@ -536,6 +546,17 @@ func (s *spare) run() {
 			p.reported[name] = true
 			s.box.log.Warn("a --preload module could not be imported; spares go on without it", "module", name, "error", why)
 		}
+	}
+	if s.zyg != nil && r.Threads != nil && !s.retired {
+		// A fork keeps only the thread that forks: the library whose
+		// threads are gone hangs or aborts in every call. The zygote
+		// forks none (it answers 0); its environment's spares start cold.
+		if !p.threaded[s.we.key] {
+			p.threaded[s.we.key] = true
+			s.box.log.Warn("a --preload module started threads, and a process with threads cannot be forked safely; spares of its environment start cold instead of forked from a zygote", "module", r.Threads.Module, "threads", r.Threads.Count)
+		}
+		p.dropLocked(s)
+		p.fillLocked()
 	}
 	alive := decodeErr == nil && !closed(s.exited)
 	kept := alive && !s.retired

@@ -772,3 +772,43 @@ func TestReusedCgroupCountsItsOwnCallAndKillsItsLeftovers(t *testing.T) {
 		t.Errorf("the log does not say the lingering processes were killed:\n%s", log)
 	}
 }
+
+// A zygote whose --preload started a thread forks no call: a fork keeps
+// only the forking thread, and the library whose threads are gone hangs
+// or aborts (torch's intra-op pool, numba's OpenMP layer). Its
+// environment's spares start cold, and the log says which preload it was.
+func TestZygoteNotUsedWhenAPreloadStartsThreads(t *testing.T) {
+	t.Parallel()
+	if !inContainedChild(t) {
+		return
+	}
+	modules := t.TempDir()
+	threader := "import _thread, time\n_thread.start_new_thread(time.sleep, (3600,))\n"
+	if err := os.WriteFile(filepath.Join(modules, "threader.py"), []byte(threader), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	z := newZygoteRig(t, 1, func(c *Config) {
+		c.Preload = []string{"json", "threader"}
+		c.BaseEnv = append(c.BaseEnv, "PYTHONPATH="+modules)
+	})
+	first := z.runPID(t, "teach")
+	spare := z.waitSpare(t, z.m, first)
+	if parent := parentOf(spare); parent != os.Getpid() {
+		t.Errorf("the spare %d is the child of %d; want one the worker started cold (%d)", spare, parent, os.Getpid())
+	}
+	if got := z.runPID(t, "warm"); got != spare {
+		t.Errorf("the call ran in %d; want the spare started cold (%d)", got, spare)
+	}
+	log := z.log.String()
+	if !strings.Contains(log, "a --preload module started threads") || !strings.Contains(log, "module=threader") {
+		t.Errorf("the log does not say which preload started threads:\n%s", log)
+	}
+	p := z.pool.warm
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, we := range p.envs {
+		if we.zyg != nil {
+			t.Errorf("the environment still has a zygote (pid %d)", we.zyg.box.pid)
+		}
+	}
+}

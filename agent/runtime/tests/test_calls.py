@@ -222,6 +222,32 @@ class Streams(RuntimeTestCase):
         self.assertEqual(streams(events), [{"loss": 0.0}, {"loss": 1.0}])
 
 
+class ShippedFile(RuntimeTestCase):
+    def test_shipped_source_is_a_real_file_that_its_code_names(self):
+        # What tools that look for a function's file do: inspect's, and
+        # numba's cache=True locators (os.path.exists on inspect.getfile).
+        code = (
+            "import inspect, os, sys\n"
+            "\n"
+            "def f():\n"
+            "    path = inspect.getsourcefile(f)\n"
+            "    with open(inspect.getfile(f)) as src:\n"
+            "        text = src.read()\n"
+            "    return {'abs': os.path.isabs(path), 'same': path == f.__code__.co_filename == sys.modules[f.__module__].__file__,\n"
+            "            'text': text, 'lines': inspect.getsourcelines(f)[1]}\n"
+        )
+        answer, _, _ = self.run_call(run_request(code, "f"))
+        self.assertOk(answer)
+        self.assertEqual(answer["outputs"], {"abs": True, "same": True, "text": code, "lines": 3})
+
+    def test_tracebacks_and_messages_name_the_engines_file(self):
+        answer, _, _ = self.run_call(run_request("def f():\n    return 1 / 0\n", "f"))
+        err = self.assertError(answer, "ZeroDivisionError")
+        self.assertIn('File "pipeline.py", line 2, in f', err["traceback"])
+        answer, _, _ = self.run_call(run_request("x = 1 / 0\n", "f"))
+        err = self.assertError(answer, "ZeroDivisionError", "pipeline.py, line 1")
+
+
 class Validation(RuntimeTestCase):
     """Every refusal names the port and what is wrong with the value."""
 

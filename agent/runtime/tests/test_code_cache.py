@@ -1,13 +1,12 @@
 """The code cache: shipped source compiled once, kept in the worker's artifact cache."""
 
-import marshal
 import os
 import shutil
 import tempfile
 import time
 import unittest
 
-from tests.support import RuntimeTestCase, Zygote, run_request
+from tests.support import RuntimeTestCase, Zygote, run_request, source
 
 NODE = """
 import subprocess, sys
@@ -20,6 +19,34 @@ def f():
 ANSWER = "compiled from the source"
 """
 PLANTED = NODE.replace("compiled from the source", "planted in the cache")
+# Another pipeline's node: it rewrites every entry of the code cache so that
+# it holds code that answers "planted in the cache" under the entry's file
+# name and NODE's source (a cache keeping code would run it for NODE).
+PLANTER = """
+import marshal, os
+
+def f():
+    code_dir = os.path.join(os.environ["FLUKSIO_ARTIFACT_CACHE"], "code")
+    planted = compile(%r, "pipeline.py", "exec", dont_inherit=True)
+    names = [n for n in os.listdir(code_dir) if not n.startswith(".")]
+    for name in names:
+        with open(os.path.join(code_dir, name), "wb") as f:
+            marshal.dump(("pipeline.py", %r, planted), f)
+    return {"planted": len(names)}
+""" % (PLANTED, source(NODE))
+# A node that says whether its code is what the zygote compiled (the
+# runtime's CODE_MEMO: a forked call that finds its source there runs it).
+# (A constant that is not an identifier is not interned: compiled again,
+# it is another object.)
+FROM_ZYGOTE = """
+import __main__
+
+ANSWER = "ran from the code compiled"
+
+def f():
+    memo = getattr(__main__, "CODE_MEMO", {})
+    return {"answer": "ran", "from_zygote": any(c is ANSWER for m in memo.values() for c in m[2].co_consts)}
+"""
 # The runtime's CODE_CACHE_KEEP: the entries the cache keeps.
 KEEP = 256
 
@@ -42,39 +69,41 @@ class CodeCache(RuntimeTestCase):
     def entries(self):
         return [os.path.join(self.code_dir, n) for n in os.listdir(self.code_dir)]
 
-    def plant(self, path, claimed, source):
-        """Replaces a cache entry with the code of source, said to be claimed's."""
+    def plant(self, path, source):
+        """Replaces a cache entry with one of source (file name pipeline.py)."""
         with open(path, "wb") as f:
-            marshal.dump(("pipeline.py", claimed, compile(source, "pipeline.py", "exec", dont_inherit=True)), f)
+            f.write(b"%d\npipeline.py" % len("pipeline.py") + source.encode())
 
-    def cached_source(self, path):
+    def cached(self, path):
         with open(path, "rb") as f:
-            return marshal.load(f)[1]
+            return f.read()
 
-    def test_a_source_is_compiled_once_then_its_cached_code_runs(self):
+    def test_a_source_is_cached_once_as_a_source(self):
         first = self.run_to_exit()
         self.assertEqual(first, {"answer": "compiled from the source", "child": "compiled from the source"})
         self.assertEqual(os.stat(self.code_dir).st_mode & 0o777, 0o700)
         [entry] = self.entries()
-        # Proof that the next call loads the cache and does not compile:
-        # code planted under the source's name (with the source it claims) runs.
-        self.plant(entry, self.cached_source(entry), PLANTED)
-        self.assertEqual(self.run_to_exit()["answer"], "planted in the cache")
+        self.assertTrue(self.cached(entry).startswith(b"11\npipeline.py"), self.cached(entry)[:50])
+        self.assertIn(b'ANSWER = "compiled from the source"', self.cached(entry))
+        written = os.stat(entry)
+        self.run_to_exit()
+        self.assertEqual((os.stat(entry).st_ino, os.stat(entry).st_mtime_ns), (written.st_ino, written.st_mtime_ns), "the entry was written again")
+
+    def test_a_node_cannot_plant_code_for_another_pipeline(self):
+        self.run_to_exit()
+        self.assertEqual(self.run_to_exit(PLANTER), {"planted": 1})
+        # A runner started after that (a worker restarted: no zygote's
+        # memory) runs what its source says.
+        self.assertEqual(self.run_to_exit()["answer"], "compiled from the source")
 
     def test_an_entry_for_another_source_is_not_used(self):
         self.run_to_exit()
         [entry] = self.entries()
+        written = self.cached(entry)
         # The same name (as a CRC-32 collision would give), another source in it.
-        self.plant(entry, PLANTED, PLANTED)
+        self.plant(entry, PLANTED)
         self.assertEqual(self.run_to_exit()["answer"], "compiled from the source")
-        self.assertEqual(self.run_to_exit()["answer"], "compiled from the source", "the entry was replaced")
-
-    def test_a_cache_others_may_write_is_not_trusted(self):
-        self.run_to_exit()
-        [entry] = self.entries()
-        self.plant(entry, self.cached_source(entry), PLANTED)
-        os.chmod(self.code_dir, 0o777)
-        self.assertEqual(self.run_to_exit()["answer"], "compiled from the source")
+        self.assertEqual(self.cached(entry), written, "the entry was replaced")
 
     def test_a_broken_entry_means_compiling(self):
         self.run_to_exit()
@@ -134,39 +163,36 @@ class ZygoteCodeCache(unittest.TestCase):
         self.cache = os.path.join(self.state, "artifacts")
         self.code_dir = os.path.join(self.cache, "code")
 
-    def run_forked(self, zygote):
+    def run_forked(self, zygote, code=NODE):
         call_dir = tempfile.mkdtemp(dir=self.state)
         env = ["%s=%s" % kv for kv in os.environ.items() if kv[0] != "PYTHONPATH"]
         env += ["FLUKSIO_ARTIFACT_CACHE=" + self.cache, "FLUKSIO_CALL_DIR=" + call_dir]
-        answer = zygote.run(run_request(NODE, "f"), env, call_dir)
+        answer = zygote.run(run_request(code, "f"), env, call_dir)
         self.assertTrue(answer.get("ok"), answer)
-        return answer["outputs"]["answer"]
-
-    def plant(self, text):
-        """Replaces the source's entry with code that answers text."""
-        [entry] = [os.path.join(self.code_dir, n) for n in os.listdir(self.code_dir)]
-        with open(entry, "rb") as f:
-            claimed = marshal.load(f)[1]
-        with open(entry, "wb") as f:
-            marshal.dump(("pipeline.py", claimed, compile(claimed.replace("compiled from the source", text), "pipeline.py", "exec")), f)
+        return answer["outputs"]
 
     def start_zygote(self):
         zygote = Zygote(env={"FLUKSIO_ARTIFACT_CACHE": self.cache})
         self.addCleanup(zygote.close)
         return zygote
 
-    def test_forks_find_the_code_the_zygote_read_and_read_no_file(self):
+    def test_forks_run_the_code_the_zygote_compiled(self):
         zygote = self.start_zygote()
-        self.assertEqual(self.run_forked(zygote), "compiled from the source")  # writes the entry as it exits
-        self.plant("read by the zygote")
-        self.assertEqual(self.run_forked(zygote), "read by the zygote")
-        self.plant("only on disk")
-        self.assertEqual(self.run_forked(zygote), "read by the zygote", "the fork took the zygote's copy, not the file")
+        self.assertEqual(self.run_forked(zygote, FROM_ZYGOTE), {"answer": "ran", "from_zygote": False})  # writes the entry as it exits
+        self.assertEqual(self.run_forked(zygote, FROM_ZYGOTE), {"answer": "ran", "from_zygote": True})
+        # A zygote started since compiled it as it started.
+        self.assertEqual(self.run_forked(self.start_zygote(), FROM_ZYGOTE), {"answer": "ran", "from_zygote": True})
+
+    def test_a_node_cannot_plant_code_for_another_pipeline(self):
+        zygote = self.start_zygote()
+        self.assertEqual(self.run_forked(zygote)["answer"], "compiled from the source")
+        self.assertEqual(self.run_forked(zygote, PLANTER), {"planted": 1})
+        # The worker restarted: a new zygote reads the cache.
+        self.assertEqual(self.run_forked(self.start_zygote())["answer"], "compiled from the source")
 
     def test_a_cache_others_may_write_is_not_read_by_the_zygote(self):
         zygote = self.start_zygote()
-        self.run_forked(zygote)
-        self.plant("planted")
+        self.run_forked(zygote, FROM_ZYGOTE)
         os.chmod(self.code_dir, 0o777)
-        self.assertEqual(self.run_forked(zygote), "compiled from the source")
+        self.assertEqual(self.run_forked(zygote, FROM_ZYGOTE), {"answer": "ran", "from_zygote": False})
 

@@ -45,6 +45,21 @@ class Prints(RuntimeTestCase):
         for line in ("python print", "libc printf 42", "child err", "from a child"):
             self.assertIn(line, echoed, "node output is echoed on the runner's stderr")
 
+    def test_a_memory_handler_flushed_at_exit_reaches_the_engine(self):
+        code = (
+            "import logging, logging.handlers, sys\n"
+            "target = logging.StreamHandler(sys.stderr)\n"
+            "log = logging.getLogger('buffered')\n"
+            "log.addHandler(logging.handlers.MemoryHandler(1000, flushLevel=logging.CRITICAL, target=target))\n"
+            "log.setLevel(logging.INFO)\n"
+            "def f():\n"
+            "    log.info('held until flushed')\n"
+            "    return {}\n"
+        )
+        answer, events, _ = self.run_call(run_request(code, "f"))
+        self.assertOk(answer)
+        self.assertEqual(logs(events, "stderr"), ["held until flushed"])
+
     def test_print_at_import_time(self):
         code = "import os\nprint('importing')\nos.write(1, b'raw at import\\n')\ndef f():\n    return {}\n"
         answer, events, _ = self.run_call(run_request(code, "f"))
