@@ -36,8 +36,9 @@ type connLimits struct {
 	// end of the previous request; read: a whole request, headers and
 	// body (the endpoint takes none).
 	header, read time.Duration
-	// maxConns open at once; one more is closed as soon as it is
-	// accepted. Prometheus, a probe and a person with curl need a few.
+	// maxConns open at once; one more takes the place of the one idle
+	// longest, or is closed as soon as it is accepted when none is idle.
+	// Prometheus, a probe and a person with curl need a few.
 	maxConns int
 }
 
@@ -73,7 +74,7 @@ func listen(addr string, m *Metrics, health, live Health, log *slog.Logger, lim 
 }
 
 func serve(tcp net.Listener, m *Metrics, health, live Health, log *slog.Logger, lim connLimits) *Server {
-	ln := &cappedListener{Listener: tcp, free: make(chan struct{}, lim.maxConns)}
+	ln := newCappedListener(tcp, lim.maxConns)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", readOnly(promhttp.HandlerFor(m.Registry(), promhttp.HandlerOpts{
 		Registry:            m.Registry(), // counts its own errors there
@@ -88,6 +89,7 @@ func serve(tcp net.Listener, m *Metrics, health, live Health, log *slog.Logger, 
 			ReadTimeout:       lim.read,
 			WriteTimeout:      writeTimeout,
 			IdleTimeout:       lim.idle,
+			ConnState:         ln.track,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		},
 		ln:   ln,
@@ -154,13 +156,23 @@ func Exposure(addr string) string {
 	}
 }
 
-// cappedListener holds at most cap(free) connections open at once: one
-// more is closed as soon as it is accepted, so a client holding many open
-// costs the worker nothing past the cap, and the kernel's queue of
-// connections waiting to be accepted never fills.
+// cappedListener holds at most max connections open at once, so a client
+// holding many open costs the worker nothing past the cap, and the
+// kernel's queue of connections waiting to be accepted never fills. At the
+// cap, a new connection takes the place of the one idle longest between
+// two requests: keep-alive clients that ask now and then must not lock out
+// a probe, which the kubelet answers by restarting the worker. When none
+// is idle (all are mid-request or have sent nothing yet, which their
+// header timeout bounds), the new connection is closed at once.
 type cappedListener struct {
 	net.Listener
-	free chan struct{} // a token per open connection
+	max  int
+	mu   sync.Mutex
+	open map[*cappedConn]struct{}
+}
+
+func newCappedListener(ln net.Listener, max int) *cappedListener {
+	return &cappedListener{Listener: ln, max: max, open: make(map[*cappedConn]struct{})}
 }
 
 func (l *cappedListener) Accept() (net.Conn, error) {
@@ -169,24 +181,60 @@ func (l *cappedListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		select {
-		case l.free <- struct{}{}:
-			return &cappedConn{Conn: c, release: func() { <-l.free }}, nil
-		default:
-			c.Close()
+		l.mu.Lock()
+		var idlest *cappedConn
+		if len(l.open) >= l.max {
+			for o := range l.open {
+				if !o.idleSince.IsZero() && (idlest == nil || o.idleSince.Before(idlest.idleSince)) {
+					idlest = o
+				}
+			}
+			if idlest == nil {
+				l.mu.Unlock()
+				c.Close()
+				continue
+			}
+			delete(l.open, idlest)
 		}
+		cc := &cappedConn{Conn: c, l: l}
+		l.open[cc] = struct{}{}
+		l.mu.Unlock()
+		if idlest != nil {
+			// Its server goroutine, waiting for the next request, sees
+			// the close and lets the connection go.
+			idlest.Conn.Close()
+		}
+		return cc, nil
+	}
+}
+
+// track is the server's ConnState hook: it notes when each connection
+// starts waiting for its next request, and when it stops.
+func (l *cappedListener) track(c net.Conn, state http.ConnState) {
+	cc, ok := c.(*cappedConn)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if state == http.StateIdle {
+		cc.idleSince = time.Now()
+	} else {
+		cc.idleSince = time.Time{}
 	}
 }
 
 type cappedConn struct {
 	net.Conn
-	once    sync.Once
-	release func()
+	l         *cappedListener
+	idleSince time.Time // zero unless waiting for a next request; guarded by l.mu
 }
 
 func (c *cappedConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(c.release)
+	c.l.mu.Lock()
+	delete(c.l.open, c)
+	c.l.mu.Unlock()
 	return err
 }
 

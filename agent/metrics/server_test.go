@@ -191,3 +191,99 @@ func TestExposure(t *testing.T) {
 		}
 	}
 }
+
+// keepAlive is a client on one connection that asks, reads the answer and
+// keeps the connection for its next request, as a scraper does.
+type keepAlive struct {
+	c net.Conn
+	r *bufio.Reader
+}
+
+func (k *keepAlive) get(path string) error {
+	if _, err := io.WriteString(k.c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		return err
+	}
+	resp, err := http.ReadResponse(k.r, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return errors.New(resp.Status)
+	}
+	return nil
+}
+
+// waitIdle waits until n connections of s wait for their next request.
+func waitIdle(t *testing.T, s *Server, n int) {
+	t.Helper()
+	l := s.ln.(*cappedListener)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		l.mu.Lock()
+		idle := 0
+		for c := range l.open {
+			if !c.idleSince.IsZero() {
+				idle++
+			}
+		}
+		l.mu.Unlock()
+		if idle >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d connections idle after a minute", idle, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Keep-alive clients that hold every slot between their requests do not
+// lock out a probe: it takes the place of the connection idle longest,
+// and the others keep theirs.
+func TestProbeGetsThroughKeepAliveClientsAtTheCap(t *testing.T) {
+	lim := connLimits{idle: time.Hour, header: time.Hour, read: time.Hour, maxConns: 4}
+	s, _ := serveAt(t, "127.0.0.1:0", lim)
+
+	var clients []*keepAlive
+	for i := range lim.maxConns {
+		c, err := net.Dial("tcp", s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		k := &keepAlive{c: c, r: bufio.NewReader(c)}
+		if err := k.get("/metrics"); err != nil {
+			t.Fatalf("client %d: %v", i, err)
+		}
+		// One at a time, so that the first is the one idle longest.
+		waitIdle(t, s, i+1)
+		clients = append(clients, k)
+	}
+
+	probe := &http.Client{Timeout: time.Minute, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := probe.Get("http://" + s.Addr() + "/livez")
+	if err != nil {
+		t.Fatalf("probe with every slot held by keep-alive clients: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("probe: %s", resp.Status)
+	}
+
+	if !waitClosed(clients[0].c, time.Now().Add(time.Minute)) {
+		t.Fatal("the connection idle longest is still open after a probe took its place")
+	}
+	for i, k := range clients[1:] {
+		if err := k.get("/metrics"); err != nil {
+			t.Errorf("client %d lost its connection to a probe: %v", i+1, err)
+		}
+	}
+	if err := clients[0].get("/metrics"); err == nil {
+		t.Error("the client whose connection was taken still got an answer on it")
+	}
+}
