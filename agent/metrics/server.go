@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -62,15 +63,37 @@ func Listen(addr string, m *Metrics, health, live Health, log *slog.Logger) (*Se
 }
 
 func listen(addr string, m *Metrics, health, live Health, log *slog.Logger, lim connLimits) (*Server, error) {
+	tcp, err := bind(addr)
+	if err != nil {
+		return nil, err
+	}
+	return serve(tcp, m, health, live, log, lim), nil
+}
+
+// CheckListen says whether addr can be bound now, as Listen binds it, and
+// lets it go again: `check-config` asks it so that a reload to a port
+// another program holds is refused while the old worker still serves.
+func CheckListen(addr string) error {
+	ln, err := bind(addr)
+	if err != nil {
+		return err
+	}
+	return ln.Close()
+}
+
+func bind(addr string) (net.Listener, error) {
 	network, err := listenNetwork(addr)
 	if err != nil {
 		return nil, fmt.Errorf("--listen %s: %w", addr, err)
 	}
 	tcp, err := net.Listen(network, addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("--listen %s: %w: another program holds this port (`ss -ltnp` shows which); stop it or choose another --listen", addr, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("--listen %s: %w", addr, err)
 	}
-	return serve(tcp, m, health, live, log, lim), nil
+	return tcp, nil
 }
 
 func serve(tcp net.Listener, m *Metrics, health, live Health, log *slog.Logger, lim connLimits) *Server {
