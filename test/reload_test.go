@@ -332,6 +332,18 @@ func TestReloadWhileDisconnected(t *testing.T) {
 	}
 }
 
+// stillAttached fails t if a refused reload closed wk or ended r.
+func stillAttached(t *testing.T, r *reloadable, wk *enginetest.Worker) {
+	t.Helper()
+	select {
+	case <-wk.Done():
+		t.Fatal("a refused reload closed the connection")
+	case <-r.exited:
+		t.Fatalf("a refused reload ended the worker")
+	default:
+	}
+}
+
 // TestReloadRefusedWhenTheNewBinaryWouldNotStart: a reload checks first
 // that the binary on disk accepts the configuration it will read. With the
 // token file rotated away, or a token that came from a pipe, the worker
@@ -364,13 +376,7 @@ func TestReloadRefusedWhenTheNewBinaryWouldNotStart(t *testing.T) {
 	if answer, _ := wait(t, run(t, wk, "still")); !answer.OK {
 		t.Errorf("after a refused reload the worker answered %s", answer.Raw)
 	}
-	select {
-	case <-wk.Done():
-		t.Fatal("a refused reload closed the connection")
-	case <-r.exited:
-		t.Fatalf("a refused reload ended the worker")
-	default:
-	}
+	stillAttached(t, r, wk)
 
 	// Mended: the reload happens.
 	if err := os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
@@ -440,13 +446,7 @@ func TestReloadToATakenListenAddressIsRefused(t *testing.T) {
 	if code, _ := get(t, "GET", "http://"+old+"/livez"); code != http.StatusOK {
 		t.Errorf("/livez on the old address after a refused reload: HTTP %d", code)
 	}
-	select {
-	case <-wk.Done():
-		t.Fatal("a refused reload closed the connection")
-	case <-r.exited:
-		t.Fatalf("a refused reload ended the worker")
-	default:
-	}
+	stillAttached(t, r, wk)
 
 	// Freed: the reload happens, and the new process serves there.
 	addr := taken.Addr().String()
