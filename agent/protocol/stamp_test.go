@@ -90,8 +90,8 @@ func exactly(b []byte) []byte {
 func FuzzSalvageCall(f *testing.F) {
 	for _, s := range []string{
 		`{"op":"run","call_id":"c1"}`,
-		`{"op\}`,                    // a key cut in an escape
-		`{"op":"run","call_id":"c\}`, // a value cut in an escape
+		`{"op\}`,                      // a key cut in an escape
+		`{"op":"run","call_id":"c\}`,  // a value cut in an escape
 		`{"op":"run","call_id"}`,      // a key without a value
 		`{"op" "run","call_id":"c1"}`, // no colon
 		`{"op":"run",]:"call_id":"c1"}`,
