@@ -13,11 +13,14 @@ import (
 	"encoding/json"
 	"net/http"
 	"sync"
+	"sync/atomic"
 
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 )
 
 type resumeState struct {
+	ignore atomic.Bool // IgnoreResume
+
 	mu     sync.Mutex
 	calls  map[string]*Call // by worker name and call id
 	cancel map[string]bool  // call ids to answer cancel
@@ -69,12 +72,23 @@ func (e *Engine) CancelOnResume(ids ...string) {
 	}
 }
 
+// IgnoreResume makes the engine read workers' resume messages and never
+// answer them: an engine that accepted the extension, then hangs.
+func (e *Engine) IgnoreResume() { e.resume.ignore.Store(true) }
+
 // resumeMessage answers a worker's resume message; it reports false for a
 // frame that is not one.
 func (e *Engine) resumeMessage(w *Worker, raw []byte) bool {
 	var msg protocol.ResumeHello
 	if json.Unmarshal(raw, &msg) != nil || msg.Op != protocol.OpResume {
 		return false
+	}
+	if e.resume.ignore.Load() {
+		select {
+		case w.resume <- msg:
+		default:
+		}
+		return true
 	}
 	answer := map[string]any{"op": protocol.OpResume}
 	verdicts := []protocol.ResumeVerdict{}
