@@ -16,14 +16,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
+	"github.com/fluksio/fluksio-worker/agent/status"
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
@@ -47,13 +50,18 @@ func CheckConfigCommand(ctx context.Context, args []string, stdout, stderr io.Wr
 	case err == nil:
 		_, _, err = platform.FindPython(ctx, cfg.Python)
 	}
+	var stateDir string
 	if err == nil {
-		_, err = config.ResolveStateDir(cfg, os.Getenv)
+		stateDir, err = config.ResolveStateDir(cfg, os.Getenv)
 	}
 	if err == nil && cfg.Listen != "" && cfg.Listen != os.Getenv(envReloadListen) {
 		// The address the reloading worker serves now is its own to
 		// the end: the new process binds it once the old one is gone.
 		err = metrics.CheckListen(cfg.Listen)
+		if pid := servingWorker(stateDir, cfg.Listen); errors.Is(err, syscall.EADDRINUSE) && pid > 0 {
+			fmt.Fprintf(stdout, "--listen %s: the port is held by the worker running from this state directory (pid %d); a reload of that worker frees it for the new process\n", cfg.Listen, pid)
+			err = nil
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "fluksio-worker: %s\n", logging.NewRedactor(cfg.Token).Scrub(err.Error()))
@@ -61,6 +69,23 @@ func CheckConfigCommand(ctx context.Context, args []string, stdout, stderr io.Wr
 	}
 	fmt.Fprintln(stdout, "the configuration is good")
 	return config.ExitOK
+}
+
+// servingWorker is the pid of the live worker of stateDir when it serves
+// --listen on the port of listen (which it then holds, whatever host
+// either names), else 0: check-config run by hand beside the service it
+// checks for a reload.
+func servingWorker(stateDir, listen string) int {
+	st, err := status.Read(stateDir)
+	if err != nil || st.Listen == "" || st.PID <= 0 || st.PID != config.LockHolder(stateDir) || !platform.ProcessAlive(st.PID) {
+		return 0
+	}
+	_, serving, err1 := net.SplitHostPort(st.Listen)
+	_, asked, err2 := net.SplitHostPort(listen)
+	if err1 != nil || err2 != nil || serving != asked {
+		return 0
+	}
+	return st.PID
 }
 
 // envReloadListen tells a reload's check-config the --listen address the

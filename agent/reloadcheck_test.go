@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fluksio/fluksio-worker/agent/config"
+	"github.com/fluksio/fluksio-worker/agent/logging"
+	"github.com/fluksio/fluksio-worker/agent/status"
 )
 
 // checkConfig runs check-config with run's options and returns its exit
@@ -36,7 +41,8 @@ func systemPython(t *testing.T) string {
 
 // check-config tries the --listen address: one another program holds
 // fails it, saying what to do, unless it is the one the reloading worker
-// serves itself (which it hands over by exiting into the new process).
+// serves itself, or (run by hand) the worker of the same state directory:
+// a reload frees it for the new process.
 func TestCheckConfigTriesTheListenAddress(t *testing.T) {
 	taken, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
@@ -56,6 +62,24 @@ func TestCheckConfigTriesTheListenAddress(t *testing.T) {
 		t.Errorf("check-config with the reloading worker's own --listen: exit %d, %q", code, out)
 	}
 	t.Setenv(envReloadListen, "")
+
+	// By hand beside the worker that serves it, from the same state
+	// directory: that worker's reload frees it.
+	stateDir := t.TempDir()
+	lock, err := config.LockStateDir(stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release()
+	st := status.NewFile(stateDir, status.Status{PID: os.Getpid(), Listen: addr}, logging.NewRedactor(""), func(err error) { t.Error(err) })
+	st.Flush()
+	if code, out := checkConfig(t, checkArgs(t, python, "--listen", addr, "--state-dir", stateDir)...); code != 0 || !strings.Contains(out, "held by the worker running from this state directory") {
+		t.Errorf("check-config beside the worker serving its --listen: exit %d, %q; want 0 with a note", code, out)
+	}
+	// From another state directory, that worker is another program.
+	if code, _ := checkConfig(t, checkArgs(t, python, "--listen", addr)...); code != 2 {
+		t.Errorf("check-config with a port the worker of another state directory holds: exit %d; want 2", code)
+	}
 
 	taken.Close()
 	if code, out := checkConfig(t, checkArgs(t, python, "--listen", addr)...); code != 0 {
