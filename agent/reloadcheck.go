@@ -5,9 +5,10 @@ package agent
 // worker check-config` with the worker's own arguments and environment, as
 // `sshd -t` and `nginx -t` check a configuration before a reload. A config
 // file with a typo, a token file rotated away, a --listen address another
-// program holds, a token that came from a pipe (`--token -`, `--token-file /dev/stdin`, which a re-executed worker
-// cannot read again) or a binary that does not run here refuses the
-// reload: the worker logs why, says so in its status, and keeps serving.
+// program holds, a token that came from a pipe (`--token -`, `--token-file
+// /dev/stdin`, which a re-executed worker cannot read again) or a binary
+// that does not run here refuses the reload: the worker logs why, says so
+// in its status, and keeps serving.
 
 import (
 	"bytes"
@@ -58,9 +59,11 @@ func CheckConfigCommand(ctx context.Context, args []string, stdout, stderr io.Wr
 		// The address the reloading worker serves now is its own to
 		// the end: the new process binds it once the old one is gone.
 		err = metrics.CheckListen(cfg.Listen)
-		if pid := servingWorker(stateDir, cfg.Listen); errors.Is(err, syscall.EADDRINUSE) && pid > 0 {
-			fmt.Fprintf(stdout, "--listen %s: the port is held by the worker running from this state directory (pid %d); a reload of that worker frees it for the new process\n", cfg.Listen, pid)
-			err = nil
+		if errors.Is(err, syscall.EADDRINUSE) {
+			if pid := servingWorker(stateDir, cfg.Listen); pid > 0 {
+				fmt.Fprintf(stdout, "--listen %s: the port is held by the worker running from this state directory (pid %d); a reload of that worker frees it for the new process\n", cfg.Listen, pid)
+				err = nil
+			}
 		}
 	}
 	if err != nil {
