@@ -37,8 +37,9 @@ type connLimits struct {
 	// end of the previous request; read: a whole request, headers and
 	// body (the endpoint takes none).
 	header, read time.Duration
-	// maxConns open at once; one more takes the place of the one idle
-	// longest, or is closed as soon as it is accepted when none is idle.
+	// maxConns open at once; one more takes the place of the one that
+	// waited longest for a request, or is closed as soon as it is
+	// accepted when all are in one.
 	// Prometheus, a probe and a person with curl need a few.
 	maxConns int
 }
@@ -182,11 +183,13 @@ func Exposure(addr string) string {
 // cappedListener holds at most max connections open at once, so a client
 // holding many open costs the worker nothing past the cap, and the
 // kernel's queue of connections waiting to be accepted never fills. At the
-// cap, a new connection takes the place of the one idle longest between
-// two requests: keep-alive clients that ask now and then must not lock out
-// a probe, which the kubelet answers by restarting the worker. When none
-// is idle (all are mid-request or have sent nothing yet, which their
-// header timeout bounds), the new connection is closed at once.
+// cap, a new connection takes the place of the one that has waited longest
+// for a request (idle between two, or silent since it connected):
+// keep-alive clients that ask now and then, or connections opened and left
+// silent, must not lock out a probe, which the kubelet answers by
+// restarting the worker. A probe sends its request as it connects, so it
+// is the newest to wait and the last to go. When every connection is in a
+// request, the new one is closed at once.
 type cappedListener struct {
 	net.Listener
 	max  int
@@ -205,34 +208,34 @@ func (l *cappedListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		l.mu.Lock()
-		var idlest *cappedConn
+		var longest *cappedConn
 		if len(l.open) >= l.max {
 			for o := range l.open {
-				if !o.idleSince.IsZero() && (idlest == nil || o.idleSince.Before(idlest.idleSince)) {
-					idlest = o
+				if !o.waitingSince.IsZero() && (longest == nil || o.waitingSince.Before(longest.waitingSince)) {
+					longest = o
 				}
 			}
-			if idlest == nil {
+			if longest == nil {
 				l.mu.Unlock()
 				c.Close()
 				continue
 			}
-			delete(l.open, idlest)
+			delete(l.open, longest)
 		}
-		cc := &cappedConn{Conn: c, l: l}
+		cc := &cappedConn{Conn: c, l: l, waitingSince: time.Now()}
 		l.open[cc] = struct{}{}
 		l.mu.Unlock()
-		if idlest != nil {
-			// Its server goroutine, waiting for the next request, sees
-			// the close and lets the connection go.
-			idlest.Conn.Close()
+		if longest != nil {
+			// Its server goroutine, waiting for a request, sees the
+			// close and lets the connection go.
+			longest.Conn.Close()
 		}
 		return cc, nil
 	}
 }
 
 // track is the server's ConnState hook: it notes when each connection
-// starts waiting for its next request, and when it stops.
+// starts waiting for its next request, and when one is being served.
 func (l *cappedListener) track(c net.Conn, state http.ConnState) {
 	cc, ok := c.(*cappedConn)
 	if !ok {
@@ -240,17 +243,19 @@ func (l *cappedListener) track(c net.Conn, state http.ConnState) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if state == http.StateIdle {
-		cc.idleSince = time.Now()
-	} else {
-		cc.idleSince = time.Time{}
+	switch state {
+	case http.StateNew: // waiting since accepted
+	case http.StateIdle:
+		cc.waitingSince = time.Now()
+	default:
+		cc.waitingSince = time.Time{}
 	}
 }
 
 type cappedConn struct {
 	net.Conn
-	l         *cappedListener
-	idleSince time.Time // zero unless waiting for a next request; guarded by l.mu
+	l            *cappedListener
+	waitingSince time.Time // zero while a request is served; guarded by l.mu
 }
 
 func (c *cappedConn) Close() error {
