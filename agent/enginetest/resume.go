@@ -59,6 +59,10 @@ func (e *Engine) Forget() {
 	e.resume.calls = nil
 }
 
+// IgnoreResume makes the engine read workers' resume messages and never
+// answer them: an engine that accepted the extension, then hangs.
+func (e *Engine) IgnoreResume() { e.resume.ignore.Store(true) }
+
 // CancelOnResume makes the engine answer cancel for these calls when a
 // worker says it holds them.
 func (e *Engine) CancelOnResume(ids ...string) {
@@ -71,10 +75,6 @@ func (e *Engine) CancelOnResume(ids ...string) {
 		e.resume.cancel[id] = true
 	}
 }
-
-// IgnoreResume makes the engine read workers' resume messages and never
-// answer them: an engine that accepted the extension, then hangs.
-func (e *Engine) IgnoreResume() { e.resume.ignore.Store(true) }
 
 // resumeMessage answers a worker's resume message; it reports false for a
 // frame that is not one.
