@@ -59,6 +59,9 @@ type Agent struct {
 	// outliving counts the goroutines of calls that may outlive their
 	// connection (the resume extension, resume.go); Serve waits for them.
 	outliving sync.WaitGroup
+	// resumeWait bounds the wait for the engine's resume answer:
+	// resumeAnswerTimeout, shorter in tests (export_test.go).
+	resumeWait time.Duration
 
 	life *lifecycle // serving, or reloading, draining, stopping, killing (mode.go)
 }
@@ -74,6 +77,8 @@ func New(cfg config.Config, log *slog.Logger, python, stateDir string) *Agent {
 
 		attaching: make(chan struct{}),
 		digests:   platform.NewVenvDigests(python),
+
+		resumeWait: resumeAnswerTimeout,
 	}
 	if cfg.Listen != "" {
 		a.metrics = metrics.New(Version, protocol.Version)

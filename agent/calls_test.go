@@ -68,6 +68,13 @@ type fake struct {
 // engine welcomed it, unless opts make the engine refuse it.
 func serveFake(t *testing.T, opts enginetest.Options, args ...string) *fake {
 	t.Helper()
+	return serveFakeWith(t, opts, func(*agent.Agent) {}, args...)
+}
+
+// serveFakeWith is serveFake with prepare called on the Agent before it
+// serves.
+func serveFakeWith(t *testing.T, opts enginetest.Options, prepare func(*agent.Agent), args ...string) *fake {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -87,6 +94,7 @@ func serveFake(t *testing.T, opts enginetest.Options, args ...string) *fake {
 	}, args...))
 	f := &fake{eng: eng, served: make(chan error, 1), stateDir: stateDir, log: &enginetest.Buffer{}}
 	f.a = agent.New(cfg, logging.NewLogger(f.log, "text", "debug", fakeToken), self, stateDir)
+	prepare(f.a)
 	go func() { f.served <- f.a.Serve(context.Background()) }()
 	t.Cleanup(func() {
 		f.a.Stop()

@@ -187,9 +187,9 @@ func (a *Agent) offerHeld(at *attachment) {
 	if len(held) > 0 {
 		a.log.Info("told the engine which calls this worker holds", "calls", len(held))
 	}
-	at.resumeTimer = time.AfterFunc(resumeAnswerTimeout, func() {
+	at.resumeTimer = time.AfterFunc(a.resumeWait, func() {
 		if at.ctx.Err() == nil && at.resumed.CompareAndSwap(false, true) {
-			a.log.Warn("the engine did not answer the resume message in time; held calls are stopped", "timeout", resumeAnswerTimeout.String())
+			a.log.Warn("the engine did not answer the resume message in time; held calls are stopped", "timeout", a.resumeWait.String())
 			for _, c := range held {
 				a.stopHeld(c, msgNoAnswer)
 			}

@@ -158,7 +158,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 					break
 				}
 				checked = make(chan error, 1)
-				go func() { checked <- checkReload(ctx, exe) }()
+				go func() { checked <- checkReload(ctx, exe, cfg.Listen) }()
 			case sig == syscall.SIGQUIT:
 				log.Info("SIGQUIT: draining")
 				a.endBecause("SIGQUIT: drained")

@@ -8,6 +8,8 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -330,6 +332,18 @@ func TestReloadWhileDisconnected(t *testing.T) {
 	}
 }
 
+// stillAttached fails t if a refused reload closed wk or ended r.
+func stillAttached(t *testing.T, r *reloadable, wk *enginetest.Worker) {
+	t.Helper()
+	select {
+	case <-wk.Done():
+		t.Fatal("a refused reload closed the connection")
+	case <-r.exited:
+		t.Fatalf("a refused reload ended the worker")
+	default:
+	}
+}
+
 // TestReloadRefusedWhenTheNewBinaryWouldNotStart: a reload checks first
 // that the binary on disk accepts the configuration it will read. With the
 // token file rotated away, or a token that came from a pipe, the worker
@@ -362,13 +376,7 @@ func TestReloadRefusedWhenTheNewBinaryWouldNotStart(t *testing.T) {
 	if answer, _ := wait(t, run(t, wk, "still")); !answer.OK {
 		t.Errorf("after a refused reload the worker answered %s", answer.Raw)
 	}
-	select {
-	case <-wk.Done():
-		t.Fatal("a refused reload closed the connection")
-	case <-r.exited:
-		t.Fatalf("a refused reload ended the worker")
-	default:
-	}
+	stillAttached(t, r, wk)
 
 	// Mended: the reload happens.
 	if err := os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
@@ -392,5 +400,71 @@ func TestReloadRefusedWhenTheNewBinaryWouldNotStart(t *testing.T) {
 	})
 	if answer, _ := wait(t, run(t, wk, "piped")); !answer.OK {
 		t.Errorf("after a refused reload the worker answered %s", answer.Raw)
+	}
+}
+
+// TestReloadToATakenListenAddressIsRefused: a reload whose config moves
+// --listen to a port another program holds is refused before anything
+// stops; the worker keeps serving calls and its old address, and its log
+// and status say what to do. Once the port is free the reload goes
+// through and the new process serves there; a reload that keeps that
+// address (held by the worker itself) goes through too.
+func TestReloadToATakenListenAddressIsRefused(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, enginetest.Options{})
+	config := filepath.Join(t.TempDir(), "config.toml")
+	setListen := func(addr string) {
+		t.Helper()
+		if err := os.WriteFile(config, []byte("listen = \""+addr+"\"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setListen("127.0.0.1:0")
+	r := startReloadable(t, eng, "--config", config)
+	stopAtCleanup(r.worker)
+	wk := attach(t, eng)
+	old := monitorAddr(t, r.worker)
+
+	taken, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	setListen(taken.Addr().String())
+	r.signal(syscall.SIGHUP)
+	eventually(t, 30*time.Second, "status to show the refused reload", func() bool {
+		st, err := status.Read(r.stateDir)
+		return err == nil && st.ReloadRefused != nil && strings.Contains(st.ReloadRefused.Reason, "address already in use")
+	})
+	logs := r.logs.String()
+	if !strings.Contains(logs, "reload refused") || !strings.Contains(logs, "choose another --listen") {
+		t.Errorf("the log does not say the reload was refused and what to do:\n%s", logs)
+	}
+	if answer, _ := wait(t, run(t, wk, "still")); !answer.OK {
+		t.Errorf("after a refused reload the worker answered %s", answer.Raw)
+	}
+	if code, _ := get(t, "GET", "http://"+old+"/livez"); code != http.StatusOK {
+		t.Errorf("/livez on the old address after a refused reload: HTTP %d", code)
+	}
+	stillAttached(t, r, wk)
+
+	// Freed: the reload happens, and the new process serves there.
+	addr := taken.Addr().String()
+	taken.Close()
+	r.signal(syscall.SIGHUP)
+	gone(t, wk, 30*time.Second, "a reload with the port free")
+	wk = attach(t, eng)
+	if code, _ := get(t, "GET", "http://"+addr+"/livez"); code != http.StatusOK {
+		t.Errorf("/livez on the new address after the reload: HTTP %d", code)
+	}
+
+	// Again with the same address, which the worker holds itself.
+	r.signal(syscall.SIGHUP)
+	gone(t, wk, 30*time.Second, "a reload keeping its own address")
+	if answer, _ := wait(t, run(t, attach(t, eng), "after")); !answer.OK {
+		t.Errorf("after the second reload: %s", answer.Raw)
+	}
+	if code, _ := get(t, "GET", "http://"+addr+"/livez"); code != http.StatusOK {
+		t.Errorf("/livez after the second reload: HTTP %d", code)
 	}
 }

@@ -13,11 +13,14 @@ import (
 	"encoding/json"
 	"net/http"
 	"sync"
+	"sync/atomic"
 
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 )
 
 type resumeState struct {
+	ignore atomic.Bool // IgnoreResume
+
 	mu     sync.Mutex
 	calls  map[string]*Call // by worker name and call id
 	cancel map[string]bool  // call ids to answer cancel
@@ -56,6 +59,10 @@ func (e *Engine) Forget() {
 	e.resume.calls = nil
 }
 
+// IgnoreResume makes the engine read workers' resume messages and never
+// answer them: an engine that accepted the extension, then hangs.
+func (e *Engine) IgnoreResume() { e.resume.ignore.Store(true) }
+
 // CancelOnResume makes the engine answer cancel for these calls when a
 // worker says it holds them.
 func (e *Engine) CancelOnResume(ids ...string) {
@@ -75,6 +82,13 @@ func (e *Engine) resumeMessage(w *Worker, raw []byte) bool {
 	var msg protocol.ResumeHello
 	if json.Unmarshal(raw, &msg) != nil || msg.Op != protocol.OpResume {
 		return false
+	}
+	if e.resume.ignore.Load() {
+		select {
+		case w.resume <- msg:
+		default:
+		}
+		return true
 	}
 	answer := map[string]any{"op": protocol.OpResume}
 	verdicts := []protocol.ResumeVerdict{}

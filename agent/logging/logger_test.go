@@ -144,6 +144,23 @@ func TestJournalPriorities(t *testing.T) {
 	if !strings.HasPrefix(other.String(), "time=") {
 		t.Errorf("not to the journal: %q; want the plain text format", other.String())
 	}
+	// Standard error redirected to a file under a unit whose
+	// JOURNAL_STREAM names the journal's stream: no prefix there either.
+	redirected, err := os.CreateTemp(t.TempDir(), "redirected")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer redirected.Close()
+	NewLogger(redirected, "text", "info", "").Warn("w")
+	if b, _ := os.ReadFile(redirected.Name()); !bytes.HasPrefix(b, []byte("time=")) {
+		t.Errorf("to a file other than the journal's stream: %q; want the plain text format", b)
+	}
+	if p := PriorityPrefix(redirected); p != "" {
+		t.Errorf("PriorityPrefix of a file other than the journal's stream = %q; want none", p)
+	}
+	if p := PriorityPrefix(f); p != "<3>" {
+		t.Errorf("PriorityPrefix of the journal's stream = %q; want <3>", p)
+	}
 	// JSON is for pipelines that parse it: never prefixed.
 	g, _ := os.OpenFile(f.Name(), os.O_WRONLY|os.O_TRUNC, 0)
 	defer g.Close()

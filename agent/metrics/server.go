@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -36,8 +37,10 @@ type connLimits struct {
 	// end of the previous request; read: a whole request, headers and
 	// body (the endpoint takes none).
 	header, read time.Duration
-	// maxConns open at once; one more is closed as soon as it is
-	// accepted. Prometheus, a probe and a person with curl need a few.
+	// maxConns open at once; one more takes the place of the one that
+	// waited longest for a request, or is closed as soon as it is
+	// accepted when all are in one.
+	// Prometheus, a probe and a person with curl need a few.
 	maxConns int
 }
 
@@ -61,19 +64,41 @@ func Listen(addr string, m *Metrics, health, live Health, log *slog.Logger) (*Se
 }
 
 func listen(addr string, m *Metrics, health, live Health, log *slog.Logger, lim connLimits) (*Server, error) {
+	tcp, err := bind(addr)
+	if err != nil {
+		return nil, err
+	}
+	return serve(tcp, m, health, live, log, lim), nil
+}
+
+// CheckListen says whether addr can be bound now, as Listen binds it, and
+// lets it go again: `check-config` asks it so that a reload to a port
+// another program holds is refused while the old worker still serves.
+func CheckListen(addr string) error {
+	ln, err := bind(addr)
+	if err != nil {
+		return err
+	}
+	return ln.Close()
+}
+
+func bind(addr string) (net.Listener, error) {
 	network, err := listenNetwork(addr)
 	if err != nil {
 		return nil, fmt.Errorf("--listen %s: %w", addr, err)
 	}
 	tcp, err := net.Listen(network, addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("--listen %s: %w: another program holds this port (`ss -ltnp` shows which); stop it or choose another --listen", addr, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("--listen %s: %w", addr, err)
 	}
-	return serve(tcp, m, health, live, log, lim), nil
+	return tcp, nil
 }
 
 func serve(tcp net.Listener, m *Metrics, health, live Health, log *slog.Logger, lim connLimits) *Server {
-	ln := &cappedListener{Listener: tcp, free: make(chan struct{}, lim.maxConns)}
+	ln := newCappedListener(tcp, lim.maxConns)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", readOnly(promhttp.HandlerFor(m.Registry(), promhttp.HandlerOpts{
 		Registry:            m.Registry(), // counts its own errors there
@@ -88,6 +113,7 @@ func serve(tcp net.Listener, m *Metrics, health, live Health, log *slog.Logger, 
 			ReadTimeout:       lim.read,
 			WriteTimeout:      writeTimeout,
 			IdleTimeout:       lim.idle,
+			ConnState:         ln.track,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		},
 		ln:   ln,
@@ -154,13 +180,25 @@ func Exposure(addr string) string {
 	}
 }
 
-// cappedListener holds at most cap(free) connections open at once: one
-// more is closed as soon as it is accepted, so a client holding many open
-// costs the worker nothing past the cap, and the kernel's queue of
-// connections waiting to be accepted never fills.
+// cappedListener holds at most max connections open at once, so a client
+// holding many open costs the worker nothing past the cap, and the
+// kernel's queue of connections waiting to be accepted never fills. At the
+// cap, a new connection takes the place of the one that has waited longest
+// for a request (idle between two, or silent since it connected):
+// keep-alive clients that ask now and then, or connections opened and left
+// silent, must not lock out a probe, which the kubelet answers by
+// restarting the worker. A probe sends its request as it connects, so it
+// is the newest to wait and the last to go. When every connection is in a
+// request, the new one is closed at once.
 type cappedListener struct {
 	net.Listener
-	free chan struct{} // a token per open connection
+	max  int
+	mu   sync.Mutex
+	open map[*cappedConn]struct{}
+}
+
+func newCappedListener(ln net.Listener, max int) *cappedListener {
+	return &cappedListener{Listener: ln, max: max, open: make(map[*cappedConn]struct{})}
 }
 
 func (l *cappedListener) Accept() (net.Conn, error) {
@@ -169,24 +207,62 @@ func (l *cappedListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		select {
-		case l.free <- struct{}{}:
-			return &cappedConn{Conn: c, release: func() { <-l.free }}, nil
-		default:
-			c.Close()
+		l.mu.Lock()
+		var longest *cappedConn
+		if len(l.open) >= l.max {
+			for o := range l.open {
+				if !o.waitingSince.IsZero() && (longest == nil || o.waitingSince.Before(longest.waitingSince)) {
+					longest = o
+				}
+			}
+			if longest == nil {
+				l.mu.Unlock()
+				c.Close()
+				continue
+			}
+			delete(l.open, longest)
 		}
+		cc := &cappedConn{Conn: c, l: l, waitingSince: time.Now()}
+		l.open[cc] = struct{}{}
+		l.mu.Unlock()
+		if longest != nil {
+			// Its server goroutine, waiting for a request, sees the
+			// close and lets the connection go.
+			longest.Conn.Close()
+		}
+		return cc, nil
+	}
+}
+
+// track is the server's ConnState hook: it notes when each connection
+// starts waiting for its next request, and when one is being served.
+func (l *cappedListener) track(c net.Conn, state http.ConnState) {
+	cc, ok := c.(*cappedConn)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch state {
+	case http.StateNew: // waiting since accepted
+	case http.StateIdle:
+		cc.waitingSince = time.Now()
+	default:
+		cc.waitingSince = time.Time{}
 	}
 }
 
 type cappedConn struct {
 	net.Conn
-	once    sync.Once
-	release func()
+	l            *cappedListener
+	waitingSince time.Time // zero while a request is served; guarded by l.mu
 }
 
 func (c *cappedConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(c.release)
+	c.l.mu.Lock()
+	delete(c.l.open, c)
+	c.l.mu.Unlock()
 	return err
 }
 

@@ -56,7 +56,7 @@ func waitClosed(c net.Conn, deadline time.Time) bool {
 }
 
 // Clients holding connections open without a request cost the worker
-// nothing past the cap: the connections over it are closed at once, a
+// nothing past the cap: as many as are over it are closed at once, a
 // probe still gets through once the idle ones time out, and those are
 // closed by the server.
 func TestIdleConnectionsAreCappedAndTimedOut(t *testing.T) {
@@ -72,8 +72,9 @@ func TestIdleConnectionsAreCappedAndTimedOut(t *testing.T) {
 		defer c.Close()
 		held = append(held, c)
 	}
-	// Those within the cap are held until their header timeout; the
-	// others are closed as soon as they are accepted.
+	// Each one over the cap takes the place of the one silent longest:
+	// three are closed at once, the others held until their header
+	// timeout.
 	soon := time.Now().Add(lim.header / 2)
 	var closed atomic.Int32
 	var wg sync.WaitGroup
@@ -86,7 +87,7 @@ func TestIdleConnectionsAreCappedAndTimedOut(t *testing.T) {
 	}
 	wg.Wait()
 	if n := closed.Load(); n != 3 {
-		t.Errorf("%d of %d idle connections were closed at once; want the 3 over the cap of %d", n, len(held), lim.maxConns)
+		t.Errorf("%d of %d idle connections were closed at once; want 3, as many as are over the cap of %d", n, len(held), lim.maxConns)
 	}
 	// The silent connections within the cap are cut off by the server.
 	for i, c := range held {
@@ -189,5 +190,113 @@ func TestExposure(t *testing.T) {
 		if got := Exposure(addr) != ""; got != open {
 			t.Errorf("Exposure(%q) = %q; want open %v", addr, Exposure(addr), open)
 		}
+	}
+}
+
+// keepAlive is a client on one connection that asks, reads the answer and
+// keeps the connection for its next request, as a scraper does.
+type keepAlive struct {
+	c net.Conn
+	r *bufio.Reader
+}
+
+func (k *keepAlive) get(path string) error {
+	if _, err := io.WriteString(k.c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		return err
+	}
+	resp, err := http.ReadResponse(k.r, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return errors.New(resp.Status)
+	}
+	return nil
+}
+
+// waitWaiting waits until n connections of s wait for a request.
+func waitWaiting(t *testing.T, s *Server, n int) {
+	t.Helper()
+	l := s.ln.(*cappedListener)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		l.mu.Lock()
+		waiting := 0
+		for c := range l.open {
+			if !c.waitingSince.IsZero() {
+				waiting++
+			}
+		}
+		l.mu.Unlock()
+		if waiting >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d connections wait for a request after a minute", waiting, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Clients that hold every slot, keep-alive ones between their requests
+// or ones that connected and say nothing, do not lock out a probe: it
+// takes the place of the connection that waited longest, and the others
+// keep theirs.
+func TestProbeGetsThroughAtTheCap(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		first func(*keepAlive) error // what each client does before the probe
+	}{
+		{"KeepAlive", func(k *keepAlive) error { return k.get("/metrics") }},
+		{"Silent", func(*keepAlive) error { return nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lim := connLimits{idle: time.Hour, header: time.Hour, read: time.Hour, maxConns: 4}
+			s, _ := serveAt(t, "127.0.0.1:0", lim)
+
+			var clients []*keepAlive
+			for i := range lim.maxConns {
+				c, err := net.Dial("tcp", s.Addr())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				k := &keepAlive{c: c, r: bufio.NewReader(c)}
+				if err := tc.first(k); err != nil {
+					t.Fatalf("client %d: %v", i, err)
+				}
+				// One at a time, so that the first is the one that
+				// waited longest.
+				waitWaiting(t, s, i+1)
+				clients = append(clients, k)
+			}
+
+			probe := &http.Client{Timeout: time.Minute, Transport: &http.Transport{DisableKeepAlives: true}}
+			resp, err := probe.Get("http://" + s.Addr() + "/livez")
+			if err != nil {
+				t.Fatalf("probe with every slot held: %v", err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("probe: %s", resp.Status)
+			}
+
+			if !waitClosed(clients[0].c, time.Now().Add(time.Minute)) {
+				t.Fatal("the connection that waited longest is still open after a probe took its place")
+			}
+			for i, k := range clients[1:] {
+				if err := k.get("/metrics"); err != nil {
+					t.Errorf("client %d lost its connection to a probe: %v", i+1, err)
+				}
+			}
+			if err := clients[0].get("/metrics"); err == nil {
+				t.Error("the client whose connection was taken still got an answer on it")
+			}
+		})
 	}
 }

@@ -58,7 +58,8 @@ func skipSpace(b []byte, i int) int {
 }
 
 // skipValue returns the end of the JSON value starting at i; b is valid
-// JSON, so only strings and nesting need care.
+// JSON, so only strings and nesting need care. Given anything else, the end
+// is at most len(b).
 func skipValue(b []byte, i int) int {
 	depth := 0
 	for ; i < len(b); i++ {
@@ -68,6 +69,9 @@ func skipValue(b []byte, i int) int {
 				if b[i] == '\\' {
 					i++
 				}
+			}
+			if i >= len(b) {
+				return len(b) // unterminated, after an escape too
 			}
 			if depth == 0 {
 				return i + 1

@@ -45,6 +45,8 @@ func EncodeCallID(id string) json.RawMessage {
 
 // forEachMember calls fn with each top-level member of a valid JSON
 // object: its raw key and value, and where the member starts and ends.
+// Given anything else (SalvageCall's input), it stops where the shape
+// breaks and never reads past the end of obj.
 func forEachMember(obj []byte, fn func(key, value []byte, start, end int)) {
 	i := skipSpace(obj, 0) + 1 // past '{'
 	for {
@@ -54,8 +56,11 @@ func forEachMember(obj []byte, fn func(key, value []byte, start, end int)) {
 		}
 		start := i
 		keyEnd := skipValue(obj, i)
-		i = skipSpace(obj, keyEnd) + 1 // past ':'
-		i = skipSpace(obj, i)
+		i = skipSpace(obj, keyEnd)
+		if i >= len(obj) || obj[i] != ':' {
+			return
+		}
+		i = skipSpace(obj, i+1)
 		valueEnd := skipValue(obj, i)
 		fn(obj[start:keyEnd], obj[i:valueEnd], start, valueEnd)
 		i = skipSpace(obj, valueEnd)

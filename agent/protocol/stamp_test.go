@@ -19,6 +19,7 @@ func FuzzStampCallID(f *testing.F) {
 		`{"call_id":"other","event":"x","call_id":"c1"}`,
 		`{ "call_id" : 5 , "a" : [1, {"b": "}"}] }`,
 		`{"call\u005fid":"c1","ok":1}`,
+		`{"call_id":"c1","call\u005fid":"c2","ok":1}`, // a second id under an escaped key
 		`{}`,
 	} {
 		f.Add([]byte(s), "c1")
@@ -74,6 +75,38 @@ func TestSalvageCall(t *testing.T) {
 			t.Errorf("SalvageCall(%q) found a call", bad)
 		}
 	}
+}
+
+// exactly is b in a slice of its own with no room past its end, so that
+// reading past the end panics instead of reading whatever follows.
+func exactly(b []byte) []byte {
+	c := bytes.Clone(b)
+	return c[:len(c):len(c)]
+}
+
+// FuzzSalvageCall: SalvageCall is given what the JSON decoder refused, so
+// any bytes at all; it reads only within them, and what it salvages is
+// what it salvages from the same bytes followed by blanks.
+func FuzzSalvageCall(f *testing.F) {
+	for _, s := range []string{
+		`{"op":"run","call_id":"c1"}`,
+		`{"op\}`,                      // a key cut in an escape
+		`{"op":"run","call_id":"c\}`,  // a value cut in an escape
+		`{"op":"run","call_id"}`,      // a key without a value
+		`{"op" "run","call_id":"c1"}`, // no colon
+		`{"op":"run",]:"call_id":"c1"}`,
+		`{"op":"run","call_id":"c1",`,
+		`{ }`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		op, id, ok := SalvageCall(exactly(data))
+		op2, id2, ok2 := SalvageCall(append(bytes.Clone(data), "   "...))
+		if op != op2 || id != id2 || ok != ok2 {
+			t.Fatalf("SalvageCall(%q) = %q, %q, %v; with blanks after it: %q, %q, %v", data, op, id, ok, op2, id2, ok2)
+		}
+	})
 }
 
 // BenchmarkStampCallID is the cost a relayed event pays for being checked

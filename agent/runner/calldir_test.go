@@ -1,9 +1,13 @@
 package runner
 
 import (
+	"encoding/binary"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // dirsRig is a config whose call directories are kept for reuse, as a
@@ -175,5 +179,73 @@ func TestCallDirReplacedByAnotherDirectoryIsNotReused(t *testing.T) {
 	}
 	if _, err := os.Lstat(d.path); !os.IsNotExist(err) {
 		t.Errorf("the directory put in its place is left: %v", err)
+	}
+}
+
+// posixACL is an ACL as the kernel takes it in the system.posix_acl_*
+// extended attributes (what setfacl writes): the owner, the group and
+// others with no access, and user uid with full access.
+func posixACL(uid uint32) []byte {
+	const (
+		version   = 2
+		userObj   = 0x01
+		user      = 0x02
+		groupObj  = 0x04
+		mask      = 0x10
+		other     = 0x20
+		undefined = 0xffffffff
+	)
+	b := binary.LittleEndian.AppendUint32(nil, version)
+	for _, e := range []struct {
+		tag, perm uint16
+		id        uint32
+	}{{userObj, 7, undefined}, {user, 7, uid}, {groupObj, 0, undefined}, {mask, 7, undefined}, {other, 0, undefined}} {
+		b = binary.LittleEndian.AppendUint16(b, e.tag)
+		b = binary.LittleEndian.AppendUint16(b, e.perm)
+		b = binary.LittleEndian.AppendUint32(b, e.id)
+	}
+	return b
+}
+
+// A directory node code gave an ACL (letting another user in, now or, as
+// a default ACL, into what later calls create) or another owner is not
+// reused: it is removed, and the next call gets a new one.
+func TestCallDirWithAnACLOrAnotherOwnerIsNotReused(t *testing.T) {
+	const stranger = 4242
+	for _, tc := range []struct {
+		name   string
+		change func(path string) error
+	}{
+		{"AccessACL", func(path string) error { return unix.Setxattr(path, "system.posix_acl_access", posixACL(stranger), 0) }},
+		{"DefaultACL", func(path string) error { return unix.Setxattr(path, "system.posix_acl_default", posixACL(stranger), 0) }},
+		{"AnotherOwner", func(path string) error { return os.Lchown(path, stranger, stranger) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := dirsRig(t)
+			d, err := cfg.newCallDir()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Reused once first, so that it is the directory the worker
+			// knows (opened for listing), as after a first call.
+			if err := cfg.dirs.recycle(d, true); err != nil {
+				t.Fatal(err)
+			}
+			if d, _ = cfg.newCallDir(); !d.listed {
+				t.Fatal("the first recycled directory was not reused")
+			}
+			if err := tc.change(d.path); errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EPERM) {
+				t.Skipf("cannot set it up here: %v", err)
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			cfg.dirs.recycle(d, true)
+			if next, _ := cfg.newCallDir(); next.path == d.path {
+				t.Errorf("the next call got the directory with %s", tc.name)
+			}
+			if _, err := os.Lstat(d.path); !os.IsNotExist(err) {
+				t.Errorf("the directory with %s is left: %v", tc.name, err)
+			}
+		})
 	}
 }
