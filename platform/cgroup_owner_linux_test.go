@@ -21,9 +21,11 @@ import (
 // helperEnv makes this test binary one of the processes a test starts
 // (TestCgroupHelperProcess): "worker" sets up cgroups as a worker does and
 // keeps a call running; "nest" starts a "worker" as its child, so that
-// the worker is not pid 1 of its PID namespace, nor a low one; "signal" signals what is
-// in a cgroup. Each first waits for a line on stdin: the test moves it
-// where it should be meanwhile.
+// the worker is not pid 1 of its PID namespace, nor a low one;
+// "root-nest" does the same with a worker in a cgroup namespace whose
+// root is the nest's cgroup, which sees it as the root cgroup (as in a
+// container); "signal" signals what is in a cgroup. Each first waits for
+// a line on stdin: the test moves it where it should be meanwhile.
 const helperEnv = "FLUKSIO_TEST_CGROUP_HELPER"
 
 func TestCgroupHelperProcess(t *testing.T) {
@@ -31,7 +33,7 @@ func TestCgroupHelperProcess(t *testing.T) {
 	if mode == "" {
 		return
 	}
-	if mode != "worker-go" {
+	if mode != "worker-go" && mode != "root-worker" {
 		if _, err := readLine(os.Stdin); err != nil {
 			fmt.Println("no go line:", err)
 			os.Exit(2)
@@ -40,7 +42,25 @@ func TestCgroupHelperProcess(t *testing.T) {
 	switch mode {
 	case "worker", "worker-go":
 		helperWorker()
-	case "nest":
+	case "root-worker":
+		// Its own cgroup hierarchy, whose root is its cgroup namespace's,
+		// mounted where the host's is, in its own mount namespace.
+		mount, err := unifiedMount()
+		if err == nil {
+			err = unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, "")
+		}
+		if err == nil { // the same hierarchy cannot be mounted on itself
+			err = unix.Unmount(mount, unix.MNT_DETACH)
+		}
+		if err == nil {
+			err = unix.Mount("cgroup2", mount, "cgroup2", 0, "")
+		}
+		if err != nil {
+			fmt.Println("mounting the cgroup hierarchy:", err)
+			os.Exit(2)
+		}
+		helperWorker()
+	case "nest", "root-nest":
 		// Pids taken first, so that the worker's is none that a thread of
 		// another new namespace's first process may have.
 		for range 64 {
@@ -48,6 +68,10 @@ func TestCgroupHelperProcess(t *testing.T) {
 		}
 		cmd := exec.Command(os.Args[0], os.Args[1:]...)
 		cmd.Env = append(os.Environ(), helperEnv+"=worker-go")
+		if mode == "root-nest" {
+			cmd.Env = append(os.Environ(), helperEnv+"=root-worker")
+			cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWCGROUP}
+		}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 		if err := cmd.Run(); err != nil {
 			fmt.Println("nested worker:", err)
@@ -198,10 +222,13 @@ func sharedTestCgroup(t *testing.T) string {
 // their own subtree and calls: the second to start neither takes the
 // first's for its own (both are pid 1 of their namespace) nor for a gone
 // worker's (the first's pid is no process in the second's namespace).
+// So do two in the root cgroup (of a cgroup namespace), where their calls'
+// cgroups are made side by side.
 func TestWorkersInOtherPIDNamespacesKeepTheirCalls(t *testing.T) {
-	for _, tc := range []struct{ name, first string }{
-		{"same-pid", "worker"}, // both pid 1
-		{"other-pid", "nest"},  // the first is pid 2, unknown to the second
+	for _, tc := range []struct{ name, first, second string }{
+		{"same-pid", "worker", "worker"},          // both pid 1
+		{"other-pid", "nest", "worker"},           // the first's pid is unknown to the second
+		{"root-cgroup", "root-nest", "root-nest"}, // calls' cgroups side by side
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			shared := sharedTestCgroup(t)
@@ -213,15 +240,22 @@ func TestWorkersInOtherPIDNamespacesKeepTheirCalls(t *testing.T) {
 			if _, err := fmt.Sscanf(said, "base %s call %s pid %d", &aBase, &aCall, &aPid); err != nil {
 				t.Fatalf("the first worker said %q", said)
 			}
-			if tc.first == "nest" && aPid == 1 {
+			if tc.first != "worker" && aPid == 1 {
 				t.Fatal("the first worker is pid 1 of its namespace; this test shows nothing")
+			}
+			if tc.first == "root-nest" {
+				// It sees the shared cgroup as the root.
+				if aBase != filepath.Dir(aCall) || !strings.HasPrefix(filepath.Base(aCall), "fluksio-call-") {
+					t.Fatalf("the first worker's call %s is not in its root cgroup %s", aCall, aBase)
+				}
+				aCall, aBase = filepath.Join(shared, filepath.Base(aCall)), shared
 			}
 			first := &CallCgroup{dir: aCall, fd: -1}
 			if !first.Populated() {
 				t.Fatalf("the first worker's call cgroup %s is empty", aCall)
 			}
 
-			b := startHelper(t, "worker", shared, nil)
+			b := startHelper(t, tc.second, shared, nil)
 			b.goOn(t)
 			said = b.line(t)
 			var bBase, bCall string
@@ -229,7 +263,10 @@ func TestWorkersInOtherPIDNamespacesKeepTheirCalls(t *testing.T) {
 			if _, err := fmt.Sscanf(said, "base %s call %s pid %d", &bBase, &bCall, &bPid); err != nil {
 				t.Fatalf("the second worker said %q", said)
 			}
-			if bBase == aBase {
+			if tc.second == "root-nest" {
+				bCall, bBase = filepath.Join(shared, filepath.Base(bCall)), shared+"/"
+			}
+			if bBase == aBase || bCall == aCall {
 				t.Errorf("both workers took %s for their own", aBase)
 			}
 			if !first.Populated() {
@@ -312,5 +349,61 @@ func TestSignalSendsNothingToProcessesItCannotSee(t *testing.T) {
 	err := canary.Wait()
 	if ws, ok := canary.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGTERM {
 		t.Errorf("a process in the signalling worker's own group ended with %v; want SIGTERM from the test, not a signal sent to pid 0", err)
+	}
+}
+
+// In the root cgroup, a call's cgroup whose lock is free is a gone
+// worker's: what runs in it is killed and it is removed. One whose lock is
+// held is left, though its name is no process's; so is one of an earlier
+// version (a bare pid in its name, never locked) where something runs,
+// as its worker may run in another PID namespace: a warning says how to
+// remove it.
+func TestRootLeftoversOfGoneWorkersOnly(t *testing.T) {
+	shared := sharedTestCgroup(t)
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	in := func(dir string) *exec.Cmd {
+		t.Helper()
+		cmd := startSleeper(t)
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	unlocked := filepath.Join(shared, rootCallPrefix+"999999999.1-x")
+	earlier := filepath.Join(shared, rootCallPrefix+strconv.Itoa(gone.Process.Pid)+"-x")
+	for _, dir := range []string{unlocked, earlier} {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	left := in(unlocked)
+	in(earlier)
+	held, err := (&CallCgroups{base: shared, prefix: rootCallPrefix + "999999998.1-"}).New("y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Remove(5 * time.Second)
+	defer held.Kill()
+	in(held.Dir())
+
+	cc := &CallCgroups{base: shared}
+	notes := cc.clearRootLeftovers()
+	if _, err := os.Stat(unlocked); err == nil {
+		t.Errorf("the gone worker's cgroup %s is still there", unlocked)
+	}
+	if err := left.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Errorf("what the gone worker's call left ended with %v, want killed", err)
+	}
+	if !held.Populated() {
+		t.Errorf("the call of a worker holding its cgroup's lock was killed")
+	}
+	if !populated(earlier) {
+		t.Errorf("an earlier version's cgroup with processes in it was not left alone")
+	}
+	if len(notes) != 1 || !strings.Contains(notes[0], earlier) || !strings.Contains(notes[0], "cgroup.kill") {
+		t.Errorf("what was left alone was said as %q; want one line naming %s and how to remove it", notes, earlier)
 	}
 }
