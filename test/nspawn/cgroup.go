@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -16,8 +17,9 @@ import (
 // this process's cgroup in each hierarchy systemd tracks processes by (the
 // cgroup v2 one and, on a hybrid or v1 host, the name=systemd one), so
 // that machines booted by tests at once, and the tests' own processes,
-// never share a cgroup.
-func machineCgroups(name string) ([]string, error) {
+// never share a cgroup. shared: other machines may have made them and run
+// in them already (Options.Cgroup).
+func machineCgroups(name string, shared bool) ([]string, error) {
 	own, err := ownCgroups()
 	if err != nil {
 		return nil, err
@@ -51,7 +53,7 @@ func machineCgroups(name string) ([]string, error) {
 		}
 		seen[hierarchy] = true
 		dir := filepath.Join(fields[4], path, "fluksio-nspawn-"+name)
-		if err := os.Mkdir(dir, 0o755); err != nil {
+		if err := os.Mkdir(dir, 0o755); err != nil && !(shared && errors.Is(err, fs.ErrExist)) {
 			for _, d := range made {
 				os.Remove(d)
 			}
@@ -87,14 +89,7 @@ func ownCgroups() (map[string]string, error) {
 // the cgroups its systemd left under it, deepest first. Processes that
 // outlived the machine are killed (cgroup v2's cgroup.kill).
 func removeCgroup(dir string) error {
-	var dirs []string
-	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			dirs = append(dirs, path)
-		}
-		return nil
-	})
-	slices.Reverse(dirs)
+	dirs := cgroupsUnder(dir)
 	os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -112,4 +107,43 @@ func removeCgroup(dir string) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// removeSharedCgroup removes what of a cgroup that machines share no
+// machine uses any more: the last machine to power off removes all of it.
+// A cgroup whose last process just exited may refuse (EBUSY) for a moment.
+func removeSharedCgroup(dir string) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		busy := false
+		for _, d := range cgroupsUnder(dir) {
+			if err := os.Remove(d); errors.Is(err, syscall.EBUSY) && !populated(d) {
+				busy = true
+			}
+		}
+		if !busy || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// populated reports whether a process runs in the cgroup dir or under it
+// (cgroup v2; a v1 cgroup says nothing, and counts as empty).
+func populated(dir string) bool {
+	b, _ := os.ReadFile(filepath.Join(dir, "cgroup.events"))
+	return strings.Contains(string(b), "populated 1")
+}
+
+// cgroupsUnder lists dir and the cgroups under it, deepest first.
+func cgroupsUnder(dir string) []string {
+	var dirs []string
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, path)
+		}
+		return nil
+	})
+	slices.Reverse(dirs)
+	return dirs
 }

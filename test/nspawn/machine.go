@@ -29,6 +29,10 @@ type Options struct {
 	// BootTimeout bounds the wait for systemd to finish booting
 	// (default 2 minutes).
 	BootTimeout time.Duration
+	// Cgroup, if set, names a cgroup that the machines given the same name
+	// share, as containers sharing a cgroup parent do (a test of just
+	// that); by default each machine has one of its own.
+	Cgroup string
 }
 
 // Machine is one booted container. Close it.
@@ -42,7 +46,8 @@ type Machine struct {
 	done    chan struct{} // closed when systemd-nspawn has exited
 	init    int           // host pid of the container's systemd
 	console *enginetest.Buffer
-	cgroups []string // the machine's own cgroups on the host, one per hierarchy
+	cgroups []string // the machine's cgroups on the host, one per hierarchy
+	shared  bool     // they are shared with other machines (Options.Cgroup)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -91,7 +96,11 @@ func Boot(ctx context.Context, opts Options) (_ *Machine, err error) {
 	// tree (system.slice/…), and each one's systemd and services would
 	// meddle with the other's.
 	// No --private-network: the container shares the host's loopback.
-	if m.cgroups, err = machineCgroups(opts.Name); err != nil {
+	cgroup := opts.Name
+	if opts.Cgroup != "" {
+		cgroup, m.shared = "shared-"+opts.Cgroup, true
+	}
+	if m.cgroups, err = machineCgroups(cgroup, m.shared); err != nil {
 		return nil, err
 	}
 	m.cmd = exec.Command("/bin/sh", "-c", `for d; do [ "$d" = -- ] && break; echo $$ > "$d/cgroup.procs" || exit 125; shift; done; shift; exec "$@"`,
@@ -300,7 +309,9 @@ func (m *Machine) close() error {
 		}
 	}
 	for _, cg := range m.cgroups {
-		if err := removeCgroup(cg); err != nil {
+		if m.shared {
+			removeSharedCgroup(cg)
+		} else if err := removeCgroup(cg); err != nil {
 			errs = append(errs, err)
 		}
 	}
