@@ -407,3 +407,22 @@ func TestRootLeftoversOfGoneWorkersOnly(t *testing.T) {
 		t.Errorf("what was left alone was said as %q; want one line naming %s and how to remove it", notes, earlier)
 	}
 }
+
+// A worker re-executed for a reload (same pid, still in the leaf of its
+// subtree) takes that subtree again; any other starts one of its own in
+// the cgroup it is in, named for its pid and PID namespace.
+func TestOwnSubtreeAfterAReload(t *testing.T) {
+	mine := subtreePrefix + strconv.Itoa(os.Getpid()) + ".4026531836"
+	if shared, subtree := ownSubtree("/a/b/" + mine + "/" + workerLeaf); shared != "/a/b" || subtree != mine {
+		t.Errorf("in its own leaf after a reload: %s, %s; want /a/b, %s", shared, subtree, mine)
+	}
+	fresh := subtreePrefix + workerID()
+	for _, own := range []string{"/a/b", "/a/" + subtreePrefix + "1.4026531836/" + workerLeaf, "/a/" + mine} {
+		if shared, subtree := ownSubtree(own); shared != own || subtree != fresh {
+			t.Errorf("started in %s: %s, %s; want %s, %s", own, shared, subtree, own, fresh)
+		}
+	}
+	if !strings.HasPrefix(fresh, subtreePrefix+strconv.Itoa(os.Getpid())+".") {
+		t.Errorf("a new subtree is %s, not named for this process's pid and namespace", fresh)
+	}
+}
