@@ -41,23 +41,38 @@ type CallCgroups struct {
 	// watch says which calls' cgroups were changed, so that the others
 	// may be reused (cgroup_reuse_linux.go); nil where they are not.
 	watch *cgroupWatch
+	// lock is the worker's subtree, open and locked for the worker's
+	// life (cgroup_owner_linux.go); -1 in the root cgroup, where each
+	// call's cgroup is locked instead.
+	lock int
+	// leftAlone says which cgroups that may be leftovers were left at
+	// setup, as their owner could not be told gone.
+	leftAlone []string
 }
 
+// LeftAlone says, one line each, which cgroups that may be a gone
+// worker's leftovers were left alone at setup, and how to remove them.
+func (cc *CallCgroups) LeftAlone() []string { return cc.leftAlone }
+
 // In a cgroup of its own (a systemd service with Delegate=yes, a user's
-// scope), the worker makes a subtree named for its pid and moves itself
-// into a leaf of it, as cgroup v2 lets a cgroup with controllers enabled
-// for its children hold no processes; its calls' cgroups are made next to
-// that leaf:
+// scope), the worker makes a subtree named for it (workerID: its pid and
+// PID namespace) and moves itself into a leaf of it, as cgroup v2 lets a
+// cgroup with controllers enabled for its children hold no processes; its
+// calls' cgroups are made next to that leaf:
 //
-//	<own cgroup>/worker-<pid>/worker     the worker
-//	<own cgroup>/worker-<pid>/call-…     its calls
+//	<own cgroup>/worker-<id>/worker     the worker
+//	<own cgroup>/worker-<id>/call-…     its calls
 //
 // Several workers started from one cgroup (one per GPU, from one terminal
-// or tmux session) each own their subtree, and one clears at start only the
-// subtrees of workers that are gone.
+// or tmux session, or in containers that share it) each own their subtree,
+// locked for as long as they run (cgroup_owner_linux.go), and one clears
+// at start only the subtrees of workers that are gone.
 const (
 	workerLeaf    = "worker"
 	subtreePrefix = "worker-"
+	// rootCallPrefix begins the name of a call's cgroup made in the root
+	// cgroup: fluksio-call-<id>-….
+	rootCallPrefix = "fluksio-call-"
 )
 
 // unifiedMount finds the cgroup v2 hierarchy: /sys/fs/cgroup, or
@@ -72,15 +87,6 @@ func unifiedMount() (string, error) {
 	return "", errors.New("no cgroup v2 hierarchy is mounted")
 }
 
-// sharedCgroup is the cgroup the worker was started in: its own, less the
-// subtree and leaf it made for itself before a reload re-executed it.
-func sharedCgroup(own string) string {
-	if filepath.Base(own) == workerLeaf && filepath.Base(filepath.Dir(own)) == subtreePrefix+strconv.Itoa(os.Getpid()) {
-		return filepath.Dir(filepath.Dir(own))
-	}
-	return own
-}
-
 // SetupCgroups prepares cgroups for calls under this process's own cgroup,
 // moving this process into a leaf of it. It fails when the hierarchy is
 // missing or not writable here.
@@ -93,41 +99,50 @@ func SetupCgroups() (*CallCgroups, error) {
 	if err != nil {
 		return nil, err
 	}
-	cc := &CallCgroups{prefix: "call-"}
+	cc := &CallCgroups{prefix: "call-", lock: -1}
 	if own == "/" {
 		// The root cgroup may hold processes next to children, and other
 		// workers may share it: calls get cgroups right under it, named
 		// so that nothing else's is taken for a worker's leftover, and no
 		// cgroup of the worker's own is left if it is killed outright.
-		cc.base, cc.prefix = mount, "fluksio-call-"+strconv.Itoa(os.Getpid())+"-"
+		cc.base, cc.prefix = mount, rootCallPrefix+workerID()+"-"
 		if err := unix.Access(mount, unix.W_OK); err != nil {
 			return nil, fmt.Errorf("the root cgroup %s is not writable: %w", mount, err)
 		}
-		cc.clearRootLeftovers()
+		cc.leftAlone = cc.clearRootLeftovers()
 		cc.cloneInto = cc.probeCloneInto()
 		cc.setReuse(memoryEnabled(mount))
 		return cc, nil
 	}
-	shared := filepath.Join(mount, sharedCgroup(own))
-	cc.base = filepath.Join(shared, subtreePrefix+strconv.Itoa(os.Getpid()))
+	shared, subtree := ownSubtree(own)
+	shared = filepath.Join(mount, shared)
+	cc.base = filepath.Join(shared, subtree)
 	leaf := filepath.Join(cc.base, workerLeaf)
-	for _, dir := range []string{cc.base, leaf} {
-		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-			return nil, fmt.Errorf("making the worker's own cgroup: %w", err)
-		}
+	// Locked before anything is in it, and for the worker's life (the
+	// descriptor is never closed): the lock says the subtree is a running
+	// worker's to workers in any PID namespace.
+	lock, err := makeLocked(cc.base, true)
+	if err != nil {
+		return nil, fmt.Errorf("making the worker's own cgroup: %w", err)
+	}
+	if err := os.Mkdir(leaf, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		unix.Close(lock)
+		return nil, fmt.Errorf("making the worker's own cgroup: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
 		os.Remove(leaf)
 		os.Remove(cc.base)
+		unix.Close(lock)
 		return nil, fmt.Errorf("moving the worker into %s: %w", leaf, err)
 	}
+	cc.lock = lock
 	// Controllers for the calls where they are available: memory gives
 	// memory.events (OOM kills) and memory.peak. Best effort: the shared
 	// cgroup cannot enable any while another process still runs in it.
 	for _, dir := range []string{shared, cc.base} {
 		enableControllers(dir)
 	}
-	clearGoneWorkers(shared)
+	clearGoneWorkers(shared, subtree)
 	cc.clearLeftovers()
 	cc.cloneInto = cc.probeCloneInto()
 	cc.setReuse(memoryEnabled(cc.base))
@@ -162,29 +177,6 @@ func enableControllers(dir string) {
 	}
 }
 
-// clearGoneWorkers kills and removes the subtrees in shared whose worker
-// (its pid is in the name) is gone: what a worker killed outright left.
-// Those of workers still running are theirs.
-func clearGoneWorkers(shared string) {
-	dirs, _ := filepath.Glob(filepath.Join(shared, subtreePrefix+"*"))
-	for _, dir := range dirs {
-		pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(dir), subtreePrefix))
-		if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) != syscall.ESRCH {
-			continue
-		}
-		entries, _ := os.ReadDir(dir)
-		for _, e := range entries {
-			if e.IsDir() {
-				g := &CallCgroup{dir: filepath.Join(dir, e.Name()), fd: -1}
-				g.Kill()
-				removeTree(g.dir)
-				g.Remove(time.Second)
-			}
-		}
-		os.Remove(dir)
-	}
-}
-
 // CloneInto reports whether runners are started straight into their cgroup.
 func (cc *CallCgroups) CloneInto() bool { return cc.cloneInto }
 
@@ -203,21 +195,6 @@ func (cc *CallCgroups) probeCloneInto() bool {
 	cmd := exec.Command(exe, "--version")
 	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: g.fd}
 	return cmd.Run() == nil
-}
-
-// clearRootLeftovers removes calls' cgroups in the root cgroup whose
-// worker (its pid is in the name) is gone.
-func (cc *CallCgroups) clearRootLeftovers() {
-	dirs, _ := filepath.Glob(filepath.Join(cc.base, "fluksio-call-*"))
-	for _, dir := range dirs {
-		pid, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(dir), "fluksio-call-"), "-")
-		if n, err := strconv.Atoi(pid); err == nil && n != os.Getpid() && syscall.Kill(n, 0) == syscall.ESRCH {
-			g := &CallCgroup{dir: dir, fd: -1}
-			g.Kill()
-			removeTree(dir)
-			g.Remove(time.Second)
-		}
-	}
 }
 
 // removeTree removes the cgroups under dir, deepest first: a cgroup with
@@ -284,13 +261,13 @@ type CallCgroup struct {
 	events, cpuStat *os.File
 }
 
-// New makes a call's cgroup.
+// New makes a call's cgroup, locked for as long as this worker has it
+// (until Remove): in the root cgroup, where workers in other PID
+// namespaces may make theirs too, the lock is what says it is a running
+// worker's.
 func (cc *CallCgroups) New(name string) (*CallCgroup, error) {
 	dir := filepath.Join(cc.base, cc.prefix+name)
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return nil, err
-	}
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := makeLocked(dir, false)
 	if err != nil {
 		os.Remove(dir)
 		return nil, err
@@ -367,38 +344,41 @@ func (g *CallCgroup) closeFD() {
 	}
 }
 
-// Procs lists the processes in the cgroup.
-func (g *CallCgroup) Procs() []int {
+// Procs lists the processes in the cgroup that this process can see, and
+// reports whether it holds any it cannot: cgroup.procs lists a process of
+// another PID namespace, outside this one's, as 0, which kill(2) would
+// take for this process's own group.
+func (g *CallCgroup) Procs() (pids []int, unseen bool) {
 	if g.handedOn.Load() {
-		return nil
+		return nil, false
 	}
 	b, _ := os.ReadFile(filepath.Join(g.dir, "cgroup.procs"))
-	var pids []int
 	for _, f := range strings.Fields(string(b)) {
-		if pid, err := strconv.Atoi(f); err == nil {
+		if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
 			pids = append(pids, pid)
+		} else if err == nil {
+			unseen = true
 		}
 	}
-	return pids
+	return pids, unseen
 }
 
 // Signal sends sig to every process in the cgroup outside process group
-// skipGroup (signalled as a group). It reports whether any was there. The
-// list is read only where cgroup.events says a process is there: at the
-// end of most calls none is.
+// skipGroup (signalled as a group) that this process can see. It reports
+// whether any was there, seen or not. The list is read only where
+// cgroup.events says a process is there: at the end of most calls none is.
 func (g *CallCgroup) Signal(sig syscall.Signal, skipGroup int) bool {
 	if !g.Populated() {
 		return false
 	}
-	found := false
-	for _, pid := range g.Procs() {
-		found = true
+	pids, unseen := g.Procs()
+	for _, pid := range pids {
 		if s, ok := readStat(pid); ok && s.pgid == skipGroup {
 			continue
 		}
 		syscall.Kill(pid, sig)
 	}
-	return found
+	return len(pids) > 0 || unseen
 }
 
 // Populated reports whether any process is left in the cgroup.
@@ -468,7 +448,8 @@ func (g *CallCgroup) Kill() {
 		return
 	}
 	if os.WriteFile(filepath.Join(g.dir, "cgroup.kill"), []byte("1"), 0) != nil {
-		for _, pid := range g.Procs() {
+		pids, _ := g.Procs()
+		for _, pid := range pids {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
@@ -480,7 +461,9 @@ func (g *CallCgroup) Remove(wait time.Duration) error {
 	if g.handedOn.Load() {
 		return nil
 	}
-	g.closeFD()
+	// The directory stays open, and so locked, until it is removed: a
+	// worker clearing leftovers must not take it for a gone worker's.
+	defer g.closeFD()
 	g.watcher.drop(g.watch)
 	for _, f := range []*os.File{g.events, g.cpuStat} {
 		if f != nil {
@@ -562,5 +545,6 @@ func ProbeCgroups() error {
 	if err != nil {
 		return err
 	}
-	return unix.Access(filepath.Join(mount, sharedCgroup(own)), unix.W_OK)
+	shared, _ := ownSubtree(own)
+	return unix.Access(filepath.Join(mount, shared), unix.W_OK)
 }

@@ -1,9 +1,7 @@
 package platform
 
 import (
-	"os"
 	"os/exec"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -19,7 +17,7 @@ func testCgroup(t *testing.T, name string) *CallCgroup {
 	if err != nil || unix.Access(mount, unix.W_OK) != nil {
 		t.Skip("needs a writable cgroup v2 (root)")
 	}
-	cc := &CallCgroups{base: mount, prefix: "fluksio-call-" + strconv.Itoa(os.Getpid()) + "-"}
+	cc := &CallCgroups{base: mount, prefix: rootCallPrefix + workerID() + "-"}
 	g, err := cc.New(name)
 	if err != nil {
 		t.Skipf("cannot make a cgroup here: %v", err)

@@ -55,6 +55,9 @@ type (
 // CloneInto is never asked here.
 func (cc *CallCgroups) CloneInto() bool { return false }
 
+// LeftAlone is never asked here.
+func (cc *CallCgroups) LeftAlone() []string { return nil }
+
 // ProbeCgroups fails: there are no cgroups here.
 func ProbeCgroups() error { return errors.New("cgroups are Linux's") }
 

@@ -2,6 +2,8 @@ package test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
+	"github.com/fluksio/fluksio-worker/test/nspawn"
 )
 
 // helpersNode starts the four helpers of containment_test.go from Python,
@@ -58,7 +61,7 @@ func checkServiceContainment(ctx context.Context, t *testing.T, w *enginetest.Wo
 	if out := must("fluksio-worker check"); !strings.Contains(out, "contain    cgroup") {
 		t.Errorf("check does not say the service contains calls by cgroup:\n%s", out)
 	}
-	if cg := must("cat /proc/$(systemctl show --property MainPID --value fluksio-worker)/cgroup"); !regexp.MustCompile(`(?m)fluksio-worker\.service/worker-\d+/worker$`).MatchString(cg) {
+	if cg := must("cat /proc/$(systemctl show --property MainPID --value fluksio-worker)/cgroup"); !regexp.MustCompile(`(?m)fluksio-worker\.service/worker-\d+\.\d+/worker$`).MatchString(cg) {
 		t.Errorf("the worker is not in the leaf of its delegated cgroup:\n%s", cg)
 	}
 	const marker = "fluksio-svc-helper"
@@ -87,7 +90,7 @@ func checkServiceContainment(ctx context.Context, t *testing.T, w *enginetest.Wo
 	if err := json.Unmarshal(answer.Raw, &got); err != nil || !got.OK || got.Outputs.Seen != 4 || got.Outputs.PID <= 0 {
 		t.Fatalf("the helpers node answered %s; want ok with all four helpers seen and its pid", answer.Raw)
 	}
-	if !regexp.MustCompile(`fluksio-worker\.service/worker-\d+/call-`).MatchString(got.Outputs.Cgroup) {
+	if !regexp.MustCompile(`fluksio-worker\.service/worker-\d+\.\d+/call-`).MatchString(got.Outputs.Cgroup) {
 		t.Errorf("the node ran in cgroup %s, not in a call's cgroup of the service", got.Outputs.Cgroup)
 	}
 	// --cancel-grace is 3 s by default; the stubborn helper needs all of it.
@@ -104,4 +107,64 @@ func checkServiceContainment(ctx context.Context, t *testing.T, w *enginetest.Wo
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// Two machines booted from one cgroup share their cgroup tree, and so
+// the service's cgroup, but not a PID namespace (two nspawn machines with
+// --keep-unit, containers without a cgroup namespace of their own): the
+// worker starting in one leaves the other's worker and its running call
+// alone, though their pids mean nothing to it, or the same as its own.
+func TestTwoMachinesInOneCgroup(t *testing.T) {
+	nspawn.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	bin := buildStaticWorker(t)
+	var r [4]byte
+	rand.Read(r[:])
+	shared := nspawn.Options{Cgroup: hex.EncodeToString(r[:])}
+	eng := startEngine(t, enginetest.Options{Tokens: []string{serviceToken}})
+	install := func(m *nspawn.Machine, name string) *enginetest.Worker {
+		t.Helper()
+		if err := m.CopyIn(bin, "/usr/local/bin/fluksio-worker"); err != nil {
+			t.Fatal(err)
+		}
+		machineShell(ctx, t, m)(fmt.Sprintf("printf '%%s\\n' %s | fluksio-worker install --url http://%s --token - --name %s", serviceToken, eng.Addr(), name))
+		return liveWorker(ctx, t, eng)
+	}
+	a := bootSharedMachine(ctx, t, shared)
+	b := bootSharedMachine(ctx, t, shared)
+
+	// Pids taken in a first, so that its worker's is none in b: where it
+	// is one there, a worker of b takes it for running.
+	machineShell(ctx, t, a)("i=0; while [ $i -lt 1500 ]; do (:); i=$((i+1)); done")
+	wa := install(a, "machine-a")
+	const seconds = 20
+	call := startLongNode(ctx, t, wa, "a1", seconds)
+	wb := install(b, "machine-b") // it has cleared what it took for leftovers
+	runDouble(ctx, t, wb, "b1", 4)
+	select {
+	case <-wa.Done():
+		t.Fatal("the worker in the other machine was stopped when this one started")
+	default:
+	}
+	finishLongNode(ctx, t, call, seconds)
+	runDouble(ctx, t, wa, "a2", 5)
+}
+
+// bootSharedMachine is bootMachine for a machine in a cgroup that others
+// share (opts.Cgroup).
+func bootSharedMachine(ctx context.Context, t *testing.T, opts nspawn.Options) *nspawn.Machine {
+	t.Helper()
+	m, err := nspawn.Boot(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := m.Exec(context.Background(), "systemctl status --no-pager fluksio-worker; journalctl --no-pager -n 60 -u fluksio-worker")
+			t.Logf("the service in %s at the end:\n%s", m.Name, out)
+		}
+		m.Close()
+	})
+	return m
 }

@@ -462,7 +462,7 @@ func TestDelegatedCgroup(t *testing.T) {
 	if !strings.Contains(w.logs.String(), "containment=cgroup") {
 		t.Fatalf("the worker did not take cgroup mode in a delegated cgroup")
 	}
-	subtree := filepath.Join(delegated, fmt.Sprintf("worker-%d", w.cmd.Process.Pid))
+	subtree := workerSubtree(t, delegated, w.cmd.Process.Pid)
 	if got := callCgroup(t, w.cmd.Process.Pid); got != filepath.Join(subtree, "worker") {
 		t.Errorf("the worker runs in %s, want the leaf %s/worker", got, subtree)
 	}
@@ -479,6 +479,17 @@ func TestDelegatedCgroup(t *testing.T) {
 	}
 	noHelperRemains(t, marker, start)
 	gone()
+}
+
+// workerSubtree is the subtree the worker pid makes in cgroup cg:
+// worker-PID.NSINO, its pid and its PID namespace's inode.
+func workerSubtree(t *testing.T, cg string, pid int) string {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(fmt.Sprintf("/proc/%d/ns/pid", pid), &st); err != nil {
+		t.Fatalf("the worker's PID namespace: %v", err)
+	}
+	return filepath.Join(cg, fmt.Sprintf("worker-%d.%d", pid, st.Ino))
 }
 
 // delegatedCgroup makes a cgroup v2 for the test, as systemd makes one for

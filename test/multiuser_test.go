@@ -75,9 +75,9 @@ func TestTwoWorkersInOneCgroup(t *testing.T) {
 	// A dies outright, leaving a call running in its subtree.
 	_, orphan := startedRunner(t, wkA, "a2")
 	b2, runnerB := startedRunner(t, wkB, "b2")
+	subtreeA := workerSubtree(t, cg, a.cmd.Process.Pid)
 	a.signal(syscall.SIGKILL)
 	a.wait(10 * time.Second)
-	subtreeA := filepath.Join(cg, fmt.Sprintf("worker-%d", a.cmd.Process.Pid))
 	if _, err := os.Stat(subtreeA); err != nil {
 		t.Fatalf("the killed worker's subtree: %v", err)
 	}

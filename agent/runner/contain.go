@@ -51,6 +51,9 @@ func SetupContainment(log *slog.Logger, want string) string {
 			if !cc.CloneInto() {
 				log.Info("this system does not let a process start straight into a cgroup (clone3 is denied); each runner is moved into its call's cgroup as it starts")
 			}
+			for _, left := range cc.LeftAlone() {
+				log.Warn("left a cgroup that may be a gone worker's: " + left)
+			}
 		case want == "cgroup":
 			log.Warn("--containment cgroup: this worker cannot make cgroups (it needs root, or a unit with Delegate=yes)", "using", mode, "error", err)
 		default:

@@ -29,6 +29,10 @@ type Options struct {
 	// BootTimeout bounds the wait for systemd to finish booting
 	// (default 2 minutes).
 	BootTimeout time.Duration
+	// Cgroup, if set, names a cgroup that the machines given the same name
+	// share, as containers sharing a cgroup parent do (a test of just
+	// that); by default each machine has one of its own.
+	Cgroup string
 }
 
 // Machine is one booted container. Close it.
@@ -42,6 +46,8 @@ type Machine struct {
 	done    chan struct{} // closed when systemd-nspawn has exited
 	init    int           // host pid of the container's systemd
 	console *enginetest.Buffer
+	cgroups []string // the machine's cgroups on the host, one per hierarchy
+	shared  bool     // they are shared with other machines (Options.Cgroup)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -84,8 +90,22 @@ func Boot(ctx context.Context, opts Options) (_ *Machine, err error) {
 
 	// --register=no and --keep-unit: no machined and no scope of our own,
 	// so it works where the host's init is not systemd (a CI container).
+	// The container's cgroup is then the one nspawn starts in: a cgroup of
+	// its own (machineCgroups), which a shell moves itself into before it
+	// becomes nspawn. Machines booted from one cgroup would share one
+	// tree (system.slice/…), and each one's systemd and services would
+	// meddle with the other's.
 	// No --private-network: the container shares the host's loopback.
-	m.cmd = exec.Command("systemd-nspawn", "-D", m.root, "--machine="+opts.Name,
+	cgroup := opts.Name
+	if opts.Cgroup != "" {
+		cgroup, m.shared = "shared-"+opts.Cgroup, true
+	}
+	if m.cgroups, err = machineCgroups(cgroup, m.shared); err != nil {
+		return nil, err
+	}
+	m.cmd = exec.Command("/bin/sh", "-c", `for d; do [ "$d" = -- ] && break; echo $$ > "$d/cgroup.procs" || exit 125; shift; done; shift; exec "$@"`,
+		"sh")
+	m.cmd.Args = append(append(m.cmd.Args, m.cgroups...), "--", "systemd-nspawn", "-D", m.root, "--machine="+opts.Name,
 		"--register=no", "--keep-unit", "--boot", "--console=pipe")
 	// A pipe nobody writes keeps the console's stdin open for the whole
 	// boot; /dev/null would hand the container an immediate EOF.
@@ -286,6 +306,13 @@ func (m *Machine) close() error {
 				syscall.Kill(m.init, syscall.SIGKILL)
 			}
 			<-m.done
+		}
+	}
+	for _, cg := range m.cgroups {
+		if m.shared {
+			removeSharedCgroup(cg)
+		} else if err := removeCgroup(cg); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if m.overlay {

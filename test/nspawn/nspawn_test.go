@@ -2,6 +2,7 @@ package nspawn
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,6 +35,21 @@ func TestBoot(t *testing.T) {
 	}
 	defer m.Close()
 	t.Logf("booted %s in %v", m.Name, time.Since(start).Round(time.Millisecond))
+
+	// A cgroup of its own, in every hierarchy systemd tracks processes by:
+	// machines booted at once never share one.
+	cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", m.init))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(cg)), "\n") {
+		if (strings.HasPrefix(line, "0::") || strings.Contains(line, ":name=systemd:")) && !strings.Contains(line, "/fluksio-nspawn-"+m.Name+"/") {
+			t.Errorf("the machine's init is in %s, not in a cgroup of the machine's own", line)
+		}
+	}
+	if len(m.cgroups) == 0 {
+		t.Error("the machine has no cgroup of its own")
+	}
 
 	out, err := m.Exec(ctx, "systemctl is-system-running")
 	if state := strings.TrimSpace(out); state != "running" && state != "degraded" {
@@ -77,5 +93,10 @@ func TestBoot(t *testing.T) {
 	t.Logf("powered off in %v", time.Since(start).Round(time.Millisecond))
 	if _, err := os.Stat(m.work); err == nil {
 		t.Errorf("Close left the container's copy in %s", m.work)
+	}
+	for _, dir := range m.cgroups {
+		if _, err := os.Stat(dir); err == nil {
+			t.Errorf("Close left the machine's cgroup %s", dir)
+		}
 	}
 }
