@@ -53,8 +53,8 @@ var sessionLabels = []string{"cpu", "session-test", "x86"}
 // Generous bounds, for a loaded two-core machine: a wait only ends early,
 // so none of them makes the test slower when things work.
 const (
-	attachTimeout = 90 * time.Second // FindPython, pip freeze and the dial
-	callTimeout   = 60 * time.Second
+	attachTimeout = 90 * time.Second  // FindPython, pip freeze and the dial
+	callTimeout   = 180 * time.Second // a 48 MiB answer under the race detector took 70 s at load 20
 	goneTimeout   = 30 * time.Second
 )
 
