@@ -31,6 +31,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,11 +40,6 @@ import (
 
 	"github.com/fluksio/fluksio-worker/platform"
 )
-
-// spareFlag starts the runtime in spare mode (the embedded runtime's
-// SPARE_FLAG, agent/runtime):
-// `RUNTIME --fluksio-spare FD [MOD,MOD]`.
-const spareFlag = "--fluksio-spare"
 
 // maxWarmEnvs is how many environments spares are kept for. Engines send
 // a pipeline's calls with a handful of environments (a GPU mask per
@@ -110,6 +106,9 @@ type warmPool struct {
 	spares   sync.WaitGroup // every spare's goroutines
 	janitor  chan struct{}  // closed by close
 	reported map[string]bool
+	// spareMode is, for each runtime not the worker's own, whether it
+	// speaks spare mode (speaksSpareMode), read once.
+	spareMode map[string]bool
 }
 
 // warmEnv is one environment's spares and demand.
@@ -122,6 +121,8 @@ type warmEnv struct {
 	running  int      // calls of this environment running now
 	want     int      // the most that ran at once: spares to keep
 	failures int      // spares that died without serving, in a row
+	// cold: its runtime does not speak spare mode; it keeps no spares.
+	cold bool
 }
 
 // spare is one pre-started runner.
@@ -164,7 +165,8 @@ func newWarmPool(cfg *Config) *warmPool {
 		return nil
 	}
 	p := &warmPool{cfg: cfg, max: n, forkTimeout: forkTimeout, replaceDelay: replaceDelay, exitReportWait: exitReportWait,
-		changes: systemChanges(), janitor: make(chan struct{}), reported: map[string]bool{}}
+		changes: systemChanges(), janitor: make(chan struct{}), reported: map[string]bool{},
+		spareMode: map[string]bool{}}
 	if len(cfg.Preload) > 0 {
 		p.preload = strings.Join(cfg.Preload, ",")
 	}
@@ -338,10 +340,30 @@ func (p *warmPool) learnLocked(key string, rt Runtime, env []string) *warmEnv {
 		we = p.envs[i]
 		p.envs = slices.Delete(p.envs, i, i+1)
 	} else {
-		we = &warmEnv{key: key, rt: rt, env: slices.Clone(env)}
+		we = &warmEnv{key: key, rt: rt, env: slices.Clone(env), cold: !p.speaksSpareModeLocked(rt)}
 	}
 	p.envs = slices.Insert(p.envs, 0, we)
 	return we
+}
+
+// speaksSpareModeLocked reports whether rt can be started as a spare: the
+// worker's own runtime can; another is read once, at its first call, so
+// that one which would never report is told apart at once, not after
+// spareReadyTimeout, and its calls start cold.
+func (p *warmPool) speaksSpareModeLocked(rt Runtime) bool {
+	if rt.Embedded {
+		return true
+	}
+	ok, known := p.spareMode[rt.Path]
+	if !known {
+		ok = speaksSpareMode(rt.Path)
+		p.spareMode[rt.Path] = ok
+		if !ok {
+			p.cfg.Log.Warn("the runner script does not know spare mode (it never names "+spareFlag+"); its calls start cold, without spares",
+				"runtime", rt.Path)
+		}
+	}
+	return ok
 }
 
 // forkingLocked is a spare of we being forked from its zygote, or nil.
@@ -388,7 +410,7 @@ func (p *warmPool) fillLocked() {
 	left := p.max
 	for i, we := range p.envs {
 		allowed := min(max(we.want, 1), left)
-		if i >= maxWarmEnvs {
+		if i >= maxWarmEnvs || we.cold {
 			allowed = 0
 		}
 		left -= allowed
@@ -667,7 +689,7 @@ func (s *spare) start() (*os.File, error) {
 		closeAll()
 		return nil, err
 	}
-	args := []string{s.we.rt.Path, spareFlag, "3"}
+	args := []string{s.we.rt.Path, spareFlag, strconv.Itoa(spareReportFD)}
 	extra := []*os.File{reportW}
 	var pipes *nodePipes
 	var ctlChild, exitsR, exitsW *os.File
@@ -687,7 +709,7 @@ func (s *spare) start() (*os.File, error) {
 			return nil, err
 		}
 		files = append(files, ctlChild)
-		args = []string{s.we.rt.Path, zygoteFlag, "3", "4", "5"}
+		args = []string{s.we.rt.Path, zygoteFlag, strconv.Itoa(zygoteReportFD), strconv.Itoa(zygoteControlFD), strconv.Itoa(zygoteExitsFD)}
 		if p.preload != "" {
 			args = append(args, p.preload)
 		}
@@ -696,12 +718,11 @@ func (s *spare) start() (*os.File, error) {
 		if p.preload != "" {
 			args = append(args, p.preload)
 		}
-		if pipes, err = newNodePipes(); err != nil {
+		if pipes, args, extra, err = passedNodePipes(args, extra); err != nil {
 			closeAll()
 			dir.remove()
 			return nil, err
 		}
-		args, extra = pipes.pass(args, extra)
 	}
 	cmd := exec.Command(p.cfg.Python, args...)
 	s.box.prepare(cmd, dir.env(effectiveEnv(p.cfg.env(s.we.env)), p.cfg.CancelGrace))

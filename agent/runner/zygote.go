@@ -41,10 +41,6 @@ import (
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
-// zygoteFlag starts the runtime as a zygote (worker_main.py's ZYGOTE_FLAG):
-// `RUNTIME --fluksio-zygote REPORT CONTROL EXITS [MOD,MOD]`.
-const zygoteFlag = "--fluksio-zygote"
-
 // forkTimeout bounds one fork of a spare ahead of its call: a zygote that
 // does not answer in this time is wedged; it is replaced. Calls do not wait
 // for it meanwhile (callForkTimeout).
@@ -97,13 +93,6 @@ func controlPair() (*net.UnixConn, *os.File, error) {
 		return nil, nil, fmt.Errorf("creating the zygote's control socket: %w", err)
 	}
 	return c.(*net.UnixConn), os.NewFile(uintptr(fds[1]), "zygote-control"), nil
-}
-
-// forkRequest is what the zygote's fork gets besides the descriptors.
-type forkRequest struct {
-	Env   []string `json:"env"`
-	Cwd   string   `json:"cwd"`
-	Token string   `json:"token"`
 }
 
 // fork makes s, a spare of z's environment, by forking it from the
@@ -178,8 +167,9 @@ func (z *spare) fork(s *spare, forCall bool) error {
 	if err != nil {
 		return fail(err)
 	}
-	// The runner's ends: stdin's read end, stdout's and stderr's write
-	// ends, the node's output pipes.
+	// The runner's ends (forkFDs): stdin's read end, stdout's and
+	// stderr's write ends, the node's output pipes (at forkedOutputFD in
+	// the runner).
 	child := []*os.File{ends[0][0], ends[1][1], ends[2][1], pipes.w[0], pipes.w[1]}
 	fds := make([]int, len(child))
 	for i, f := range child {
@@ -191,7 +181,7 @@ func (z *spare) fork(s *spare, forCall bool) error {
 		if _, _, err := ctl.WriteMsgUnix(msg, unix.UnixRights(fds...), nil); err != nil {
 			return 0, fmt.Errorf("asking the zygote to fork: %w", err)
 		}
-		var buf [32]byte
+		var buf [forkAnswerMax]byte
 		n, err := ctl.Read(buf[:])
 		if err != nil {
 			return 0, fmt.Errorf("reading the zygote's answer: %w", err)

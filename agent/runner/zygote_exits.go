@@ -34,9 +34,6 @@ import (
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
-// exitRecordSize is one report: the pid, the wait status, the peak memory.
-const exitRecordSize = 16
-
 // exitReportWait is how long a runner's exit may go unreported once the
 // kernel says it exited. A zygote wakes for it at once (SIGCHLD), and
 // reports in a millisecond, tens on a loaded machine; one that has not by
