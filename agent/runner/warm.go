@@ -153,10 +153,77 @@ type spare struct {
 	code     *codeWatch
 	released atomic.Bool
 
-	// Guarded by pool.mu.
-	ready   bool
-	taken   bool
-	retired bool
+	// state is where it is in its life; guarded by pool.mu, changed only
+	// by move.
+	state spareState
+}
+
+// spareState is where a spare (or a zygote) is in its life. Each is in
+// the pool (starting or ready) until one move takes it out for good:
+//
+//	starting ──▶ ready ──▶ claimed ──▶ serving
+//	    │          │          │
+//	    ▼          ▼          ▼
+//	 retired    retired    refused
+//
+// A call claims a ready spare (it is out of the pool, so nothing else can
+// have it) and checks it outside the pool's lock: fresh, it serves the
+// call, whose Process owns it from then on; stale or dead, it is refused
+// and discarded. A spare retired (stale, dead, not wanted, the pool
+// closed) is discarded. A zygote is never claimed: it forks spares while
+// ready, until it is retired.
+type spareState uint8
+
+const (
+	spareStarting spareState = iota // started or being forked, not ready yet
+	spareReady                      // waiting in the pool for a call
+	spareClaimed                    // taken out of the pool by a call, being checked
+	spareServing                    // handed to a call (final: the call owns it)
+	spareRefused                    // claimed, then found stale or dead (final: discarded)
+	spareRetired                    // taken out of the pool unused (final: discarded)
+)
+
+func (st spareState) String() string {
+	switch st {
+	case spareStarting:
+		return "starting"
+	case spareReady:
+		return "ready"
+	case spareClaimed:
+		return "claimed"
+	case spareServing:
+		return "serving"
+	case spareRefused:
+		return "refused"
+	case spareRetired:
+		return "retired"
+	}
+	return "unknown"
+}
+
+// spareMoves is every legal move: from a state, the states it may go to.
+var spareMoves = map[spareState][]spareState{
+	spareStarting: {spareReady, spareRetired},
+	spareReady:    {spareClaimed, spareRetired},
+	spareClaimed:  {spareServing, spareRefused},
+}
+
+// inPool says whether a spare in this state is in its environment's
+// place in the pool: starting or ready.
+func (st spareState) inPool() bool { return st == spareStarting || st == spareReady }
+
+// move changes s's state to, where that is a legal move from its state,
+// and reports whether it did; an illegal move changes nothing. Becoming
+// ready closes readied. The pool's mutex is held.
+func (s *spare) move(to spareState) bool {
+	if !slices.Contains(spareMoves[s.state], to) {
+		return false
+	}
+	s.state = to
+	if to == spareReady && s.readied != nil {
+		close(s.readied)
+	}
+	return true
 }
 
 func newWarmPool(cfg *Config) *warmPool {
@@ -207,7 +274,7 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 	we.running++
 	we.want = max(we.want, we.running)
 	forked := false
-	forking := we.zyg != nil && we.zyg.ready && !we.zyg.retired
+	forking := we.zyg != nil && we.zyg.state == spareReady
 	waitUntil := time.Now().Add(callForkTimeout)
 	for s == nil {
 		s = p.readyLocked(we)
@@ -232,7 +299,7 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 		}
 		// Taken out of the pool before it is checked, so that no other
 		// call and not the janitor can have it meanwhile.
-		s.taken = true
+		s.move(spareClaimed)
 		we.spares = slices.DeleteFunc(we.spares, func(x *spare) bool { return x == s })
 		p.mu.Unlock()
 		why := s.staleness()
@@ -242,23 +309,25 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 		p.mu.Lock()
 		if why != "" {
 			s.box.log.Debug("spare runner not used; stopping it", "reason", why)
-			s.retired = true
+			s.move(spareRefused)
 			p.discardLater(s)
 			s = nil
 			continue
 		}
+		s.move(spareServing)
 		s.releaseCode() // its call's code is what it has now
 		we.failures = 0
 	}
 	// No spare ready: one forked now still beats a cold start.
-	if z := we.zyg; s == nil && z != nil && z.ready && !z.retired {
+	if z := we.zyg; s == nil && z != nil && z.state == spareReady {
 		p.mu.Unlock()
 		why := z.staleness()
 		if why == "" && closed(z.exited) {
 			why = "it died"
 		}
 		if why == "" {
-			s = &spare{pool: p, we: we, started: make(chan struct{}), exited: make(chan struct{})}
+			// Never in the pool: it is forked for this call.
+			s = &spare{pool: p, we: we, started: make(chan struct{}), exited: make(chan struct{}), state: spareServing}
 			s.box = &box{log: z.box.log, kept: p.cfg.cgroups}
 			switch err := z.fork(s, true); {
 			case errors.Is(err, errZygoteBusy):
@@ -368,11 +437,11 @@ func (p *warmPool) speaksSpareModeLocked(rt Runtime) bool {
 
 // forkingLocked is a spare of we being forked from its zygote, or nil.
 func (p *warmPool) forkingLocked(we *warmEnv) *spare {
-	if z := we.zyg; z == nil || !z.ready || z.retired {
+	if z := we.zyg; z == nil || z.state != spareReady {
 		return nil
 	}
 	for _, s := range we.spares {
-		if !s.ready && !s.retired {
+		if s.state == spareStarting {
 			return s
 		}
 	}
@@ -383,7 +452,7 @@ func (p *warmPool) forkingLocked(we *warmEnv) *spare {
 func (p *warmPool) countReadyLocked(we *warmEnv) int {
 	n := 0
 	for _, s := range we.spares {
-		if s.ready && !s.retired {
+		if s.state == spareReady {
 			n++
 		}
 	}
@@ -393,7 +462,7 @@ func (p *warmPool) countReadyLocked(we *warmEnv) int {
 // readyLocked is the oldest ready spare of we, or nil.
 func (p *warmPool) readyLocked(we *warmEnv) *spare {
 	for _, s := range we.spares {
-		if s.ready && !s.retired {
+		if s.state == spareReady {
 			return s
 		}
 	}
@@ -419,7 +488,7 @@ func (p *warmPool) fillLocked() {
 		if we.rt.Embedded && forksHere() {
 			keep = allowed + forkedSparesAhead
 			// A zygote forks the environment's spares.
-			waiting = we.zyg == nil || !we.zyg.ready
+			waiting = we.zyg == nil || we.zyg.state != spareReady
 			if allowed == 0 && we.zyg != nil {
 				z := we.zyg
 				p.retireLocked(z)
@@ -452,26 +521,27 @@ func (p *warmPool) fillLocked() {
 // dropLocked takes s out of the pool and discards it, unless it is out
 // already.
 func (p *warmPool) dropLocked(s *spare) {
-	if !s.retired {
-		p.retireLocked(s)
+	if p.retireLocked(s) {
 		p.discardLater(s)
 	}
 }
 
-// retireLocked takes s out of the pool; its caller discards it.
-func (p *warmPool) retireLocked(s *spare) {
-	s.retired = true
+// retireLocked takes s, starting or ready, out of the pool for good, and
+// reports whether it did; its caller discards it. One out already
+// (claimed by a call, or retired) stays as it is.
+func (p *warmPool) retireLocked(s *spare) bool {
 	if s.we.zyg == s {
 		s.we.zyg = nil
 	}
 	s.we.spares = slices.DeleteFunc(s.we.spares, func(x *spare) bool { return x == s })
+	return s.move(spareRetired)
 }
 
 func (p *warmPool) publishLocked() {
 	n := 0
 	for _, we := range p.envs {
 		for _, s := range we.spares { // a zygote is not a runner
-			if s.ready {
+			if s.state == spareReady {
 				n++
 			}
 		}
@@ -498,7 +568,7 @@ func (p *warmPool) startLocked(we *warmEnv, zygote bool) {
 		we.zyg = s
 	} else {
 		we.spares = append(we.spares, s)
-		if z := we.zyg; z != nil && z.ready && !z.retired {
+		if z := we.zyg; z != nil && z.state == spareReady {
 			from = z
 		}
 	}
@@ -560,10 +630,9 @@ func (s *spare) run() {
 		}
 	}
 	alive := decodeErr == nil && !closed(s.exited)
-	kept := alive && !s.retired
+	kept := alive && s.move(spareReady)
 	if kept {
-		s.ready, s.code = true, code
-		close(s.readied)
+		s.code = code
 		if s.zyg != nil {
 			p.fillLocked() // its spares are forked now
 		}
@@ -594,9 +663,9 @@ func (s *spare) runForked(z *spare) {
 		return
 	}
 	p.mu.Lock()
-	if !s.retired {
+	if s.state == spareStarting {
 		// Its code is its zygote's: as fresh as the zygote, as old.
-		s.ready, s.code, s.began = true, z.code, z.began
+		s.code, s.began = z.code, z.began
 		if !p.changes.hold(z.code) {
 			// The zygote was discarded meanwhile: nothing follows its
 			// code any more.
@@ -604,7 +673,7 @@ func (s *spare) runForked(z *spare) {
 			s.code.markStale("its zygote was replaced")
 			s.released.Store(true)
 		}
-		close(s.readied)
+		s.move(spareReady)
 		p.publishLocked()
 	}
 	p.mu.Unlock()
@@ -617,10 +686,8 @@ func (s *spare) waitServed() {
 	p := s.pool
 	<-s.exited
 	p.mu.Lock()
-	taken, retired := s.taken, s.retired
-	if !taken && !retired {
-		// It died while waiting: never handed a call, replaced.
-		p.retireLocked(s)
+	died := p.retireLocked(s) // while waiting: never handed a call, replaced
+	if died {
 		s.we.failures++
 		limit := maxSpareFailures
 		if s.we.rt.Embedded && forksHere() {
@@ -637,7 +704,7 @@ func (s *spare) waitServed() {
 		p.publishLocked()
 	}
 	p.mu.Unlock()
-	if !taken && !retired {
+	if died {
 		s.box.log.Info("a spare runner died while waiting for a call; replacing it", "pid", s.box.pid, "status", exitStatus(s.exitErr))
 		p.discard(s)
 	}
@@ -857,7 +924,7 @@ func (p *warmPool) watch() {
 		var ready []*spare
 		for _, we := range p.envs {
 			for _, s := range we.ownLocked() {
-				if s.ready {
+				if s.state == spareReady {
 					ready = append(ready, s)
 				}
 			}
@@ -875,10 +942,7 @@ func (p *warmPool) watch() {
 		}
 		p.mu.Lock()
 		for _, s := range gone {
-			if !s.taken && !s.retired {
-				p.retireLocked(s)
-				p.discardLater(s)
-			}
+			p.dropLocked(s)
 		}
 		p.fillLocked()
 		p.publishLocked()

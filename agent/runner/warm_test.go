@@ -68,7 +68,7 @@ func (r *rig) readySpares() []int {
 	var pids []int
 	for _, we := range p.envs {
 		for _, s := range we.spares {
-			if s.ready {
+			if s.state == spareReady {
 				pids = append(pids, s.box.pid)
 			}
 		}
