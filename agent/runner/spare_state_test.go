@@ -61,14 +61,14 @@ func TestSpareStateString(t *testing.T) {
 // environment without one.
 func TestRetireOnlyWhatIsInThePool(t *testing.T) {
 	for _, st := range allSpareStates {
-		for _, zygote := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s zygote=%v", st, zygote), func(t *testing.T) {
+		for _, isZygote := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s zygote=%v", st, isZygote), func(t *testing.T) {
 				p := &warmPool{}
 				we := &warmEnv{}
 				s := &spare{pool: p, we: we, state: st}
-				if zygote {
-					s.zyg = &zygoteOf{}
-					we.zyg = s
+				if isZygote {
+					s.zyg = &zygote{spare: s}
+					we.zyg = s.zyg
 				} else if st.inPool() {
 					we.spares = []*spare{s}
 				}

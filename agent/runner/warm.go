@@ -117,7 +117,7 @@ type warmEnv struct {
 	rt       Runtime
 	env      []string // the request's env, as a call of it has it
 	spares   []*spare // starting and ready
-	zyg      *spare   // its zygote, starting or ready, where calls are forked
+	zyg      *zygote  // its zygote, starting or ready, where calls are forked
 	running  int      // calls of this environment running now
 	want     int      // the most that ran at once: spares to keep
 	failures int      // spares that died without serving, in a row
@@ -146,7 +146,7 @@ type spare struct {
 	// knows it exited before its zygote reports it (nil for a spare the
 	// worker started).
 	forked *platform.ExitWatch
-	zyg    *zygoteOf // set for a zygote, which forks calls and serves none
+	zyg    *zygote // set for a zygote's process: the zygote it is
 
 	// code is what its code came from, set (under pool.mu) once it is
 	// ready; released once it serves a call or is discarded.
@@ -341,7 +341,7 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 		p.mu.Lock()
 		if why != "" {
 			z.box.log.Info("zygote not used; replacing it, and the call starts cold", "reason", why)
-			p.dropLocked(z)
+			p.dropLocked(z.spare)
 		} else {
 			we.failures = 0
 		}
@@ -490,7 +490,7 @@ func (p *warmPool) fillLocked() {
 			// A zygote forks the environment's spares.
 			waiting = we.zyg == nil || we.zyg.state != spareReady
 			if allowed == 0 && we.zyg != nil {
-				z := we.zyg
+				z := we.zyg.spare
 				p.retireLocked(z)
 				p.discardLater(z)
 			}
@@ -530,7 +530,7 @@ func (p *warmPool) dropLocked(s *spare) {
 // reports whether it did; its caller discards it. One out already
 // (claimed by a call, or retired) stays as it is.
 func (p *warmPool) retireLocked(s *spare) bool {
-	if s.we.zyg == s {
+	if s.we.zyg != nil && s.we.zyg.spare == s {
 		s.we.zyg = nil
 	}
 	s.we.spares = slices.DeleteFunc(s.we.spares, func(x *spare) bool { return x == s })
@@ -554,18 +554,18 @@ func (we *warmEnv) ownLocked() []*spare {
 	if we.zyg == nil {
 		return we.spares
 	}
-	return append(slices.Clip(we.spares), we.zyg)
+	return append(slices.Clip(we.spares), we.zyg.spare)
 }
 
 // startLocked adds a starting spare (or zygote) to we; its goroutine
 // starts it.
-func (p *warmPool) startLocked(we *warmEnv, zygote bool) {
+func (p *warmPool) startLocked(we *warmEnv, asZygote bool) {
 	s := &spare{pool: p, we: we, started: make(chan struct{}), exited: make(chan struct{}), readied: make(chan struct{})}
 	s.box = &box{log: p.cfg.Log.With("spare_of", "warm"), kept: p.cfg.cgroups}
-	var from *spare // the zygote it is forked from, when one is ready
-	if zygote {
-		s.zyg = &zygoteOf{}
-		we.zyg = s
+	var from *zygote // the zygote it is forked from, when one is ready
+	if asZygote {
+		s.zyg = &zygote{spare: s}
+		we.zyg = s.zyg
 	} else {
 		we.spares = append(we.spares, s)
 		if z := we.zyg; z != nil && z.state == spareReady {
@@ -650,13 +650,13 @@ func (s *spare) run() {
 
 // runForked forks the spare from its environment's zygote z; a zygote
 // that cannot fork is replaced, and the spare with it.
-func (s *spare) runForked(z *spare) {
+func (s *spare) runForked(z *zygote) {
 	p := s.pool
 	if err := z.fork(s, false); err != nil {
 		s.box.log.Info("a zygote could not fork a spare; replacing it", "error", err)
 		p.mu.Lock()
 		p.retireLocked(s)
-		p.dropLocked(z)
+		p.dropLocked(z.spare)
 		p.fillLocked()
 		p.mu.Unlock()
 		close(s.exited)
@@ -814,7 +814,7 @@ func (s *spare) start() (*os.File, error) {
 	pipes.started()
 	if err != nil {
 		if s.zyg != nil {
-			s.closeControl()
+			s.zyg.closeControl()
 			exitsR.Close()
 		}
 		stdoutR.Close()
@@ -894,7 +894,7 @@ func (p *warmPool) discard(s *spare) {
 	if s.zyg != nil {
 		// After the kill: a fork in flight holds the zygote's lock until
 		// it is answered, and a wedged zygote answers only by its end.
-		s.closeControl() // the zygote serves no fork after this
+		s.zyg.closeControl() // the zygote serves no fork after this
 	}
 	<-s.exited
 	// Killed by the worker (or dead already): nothing to report above debug.

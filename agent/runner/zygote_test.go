@@ -313,10 +313,10 @@ func (z *zygoteRig) zygoteIs(pid int) bool {
 func (z *zygoteRig) forkInFlight() bool {
 	p := z.pool.warm
 	p.mu.Lock()
-	var zyg *zygoteOf
+	var zyg *zygote
 	for _, we := range p.envs {
 		if we.zyg != nil {
-			zyg = we.zyg.zyg
+			zyg = we.zyg
 		}
 	}
 	p.mu.Unlock()
