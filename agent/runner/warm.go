@@ -144,76 +144,11 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 	we.want = max(we.want, we.running)
 	forked := false
 	forking := we.zyg != nil && we.zyg.state == spareReady
-	waitUntil := time.Now().Add(callForkTimeout)
-	for s == nil {
-		s = p.readyLocked(we)
-		if s == nil {
-			// A spare being forked is ready in a millisecond or two: wait
-			// for it rather than start cold, but not beyond
-			// callForkTimeout (a wedged zygote holds it up to forkTimeout).
-			f := p.forkingLocked(we)
-			if f == nil || !time.Now().Before(waitUntil) {
-				break
-			}
-			p.mu.Unlock()
-			wait := time.NewTimer(time.Until(waitUntil))
-			select {
-			case <-f.readied:
-			case <-f.exited:
-			case <-wait.C:
-			}
-			wait.Stop()
-			p.mu.Lock()
-			continue
-		}
-		// Taken out of the pool before it is checked, so that no other
-		// call and not the janitor can have it meanwhile.
-		s.move(spareClaimed)
-		we.spares = slices.DeleteFunc(we.spares, func(x *spare) bool { return x == s })
-		p.mu.Unlock()
-		why := s.staleness()
-		if why == "" && (closed(s.exited) || s.forked.HasExited()) {
-			why = "it died" // a dead spare is never handed a call
-		}
-		p.mu.Lock()
-		if why != "" {
-			s.box.log.Debug("spare runner not used; stopping it", "reason", why)
-			s.move(spareRefused)
-			p.discardLater(s)
-			s = nil
-			continue
-		}
-		s.move(spareServing)
-		s.releaseCode() // its call's code is what it has now
-		we.failures = 0
-	}
-	// No spare ready: one forked now still beats a cold start.
-	if z := we.zyg; s == nil && z != nil && z.state == spareReady {
-		p.mu.Unlock()
-		why := z.staleness()
-		if why == "" && closed(z.exited) {
-			why = "it died"
-		}
-		if why == "" {
-			// Never in the pool: it is forked for this call.
-			s = &spare{pool: p, we: we, started: make(chan struct{}), exited: make(chan struct{}), state: spareServing}
-			s.box = &box{log: z.box.log, kept: p.cfg.cgroups}
-			switch err := z.fork(s, true); {
-			case errors.Is(err, errZygoteBusy):
-				s = nil
-			case err != nil:
-				why, s = err.Error(), nil
-			default:
-				forked = true
-			}
-		}
-		p.mu.Lock()
-		if why != "" {
-			z.box.log.Info("zygote not used; replacing it, and the call starts cold", "reason", why)
-			p.dropLocked(z.spare)
-		} else {
-			we.failures = 0
-		}
+	s = p.claimLocked(we)
+	if s == nil {
+		// No spare ready: one forked now still beats a cold start.
+		s = p.forkForCallLocked(we)
+		forked = s != nil
 	}
 	// A spare is replaced at once where none was ready, or where the
 	// forked spares left no longer cover the environment's calls at once
@@ -247,6 +182,95 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 		replace.Stop()
 		p.ended(we)
 	}
+}
+
+// claimLocked takes the oldest ready spare of we out of the pool, checks
+// it and hands it out (serving), or returns nil. A stale or dead one is
+// refused and discarded, and the next one tried; where none is ready but
+// one is being forked from the zygote, it is waited for, up to
+// callForkTimeout. The pool's mutex is held, and let go while a spare is
+// checked or waited for.
+func (p *warmPool) claimLocked(we *warmEnv) *spare {
+	waitUntil := time.Now().Add(callForkTimeout)
+	for {
+		s := p.readyLocked(we)
+		if s == nil {
+			// A spare being forked is ready in a millisecond or two: wait
+			// for it rather than start cold, but not beyond
+			// callForkTimeout (a wedged zygote holds it up to forkTimeout).
+			f := p.forkingLocked(we)
+			if f == nil || !time.Now().Before(waitUntil) {
+				return nil
+			}
+			p.mu.Unlock()
+			wait := time.NewTimer(time.Until(waitUntil))
+			select {
+			case <-f.readied:
+			case <-f.exited:
+			case <-wait.C:
+			}
+			wait.Stop()
+			p.mu.Lock()
+			continue
+		}
+		// Taken out of the pool before it is checked, so that no other
+		// call and not the janitor can have it meanwhile.
+		s.move(spareClaimed)
+		we.spares = slices.DeleteFunc(we.spares, func(x *spare) bool { return x == s })
+		p.mu.Unlock()
+		why := s.staleness()
+		if why == "" && (closed(s.exited) || s.forked.HasExited()) {
+			why = "it died" // a dead spare is never handed a call
+		}
+		p.mu.Lock()
+		if why != "" {
+			s.box.log.Debug("spare runner not used; stopping it", "reason", why)
+			s.move(spareRefused)
+			p.discardLater(s)
+			continue
+		}
+		s.move(spareServing)
+		s.releaseCode() // its call's code is what it has now
+		we.failures = 0
+		return s
+	}
+}
+
+// forkForCallLocked forks a spare for a call of we from its ready zygote,
+// or returns nil: no zygote ready, or it is busy forking a spare ahead
+// (the call does not queue behind it). A zygote that is stale, dead or
+// cannot fork is replaced. The pool's mutex is held, and let go while the
+// zygote is checked and forks.
+func (p *warmPool) forkForCallLocked(we *warmEnv) *spare {
+	z := we.zyg
+	if z == nil || z.state != spareReady {
+		return nil
+	}
+	p.mu.Unlock()
+	why := z.staleness()
+	if why == "" && closed(z.exited) {
+		why = "it died"
+	}
+	var s *spare
+	if why == "" {
+		// Never in the pool: it is forked for this call.
+		s = &spare{pool: p, we: we, started: make(chan struct{}), exited: make(chan struct{}), state: spareServing}
+		s.box = &box{log: z.box.log, kept: p.cfg.cgroups}
+		switch err := z.fork(s, true); {
+		case errors.Is(err, errZygoteBusy):
+			s = nil
+		case err != nil:
+			why, s = err.Error(), nil
+		}
+	}
+	p.mu.Lock()
+	if why != "" {
+		z.box.log.Info("zygote not used; replacing it, and the call starts cold", "reason", why)
+		p.dropLocked(z.spare)
+	} else {
+		we.failures = 0
+	}
+	return s
 }
 
 // ended counts a call of we out, and starts the spares now wanted.
