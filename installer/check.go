@@ -159,7 +159,7 @@ func check(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 	}
 
 	pctx, cancel := context.WithTimeout(ctx, engineCheckTimeout)
-	err = agent.Probe(pctx, cfg)
+	err = agent.CheckAttach(pctx, cfg)
 	cancel()
 	var refused *protocol.RefusedError
 	switch {

@@ -429,7 +429,7 @@ func executable(h host) (string, error) {
 func checkEngine(ctx context.Context, cfg config.Config, stdout, stderr io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, engineCheckTimeout)
 	defer cancel()
-	err := agent.Probe(ctx, cfg)
+	err := agent.CheckAttach(ctx, cfg)
 	var refused *protocol.RefusedError
 	switch {
 	case errors.As(err, &refused):
