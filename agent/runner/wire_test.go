@@ -95,12 +95,18 @@ func TestWireMatchesTheRuntime(t *testing.T) {
 		}
 	}
 	// The exit record as zygote_exits.go reads it: a signed 32-bit pid, a
-	// 32-bit wait status, a 64-bit peak, in native order without padding.
-	if got := py["EXIT_RECORD_FORMAT"]; got != "=iIQ" {
-		t.Errorf("worker_main.py's EXIT_RECORD_FORMAT is %#v; zygote_exits.go reads \"=iIQ\" (pid int32, status uint32, peak uint64)", got)
+	// 32-bit wait status, a 64-bit peak, in native order without padding
+	// (struct's "=": native order, standard sizes).
+	format, _ := py["EXIT_RECORD_FORMAT"].(string)
+	if format != "=iIQ" {
+		t.Errorf("worker_main.py's EXIT_RECORD_FORMAT is %q; zygote_exits.go reads \"=iIQ\" (pid int32, status uint32, peak uint64)", format)
 	}
-	if n := 4 + 4 + 8; n != exitRecordSize {
-		t.Errorf("the exit record's fields take %d bytes; exitRecordSize is %d", n, exitRecordSize)
+	size := 0
+	for _, c := range strings.TrimPrefix(format, "=") {
+		size += map[rune]int{'i': 4, 'I': 4, 'q': 8, 'Q': 8}[c]
+	}
+	if size != exitRecordSize {
+		t.Errorf("worker_main.py's exit record (%q) takes %d bytes; exitRecordSize is %d", format, size, exitRecordSize)
 	}
 	np, err := newNodePipes()
 	if err != nil {
