@@ -27,3 +27,19 @@ func TestBinaryHasNoTestPackages(t *testing.T) {
 		}
 	}
 }
+
+// TestProtocolKnowsNotTheMachine keeps the wire package a wire package:
+// agent/protocol says what hello carries (its Inventory), and the agent
+// fills it from platform, which protocol must not import.
+func TestProtocolKnowsNotTheMachine(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "./agent/protocol").Output()
+	if err != nil {
+		t.Fatalf("go list -deps ./agent/protocol: %v", err)
+	}
+	const platform = "github.com/fluksio/fluksio-worker/platform"
+	for _, pkg := range strings.Fields(string(out)) {
+		if pkg == platform || strings.HasPrefix(pkg, platform+"/") {
+			t.Errorf("agent/protocol imports %s; the agent converts platform's values into protocol's", pkg)
+		}
+	}
+}

@@ -464,7 +464,7 @@ func (a *Agent) hello(ctx context.Context) protocol.Hello {
 		Python:      python,
 		MaxParallel: a.cfg.Parallel,
 		VenvDigest:  digest(ctx),
-		Inventory:   platform.DetectInventory(a.cfg.Overrides()),
+		Inventory:   protocol.Inventory(platform.DetectInventory(a.cfg.Overrides())),
 	}
 }
 

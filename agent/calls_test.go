@@ -660,7 +660,7 @@ func TestInventoryCommand(t *testing.T) {
 	}
 }
 
-func TestProbe(t *testing.T) {
+func TestCheckAttach(t *testing.T) {
 	t.Parallel()
 	self, _ := os.Executable()
 	eng, err := enginetest.Start(enginetest.Options{Tokens: []string{fakeToken}})
@@ -670,13 +670,13 @@ func TestProbe(t *testing.T) {
 	defer eng.Close()
 	cfg := config.DefaultConfig()
 	cfg.URL, cfg.Token, cfg.Python = eng.AttachURL(), fakeToken, self
-	if err := agent.Probe(context.Background(), cfg); err != nil {
-		t.Errorf("Probe: %v", err)
+	if err := agent.CheckAttach(context.Background(), cfg); err != nil {
+		t.Errorf("CheckAttach: %v", err)
 	}
 	cfg.Token = "wrong"
 	var refused *protocol.RefusedError
-	if err := agent.Probe(context.Background(), cfg); !errors.As(err, &refused) {
-		t.Errorf("Probe with a wrong token: %v; want a refusal", err)
+	if err := agent.CheckAttach(context.Background(), cfg); !errors.As(err, &refused) {
+		t.Errorf("CheckAttach with a wrong token: %v; want a refusal", err)
 	}
 }
 

@@ -307,13 +307,13 @@ func InventoryCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	return config.ExitOK
 }
 
-// Probe dials the engine, says hello and waits for the welcome, then
+// CheckAttach dials the engine, says hello and waits for the welcome, then
 // closes: the check `install` and `check` make. The error wraps a
 // *protocol.RefusedError when the engine said no.
-func Probe(ctx context.Context, cfg config.Config) error {
+func CheckAttach(ctx context.Context, cfg config.Config) error {
 	a := &Agent{cfg: cfg}
 	if python, _, err := platform.FindPython(ctx, cfg.Python); err == nil {
 		a.python = python
 	}
-	return engine.Probe(ctx, cfg, a.hello(ctx))
+	return engine.CheckAttach(ctx, cfg, a.hello(ctx))
 }

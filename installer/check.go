@@ -160,7 +160,7 @@ func check(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 	c.ok("policy", "%s", cfg.PolicyText())
 
 	pctx, cancel := context.WithTimeout(ctx, engineCheckTimeout)
-	err = agent.Probe(pctx, cfg)
+	err = agent.CheckAttach(pctx, cfg)
 	cancel()
 	var refused *protocol.RefusedError
 	switch {

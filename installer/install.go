@@ -142,12 +142,49 @@ func install(ctx context.Context, h host, args []string, stdout, stderr io.Write
 	if err := checkServiceManager(l); err != nil {
 		return fail(err)
 	}
-
-	// Everything that can fail for a reason the user can fix comes before
-	// anything is written.
-	values, warnings, err := installSettings(ctx, h, l, req)
+	p, err := planInstall(ctx, h, l, req, stdout, stderr)
 	if err != nil {
 		return fail(err)
+	}
+	done, err := p.write(stdout, stderr)
+	if err != nil {
+		return fail(err)
+	}
+	if req.noStart {
+		switch {
+		case done.before == Running && l.GOOS == "linux":
+			fmt.Fprintln(stdout, "Not restarted (--no-start): the running worker keeps its old settings until 'fluksio-worker reload' (or restart).")
+		default:
+			fmt.Fprintln(stdout, "Not started (--no-start). Start it with: fluksio-worker start"+userServiceArg(l))
+		}
+		return config.ExitOK
+	}
+	if err := done.start(ctx, stdout, stderr); err != nil {
+		if errors.Is(err, errNotRunning) {
+			return config.ExitFailed
+		}
+		return fail(err)
+	}
+	return config.ExitOK
+}
+
+// installPlan is what install writes, once everything that can fail for
+// a reason the user can fix has been checked.
+type installPlan struct {
+	l      Layout
+	values map[string]any
+	cfg    config.Config
+	exe    string
+	acct   account
+}
+
+// planInstall checks everything that can fail for a reason the user can
+// fix before anything is written, and says the warnings; its one change
+// to the system is the service account, which the last check needs.
+func planInstall(ctx context.Context, h host, l Layout, req installRequest, stdout, stderr io.Writer) (*installPlan, error) {
+	values, warnings, err := installSettings(ctx, h, l, req)
+	if err != nil {
+		return nil, err
 	}
 	if tok := req.given["token"]; tok != "" && tok != "-" {
 		warnings = append(warnings, "a token on the command line is visible to other users while install runs and stays in your shell history; next time use --token - (stdin) or --token-file")
@@ -157,7 +194,7 @@ func install(ctx context.Context, h host, args []string, stdout, stderr io.Write
 	}
 	cfg, err := loadConfig(values)
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
 	for _, w := range cfg.Warnings {
 		if !slices.Contains(warnings, w) { // the URL's was said above
@@ -166,14 +203,14 @@ func install(ctx context.Context, h host, args []string, stdout, stderr io.Write
 	}
 	exe, err := executable(h)
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
 	if err := checkLocations(l, exe, cfg.Python); err != nil {
-		return fail(err)
+		return nil, err
 	}
 	if req.check {
 		if err := checkEngine(ctx, cfg, stdout, stderr); err != nil {
-			return fail(err)
+			return nil, err
 		}
 	}
 	// The first change to the system: the service account, which the
@@ -186,27 +223,42 @@ func install(ctx context.Context, h host, args []string, stdout, stderr io.Write
 			name = unitAccount(string(old))
 		}
 		if acct, err = serviceAccount(ctx, h, name, stdout); err != nil {
-			return fail(err)
+			return nil, err
 		}
 	}
 	if err := checkReachable(ctx, h, l, acct, exe, cfg.Python); err != nil {
 		if !l.UserService {
 			err = fmt.Errorf("%w\nNothing was installed; the account %s is kept for the next install", err, acct.Name)
 		}
-		return fail(err)
+		return nil, err
 	}
+	return &installPlan{l: l, values: values, cfg: cfg, exe: exe, acct: acct}, nil
+}
 
-	data, err := encodeConfig(values)
+// installed is the service install wrote: its manager, whether it ran
+// before, and whether new settings reach it by a reload.
+type installed struct {
+	l      Layout
+	cfg    config.Config
+	m      *manager
+	before State
+	reload bool
+}
+
+// write writes the config file, the directories and the service file.
+func (p *installPlan) write(stdout, stderr io.Writer) (*installed, error) {
+	l, acct := p.l, p.acct
+	data, err := encodeConfig(p.values)
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
-	text, err := renderServiceFile(l, exe, acct, cfg)
+	text, err := renderServiceFile(l, p.exe, acct, p.cfg)
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
 	m, err := newManager(l, text)
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
 
 	fileOwner, dirMode := platform.KeepOwner, userConfigDirMode
@@ -214,11 +266,11 @@ func install(ctx context.Context, h host, args []string, stdout, stderr io.Write
 		fileOwner, dirMode = acct.owner(), systemConfigDirMode
 	}
 	if err := writeConfig(l.ConfigPath, data, fileOwner, dirMode); err != nil {
-		return fail(err)
+		return nil, err
 	}
 	fmt.Fprintf(stdout, "Wrote %s (mode 0600, readable by %s only).\n", l.ConfigPath, acct.Name)
-	if err := prepareDirs(l, acct, cfg.StateDir); err != nil {
-		return fail(err)
+	if err := prepareDirs(l, acct, p.cfg.StateDir); err != nil {
+		return nil, err
 	}
 	before, _ := m.State()
 	oldUnit, _ := os.ReadFile(l.UnitPath)
@@ -226,7 +278,7 @@ func install(ctx context.Context, h host, args []string, stdout, stderr io.Write
 	// its calls finish; launchd's install above unloaded the job already.
 	reload := before == Running && l.GOOS == "linux" && reloadApplies(string(oldUnit), text)
 	if err := m.Install(); err != nil {
-		return fail(err)
+		return nil, err
 	}
 	runsAs := ""
 	if !l.UserService {
@@ -236,47 +288,49 @@ func install(ctx context.Context, h host, args []string, stdout, stderr io.Write
 	if l.GOOS == "linux" && l.UserService {
 		warnWithoutLinger(acct, stderr)
 	}
+	return &installed{l: l, cfg: p.cfg, m: m, before: before, reload: reload}, nil
+}
 
-	if req.noStart {
-		switch {
-		case before == Running && l.GOOS == "linux":
-			fmt.Fprintln(stdout, "Not restarted (--no-start): the running worker keeps its old settings until 'fluksio-worker reload' (or restart).")
-		default:
-			fmt.Fprintln(stdout, "Not started (--no-start). Start it with: fluksio-worker start"+userServiceArg(l))
-		}
-		return config.ExitOK
-	}
+// errNotRunning: the service was installed but is not running; start said
+// so already.
+var errNotRunning = errors.New("the service is installed but not running")
+
+// start starts the installed service (reloads or restarts one that ran)
+// and says how it is once it attached, or once attachWait ran out.
+func (s *installed) start(ctx context.Context, stdout, stderr io.Writer) error {
+	l, m := s.l, s.m
 	started := time.Now()
+	var err error
 	// systemd's restart also starts a stopped unit; Install left a launchd
 	// job unloaded, so there it is a start.
 	switch {
-	case reload:
+	case s.reload:
 		fmt.Fprintln(stdout, "Reloading the running worker: its running calls finish first, then it takes the new settings.")
 		err = m.Reload()
 	case l.GOOS == "darwin":
 		err = m.Start()
 	default:
-		if before == Running {
+		if s.before == Running {
 			fmt.Fprintln(stdout, "Restarting the running worker (its service definition changed, which only a restart applies): running calls are stopped.")
 		}
 		err = m.Restart()
 	}
 	if err != nil {
-		return fail(err)
+		return err
 	}
-	state, st, stErr := waitAttached(ctx, m, cfg.StateDir, started, attachWait)
+	state, st, stErr := waitAttached(ctx, m, s.cfg.StateDir, started, attachWait)
 	fmt.Fprintln(stdout)
 	writeStatus(stdout, l, state, st, stErr)
 	switch {
-	case reload && stErr == nil && st.State == status.StateReloading:
+	case s.reload && stErr == nil && st.State == status.StateReloading:
 		fmt.Fprintf(stdout, "\nThe worker reloads once its running calls finish; watch 'fluksio-worker status%s'.\n", userServiceArg(l))
 	case state != Running:
 		fmt.Fprintf(stderr, "fluksio-worker install: the service is installed but not running; see %s\n", l.LogHint())
-		return config.ExitFailed
+		return errNotRunning
 	case stErr != nil || st.State != status.StateAttached:
 		fmt.Fprintf(stderr, "fluksio-worker install: the service runs but has not attached yet; watch 'fluksio-worker status%s' and %s\n", userServiceArg(l), l.LogHint())
 	}
-	return config.ExitOK
+	return nil
 }
 
 // installSettings builds the config's keys: those of the existing config,
@@ -378,7 +432,7 @@ func executable(h host) (string, error) {
 func checkEngine(ctx context.Context, cfg config.Config, stdout, stderr io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, engineCheckTimeout)
 	defer cancel()
-	err := agent.Probe(ctx, cfg)
+	err := agent.CheckAttach(ctx, cfg)
 	var refused *protocol.RefusedError
 	switch {
 	case errors.As(err, &refused):

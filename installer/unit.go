@@ -29,6 +29,32 @@ func stopTimeout(grace time.Duration) int {
 	return int(math.Ceil((grace + closeMargin).Seconds()))
 }
 
+// unitServiceCommon and unitRestartAndStop are the [Service] lines the
+// system and the user unit share (systemUnit says why each is there): how
+// the worker is started, reloaded and watched, then how it is restarted
+// and stopped. The system unit puts User= between the two.
+const unitServiceCommon = `Type=notify
+NotifyAccess=main
+ExecStart=@EXEC@ run --config @CONFIG_ARG@
+# A reload lets running calls finish, then re-executes the worker in place.
+# (sh's own kill: a minimal system may have no /bin/kill.)
+ExecReload=/bin/sh -c "kill -HUP $MAINPID"
+# The worker's main loop pings every second; a worker stuck for 30 s is
+# restarted. An engine outage does not stop the pings.
+WatchdogSec=30
+`
+
+const unitRestartAndStop = `# Exit 1 means the engine refused this worker (say, a revoked token), exit 2
+# a bad configuration: starting again would not change either. Fix the cause,
+# then 'systemctl restart'. (A crash dies of SIGABRT, and is restarted.)
+Restart=on-failure
+RestartSec=5
+RestartPreventExitStatus=1 2
+# SIGTERM goes to the worker alone; it stops its calls and reports them.
+KillMode=mixed
+TimeoutStopSec=@STOP_TIMEOUT@
+`
+
 // systemUnit is the unit of a system service. The rules it follows:
 //   - ExecStart carries no secret: the token is read from the 0600 config.
 //   - RestartPreventExitStatus=1 2: the agent exits 1 when the engine
@@ -77,26 +103,8 @@ After=network-online.target
 Wants=network-online.target
 
 [Service]
-Type=notify
-NotifyAccess=main
-ExecStart=@EXEC@ run --config @CONFIG_ARG@
-# A reload lets running calls finish, then re-executes the worker in place.
-# (sh's own kill: a minimal system may have no /bin/kill.)
-ExecReload=/bin/sh -c "kill -HUP $MAINPID"
-# The worker's main loop pings every second; a worker stuck for 30 s is
-# restarted. An engine outage does not stop the pings.
-WatchdogSec=30
-User=@USER@
-# Exit 1 means the engine refused this worker (say, a revoked token), exit 2
-# a bad configuration: starting again would not change either. Fix the cause,
-# then 'systemctl restart'. (A crash dies of SIGABRT, and is restarted.)
-Restart=on-failure
-RestartSec=5
-RestartPreventExitStatus=1 2
-# SIGTERM goes to the worker alone; it stops its calls and reports them.
-KillMode=mixed
-TimeoutStopSec=@STOP_TIMEOUT@
-# The out-of-memory killer picks node code (raised to +500), not the worker.
+` + unitServiceCommon + `User=@USER@
+` + unitRestartAndStop + `# The out-of-memory killer picks node code (raised to +500), not the worker.
 OOMScoreAdjust=-500
 # Each call runs in a cgroup of its own under the worker's, killed whole at its end.
 Delegate=yes
@@ -143,25 +151,7 @@ Description=Fluksio worker: runs pipeline nodes for a Fluksio engine
 Documentation=https://github.com/fluksio/fluksio-worker
 
 [Service]
-Type=notify
-NotifyAccess=main
-ExecStart=@EXEC@ run --config @CONFIG_ARG@
-# A reload lets running calls finish, then re-executes the worker in place.
-# (sh's own kill: a minimal system may have no /bin/kill.)
-ExecReload=/bin/sh -c "kill -HUP $MAINPID"
-# The worker's main loop pings every second; a worker stuck for 30 s is
-# restarted. An engine outage does not stop the pings.
-WatchdogSec=30
-# Exit 1 means the engine refused this worker (say, a revoked token), exit 2
-# a bad configuration: starting again would not change either. Fix the cause,
-# then 'systemctl restart'. (A crash dies of SIGABRT, and is restarted.)
-Restart=on-failure
-RestartSec=5
-RestartPreventExitStatus=1 2
-# SIGTERM goes to the worker alone; it stops its calls and reports them.
-KillMode=mixed
-TimeoutStopSec=@STOP_TIMEOUT@
-NoNewPrivileges=yes
+` + unitServiceCommon + unitRestartAndStop + `NoNewPrivileges=yes
 
 [Install]
 WantedBy=default.target

@@ -15,7 +15,7 @@ import (
 
 // cgroupCPULimit returns the CPU quota in whole CPUs (rounded up), for
 // cgroup v2 (cpu.max) or v1 (cpu.cfs_quota_us / cpu.cfs_period_us).
-func (p Probe) cgroupCPULimit() (int, bool) {
+func (p Machine) cgroupCPULimit() (int, bool) {
 	if dir, ok := p.cgroupDir("", "cpu.max"); ok {
 		fields := strings.Fields(readTrim(filepath.Join(dir, "cpu.max")))
 		if len(fields) == 2 && fields[0] != "max" {
@@ -41,7 +41,7 @@ func quotaCPUs(quota, period string) (int, bool) {
 // cgroupMemoryLimitMB returns the memory limit in MiB for cgroup v2
 // (memory.max) or v1 (memory.limit_in_bytes; v1 reports "no limit" as a
 // huge number, which the comparison with physical memory then ignores).
-func (p Probe) cgroupMemoryLimitMB() (int, bool) {
+func (p Machine) cgroupMemoryLimitMB() (int, bool) {
 	var raw string
 	if dir, ok := p.cgroupDir("", "memory.max"); ok {
 		raw = readTrim(filepath.Join(dir, "memory.max"))
@@ -63,7 +63,7 @@ func (p Probe) cgroupMemoryLimitMB() (int, bool) {
 // "" means the unified (v2) hierarchy. Inside a container the path in
 // /proc/self/cgroup is often "/" while the limits sit at the mount root, so
 // both are tried.
-func (p Probe) cgroupDir(controller, file string) (string, bool) {
+func (p Machine) cgroupDir(controller, file string) (string, bool) {
 	f, err := os.Open(filepath.Join(p.ProcSelf, "cgroup"))
 	if err != nil {
 		return "", false

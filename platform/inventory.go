@@ -27,9 +27,10 @@ type Overrides struct {
 	RAMMB int
 }
 
-// Probe holds what detection reads, so tests can point it at fake files and
-// variables. The zero value is not useful; use HostProbe.
-type Probe struct {
+// Machine is where inventory detection reads a machine, so tests can
+// point it at fake files and variables. The zero value is not useful; use
+// ThisMachine.
+type Machine struct {
 	Getenv     func(string) string
 	DevDir     string // where nvidia device nodes live, normally /dev
 	CgroupRoot string // normally /sys/fs/cgroup
@@ -38,9 +39,9 @@ type Probe struct {
 	MemoryMB   func() (int, bool)
 }
 
-// HostProbe reads this machine.
-func HostProbe() Probe {
-	return Probe{
+// ThisMachine reads this machine.
+func ThisMachine() Machine {
+	return Machine{
 		Getenv:     os.Getenv,
 		DevDir:     "/dev",
 		CgroupRoot: "/sys/fs/cgroup",
@@ -64,13 +65,13 @@ func HostProbe() Probe {
 
 // DetectInventory is the host's inventory with the flags applied.
 func DetectInventory(o Overrides) Inventory {
-	return HostProbe().Inventory(o)
+	return ThisMachine().Inventory(o)
 }
 
 // Inventory applies the protocol's order: flags, then what a batch
 // scheduler granted (SLURM variables), then what a container may use, then
 // the machine.
-func (p Probe) Inventory(o Overrides) Inventory {
+func (p Machine) Inventory(o Overrides) Inventory {
 	inv := Inventory{CPUs: o.CPUs, GPUs: 0}
 	if inv.CPUs == 0 {
 		inv.CPUs = p.cpus()
@@ -89,7 +90,7 @@ func (p Probe) Inventory(o Overrides) Inventory {
 	return inv
 }
 
-func (p Probe) cpus() int {
+func (p Machine) cpus() int {
 	if n, ok := digits(p.Getenv("SLURM_CPUS_ON_NODE")); ok {
 		return n
 	}
@@ -100,7 +101,7 @@ func (p Probe) cpus() int {
 	return n
 }
 
-func (p Probe) ramMB() (int, bool) {
+func (p Machine) ramMB() (int, bool) {
 	if n, ok := digits(p.Getenv("SLURM_MEM_PER_NODE")); ok {
 		return n, true
 	}
@@ -114,7 +115,7 @@ func (p Probe) ramMB() (int, bool) {
 // gpus counts what this worker was given, else what the machine appears to
 // have. No vendor tool is run: a scheduler's grant always wins, since a
 // node with eight cards may have granted this job one.
-func (p Probe) gpus() int {
+func (p Machine) gpus() int {
 	for _, name := range []string{"SLURM_GPUS_ON_NODE", "FLUKSIO_WORKER_GPUS"} {
 		if n, ok := digits(p.Getenv(name)); ok {
 			return n

@@ -13,7 +13,7 @@ const (
 	machineMB   = 256000
 )
 
-// fakeHost is a Probe over real files in temporary directories.
+// fakeHost is a Machine over real files in temporary directories.
 type fakeHost struct {
 	t    *testing.T
 	env  map[string]string
@@ -40,8 +40,8 @@ func newFakeHost(t *testing.T) *fakeHost {
 	return h
 }
 
-func (h *fakeHost) probe() Probe {
-	return Probe{
+func (h *fakeHost) probe() Machine {
+	return Machine{
 		Getenv:     func(k string) string { return h.env[k] },
 		DevDir:     h.dev,
 		CgroupRoot: h.root,

@@ -373,7 +373,7 @@ func TestGPUsVariableKeepsTheProtocolOrder(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
-	probe := platform.Probe{
+	probe := platform.Machine{
 		Getenv:     envMap(env),
 		DevDir:     t.TempDir(),
 		CgroupRoot: t.TempDir(),

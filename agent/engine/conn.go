@@ -204,9 +204,9 @@ func Attach(ctx context.Context, cfg config.Config, hello protocol.Hello) (*Conn
 	return c, name, nil
 }
 
-// Probe attaches and closes again at once: the check `install` and
+// CheckAttach attaches and closes again at once: the check `install` and
 // `check` make.
-func Probe(ctx context.Context, cfg config.Config, hello protocol.Hello) error {
+func CheckAttach(ctx context.Context, cfg config.Config, hello protocol.Hello) error {
 	ws, _, err := dialScrubbed(ctx, cfg, 0)
 	if err != nil {
 		return err

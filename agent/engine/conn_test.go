@@ -371,12 +371,12 @@ func TestAttachOverTLS(t *testing.T) {
 	conn.Abort()
 }
 
-// Probe attaches, then closes cleanly at once.
+// CheckAttach attaches, then closes cleanly at once.
 func TestProbe(t *testing.T) {
 	t.Parallel()
 	eng := startEngine(t, enginetest.Options{})
-	if err := Probe(ctx(t), configFor(eng.AttachURL()), hello("probe")); err != nil {
-		t.Fatalf("Probe: %v", err)
+	if err := CheckAttach(ctx(t), configFor(eng.AttachURL()), hello("probe")); err != nil {
+		t.Fatalf("CheckAttach: %v", err)
 	}
 	wk, err := eng.NextWorker(ctx(t))
 	if err != nil {
@@ -385,15 +385,15 @@ func TestProbe(t *testing.T) {
 	select {
 	case <-wk.Done():
 	case <-time.After(waitLong):
-		t.Fatal("Probe left the connection open")
+		t.Fatal("CheckAttach left the connection open")
 	}
 	if code, text := wk.CloseFrame(); code != enginetest.CloseNormal || text != "check done" {
-		t.Errorf("Probe closed with %d %q", code, text)
+		t.Errorf("CheckAttach closed with %d %q", code, text)
 	}
 	refusing := startEngine(t, enginetest.Options{Refuse: "no " + token})
-	err = Probe(ctx(t), configFor(refusing.AttachURL()), hello("probe"))
+	err = CheckAttach(ctx(t), configFor(refusing.AttachURL()), hello("probe"))
 	var refused *protocol.RefusedError
 	if !errors.As(err, &refused) || strings.Contains(err.Error(), token) {
-		t.Errorf("Probe of a refusing engine: %v; want a refusal without the token", err)
+		t.Errorf("CheckAttach of a refusing engine: %v; want a refusal without the token", err)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/logging"
-	"github.com/fluksio/fluksio-worker/platform"
 )
 
 // Version is the protocol version this worker speaks, sent in hello.
@@ -29,14 +28,23 @@ const HeartbeatInterval = 10 * time.Second
 // Hello is the first message of every connection: who this worker is and
 // what it holds.
 type Hello struct {
-	Op          string             `json:"op"`
-	Protocol    int                `json:"protocol"`
-	Name        string             `json:"name"`
-	Labels      []string           `json:"labels"`
-	Python      string             `json:"python"`
-	MaxParallel int                `json:"max_parallel"`
-	VenvDigest  string             `json:"venv_digest"`
-	Inventory   platform.Inventory `json:"inventory"`
+	Op          string    `json:"op"`
+	Protocol    int       `json:"protocol"`
+	Name        string    `json:"name"`
+	Labels      []string  `json:"labels"`
+	Python      string    `json:"python"`
+	MaxParallel int       `json:"max_parallel"`
+	VenvDigest  string    `json:"venv_digest"`
+	Inventory   Inventory `json:"inventory"`
+}
+
+// Inventory is what the worker's machine offers, as hello says it: the
+// agent fills it from platform.DetectInventory (the same fields), so that
+// this package knows the wire and not the machine.
+type Inventory struct {
+	CPUs  int  `json:"cpus"`
+	GPUs  int  `json:"gpus"`
+	RAMMB *int `json:"ram_mb"` // null: unknown
 }
 
 // ParseWelcome reads the engine's answer to hello: the name it gave this
@@ -79,13 +87,17 @@ type RefusedError struct{ Reason string }
 
 func (e *RefusedError) Error() string { return "the engine refused this worker: " + e.Reason }
 
-// message is the part of an engine message the agent reads itself.
+// Message is the part of an engine message the agent reads itself.
 type Message struct {
 	Fields map[string]json.RawMessage
 	Op     string
 	CallID string
 }
 
+// ParseMessage reads an engine message's op and call_id (as CallIDText
+// makes it), keeping every field raw for the op's own parsing; an error
+// says only that data is not a JSON object. An op or call_id of the wrong
+// type reads as empty, for the caller to answer.
 func ParseMessage(data []byte) (Message, error) {
 	m := Message{}
 	if err := json.Unmarshal(data, &m.Fields); err != nil || m.Fields == nil {

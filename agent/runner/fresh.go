@@ -121,3 +121,76 @@ func (cw *codeWatch) staleness(w *changeWatcher) string {
 func timespecAfter(a, b unix.Timespec) bool {
 	return a.Sec > b.Sec || (a.Sec == b.Sec && a.Nsec > b.Nsec)
 }
+
+// changeSlack covers the file system's clock: a file's change time comes
+// from the kernel's coarse clock, which may be up to a tick (at most 10 ms)
+// behind the time the worker read when it started the spare. A change that
+// close to a spare's start marks it stale, at worst one cold start more.
+const changeSlack = 20 * time.Millisecond
+
+// spareMaxAge retires a spare that waited this long, and starts another:
+// what the freshness check cannot see (a changed file the interpreter read
+// at start outside sys.path, a system clock step) is never older than this.
+const spareMaxAge = 10 * time.Minute
+
+// spareCheckInterval is how often waiting spares are checked for age,
+// freshness and death, so a stale spare is replaced before a call finds it.
+const spareCheckInterval = 5 * time.Second
+
+// staleness says why s must not serve a call, or "".
+func (s *spare) staleness() string {
+	if time.Since(s.began) > spareMaxAge {
+		return "older than its maximum age"
+	}
+	if s.code == nil {
+		return ""
+	}
+	return s.code.staleness(s.pool.changes)
+}
+
+// releaseCode stops following s's code, once.
+func (s *spare) releaseCode() {
+	if s.code != nil && s.released.CompareAndSwap(false, true) {
+		s.pool.changes.release(s.code)
+	}
+}
+
+// watch retires spares that are too old, stale or dead, and replaces them.
+func (p *warmPool) watch() {
+	tick := time.NewTicker(spareCheckInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.janitor:
+			return
+		case <-tick.C:
+		}
+		p.mu.Lock()
+		var ready []*spare
+		for _, we := range p.envs {
+			for _, s := range we.ownLocked() {
+				if s.state == spareReady {
+					ready = append(ready, s)
+				}
+			}
+		}
+		p.mu.Unlock()
+		var gone []*spare
+		for _, s := range ready {
+			if why := s.staleness(); why != "" {
+				s.box.log.Debug("spare runner retired", "reason", why)
+				gone = append(gone, s)
+			}
+		}
+		if len(gone) == 0 {
+			continue
+		}
+		p.mu.Lock()
+		for _, s := range gone {
+			p.dropLocked(s)
+		}
+		p.fillLocked()
+		p.publishLocked()
+		p.mu.Unlock()
+	}
+}

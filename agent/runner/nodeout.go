@@ -34,8 +34,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -44,21 +46,6 @@ import (
 
 	"github.com/fluksio/fluksio-worker/agent/frame"
 	"github.com/fluksio/fluksio-worker/agent/logging"
-)
-
-// outputFlag hands the runtime the node's pipes (worker_main.py's
-// OUTPUT_FLAG): `RUNTIME --fluksio-output FD TOKEN ...`, the write end of
-// the stdout pipe at FD, the stderr pipe's at FD+1, and the token of the
-// marks it writes before stream events.
-const outputFlag = "--fluksio-output"
-
-// The log event budget and line rules (worker_main.py's LOG_BURST,
-// LOG_RATE, LOG_TAIL and LOG_LINE_MAX).
-const (
-	logBurst    = 1000 // lines at once
-	logRate     = 200  // lines a second after the burst
-	logTail     = 100  // the last lines over the budget, always sent before the answer
-	nodeLineMax = 8192 // bytes; a longer line is cut (one dumped array must not be MiB of log)
 )
 
 // lineEnd ends a line: progress bars redraw with \r.
@@ -71,10 +58,13 @@ var cutMark = fmt.Sprintf(" … [line cut at %d bytes]", nodeLineMax)
 type nodePipes struct {
 	r, w  [2]*os.File // stdout, stderr
 	token string
+	// tokenR is the read end of the pipe the token is passed on (pass),
+	// until the runner started.
+	tokenR *os.File
 }
 
 func newNodePipes() (*nodePipes, error) {
-	var t [16]byte
+	var t [markTokenSize / 2]byte
 	rand.Read(t[:])
 	np := &nodePipes{token: hex.EncodeToString(t[:])}
 	for i := range np.r {
@@ -88,19 +78,50 @@ func newNodePipes() (*nodePipes, error) {
 	return np, nil
 }
 
-// pass adds the write ends to cmd's extra files and the flag that names
-// them to its arguments (right after the runtime's path).
-func (np *nodePipes) pass(args []string, extra []*os.File) ([]string, []*os.File) {
+// pass adds the write ends and the token's pipe to cmd's extra files,
+// and the flag that names them to its arguments (right after the
+// runtime's path). The token is written into its pipe now, whole (a pipe
+// holds far more), and the write end closed: the runtime reads it to its
+// end, so the token is never in the runner's argv or environment.
+func (np *nodePipes) pass(args []string, extra []*os.File) ([]string, []*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating the node's output pipes: %w", err)
+	}
+	_, err = io.WriteString(w, np.token)
+	w.Close()
+	if err != nil {
+		r.Close()
+		return nil, nil, fmt.Errorf("passing the node's output mark: %w", err)
+	}
+	np.tokenR = r
 	first := 3 + len(extra)
-	args = append([]string{args[0], outputFlag, strconv.Itoa(first), np.token}, args[1:]...)
-	return args, append(extra, np.w[0], np.w[1])
+	args = append([]string{args[0], outputFlag, strconv.Itoa(first)}, args[1:]...)
+	return args, append(extra, np.w[0], np.w[1], r), nil
 }
 
-// started closes the worker's copies of the write ends: only the node's
-// processes write there.
+// passedNodePipes makes a runner's node pipes and passes them (pass).
+func passedNodePipes(args []string, extra []*os.File) (*nodePipes, []string, []*os.File, error) {
+	np, err := newNodePipes()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if args, extra, err = np.pass(args, extra); err != nil {
+		np.close()
+		return nil, nil, nil, err
+	}
+	return np, args, extra, nil
+}
+
+// started closes the worker's copies of the write ends, and of the
+// token's pipe: only the node's processes write there.
 func (np *nodePipes) started() {
 	if np == nil {
 		return
+	}
+	if np.tokenR != nil {
+		np.tokenR.Close()
+		np.tokenR = nil
 	}
 	for i, w := range np.w {
 		if w != nil {
@@ -138,7 +159,19 @@ type heldLine struct {
 	stream string
 	line   []byte
 	after  int // the stream events it follows
+	// skipped is how many lines went just before this one while they
+	// waited for their stream event (maxLater).
+	skipped int
 }
+
+// maxLater bounds the lines held for a stream event not forwarded yet as
+// the budget bounds all lines: the burst and the tail are kept, the middle
+// goes, with a note in its place. A node writes a mark only by accident
+// or by finding the runner's token (worker_main.py keeps it out of its
+// reach, but in its own process): a forged mark makes every later line
+// wait for an event one further on, and must not make the worker hold
+// them all.
+const maxLater = logBurst + logTail
 
 // nodeOutput relays a runner's node output. Its mutex serialises reading
 // the pipes and everything after: the two readers, sync and finish.
@@ -175,7 +208,7 @@ func relayNodeOutput(p *Process, np *nodePipes, callID string, send func([]byte)
 
 func newNodeOutput(p *Process, np *nodePipes, callID string, send func([]byte)) *nodeOutput {
 	o := &nodeOutput{p: p, callID: callID, send: send, tokens: logBurst, refilled: time.Now(),
-		mark:    []byte("\x00fluksio:" + np.token + "\x00"),
+		mark:    []byte(markPrefix + np.token + markSuffix),
 		journal: logging.NewBudget(p.log, "node stderr lines were not logged", logLinesPerSecond)}
 	for i, name := range []string{"stdout", "stderr"} {
 		s := &nodeStream{name: name, f: np.r[i], fd: -1}
@@ -310,6 +343,7 @@ func (o *nodeOutput) forward(send func()) {
 			o.later = append(o.later, later[i:]...)
 			break
 		}
+		o.dropped += h.skipped
 		o.budgetLocked(h.stream, h.line)
 	}
 }
@@ -343,6 +377,7 @@ func (o *nodeOutput) settleLocked(final bool) {
 		s.carry, s.pending, s.cutting = nil, nil, false
 	}
 	for _, h := range o.later {
+		o.dropped += h.skipped
 		o.budgetLocked(h.stream, h.line)
 	}
 	o.later = nil
@@ -448,7 +483,12 @@ func (o *nodeOutput) takeLocked(s *nodeStream, line []byte) {
 		o.p.cfg.Metrics.StderrLineDropped()
 	}
 	if s.marks > o.events {
-		o.later = append(o.later, heldLine{s.name, line, s.marks})
+		o.later = append(o.later, heldLine{stream: s.name, line: line, after: s.marks})
+		if len(o.later) > maxLater {
+			// The oldest line past the burst goes; the next one notes it.
+			o.later[logBurst+1].skipped += 1 + o.later[logBurst].skipped
+			o.later = slices.Delete(o.later, logBurst, logBurst+1)
+		}
 		return
 	}
 	o.budgetLocked(s.name, line)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -181,5 +182,74 @@ func TestNodeOutputALineBeforeAFloodOnTheOtherPipeIsKept(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// heldBytes is what o holds of the node's output that it has not sent:
+// lines waiting for their stream event or over the budget, and the
+// pieces of lines and marks being assembled.
+func heldBytes(o *nodeOutput) (lines, bytes int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, h := range append(slices.Clip(o.later), o.held...) {
+		lines++
+		bytes += len(h.line)
+	}
+	for _, s := range o.streams {
+		bytes += len(s.pending) + len(s.carry)
+	}
+	return lines, bytes
+}
+
+// A node that writes the runner's mark itself (it found the token) and
+// then floods makes every later line wait for a stream event one further
+// on: the worker holds no more of them than the budget lets through, and
+// what is sent is in the order it was written, with a note where lines
+// went.
+func TestNodeOutputForgedMarkHoldsNoMoreThanTheBudget(t *testing.T) {
+	const lineSize = 1 << 10
+	const count = 20000 // 20 MiB of lines, some 20 times what the bound holds
+	var out io.Writer
+	maxLines, maxBytes := 0, 0
+	lines := relayed(t, func(stdout, _ io.Writer, mark []byte) {
+		stdout.Write(mark) // forged: no stream event follows it
+		out = stdout
+	}, func(o *nodeOutput, _ func() []string) {
+		pad := strings.Repeat("x", lineSize-len("line 00000 \n"))
+		var chunk strings.Builder
+		for i := 0; i < count; i++ {
+			fmt.Fprintf(&chunk, "line %05d %s\n", i, pad)
+			if chunk.Len() >= 32<<10 || i == count-1 {
+				// A write returns once the reader took most of it in.
+				io.WriteString(out, chunk.String())
+				chunk.Reset()
+				n, b := heldBytes(o)
+				maxLines, maxBytes = max(maxLines, n), max(maxBytes, b)
+			}
+		}
+	})
+	if limit := maxLater + logTail; maxLines > limit {
+		t.Errorf("the worker held %d lines at once; the budget holds %d", maxLines, limit)
+	}
+	if limit := (maxLater + logTail + 2) * lineSize; maxBytes > limit {
+		t.Errorf("the worker held %d bytes at once; the budget holds %d", maxBytes, limit)
+	}
+	last, notes := -1, 0
+	for _, l := range lines {
+		if strings.Contains(l, "lines dropped here") {
+			notes++
+			continue
+		}
+		var n int
+		if _, err := fmt.Sscanf(l, "line %d ", &n); err != nil {
+			t.Fatalf("unexpected line %q", l)
+		}
+		if n <= last {
+			t.Fatalf("line %d sent after line %d", n, last)
+		}
+		last = n
+	}
+	if last != count-1 || notes == 0 || len(lines) < logBurst+logTail {
+		t.Errorf("%d lines sent, the last %d, %d notes: want the burst, a note, the tail up to line %d", len(lines), last, notes, count-1)
 	}
 }

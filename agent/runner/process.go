@@ -291,7 +291,7 @@ func (p *Process) startCold(spec Spec) (*os.File, error) {
 	args := []string{spec.Runtime.Path}
 	var extra []*os.File
 	if spec.Runtime.Embedded {
-		if pipes, err = newNodePipes(); err != nil {
+		if pipes, args, extra, err = passedNodePipes(args, extra); err != nil {
 			stdoutR.Close()
 			stdoutW.Close()
 			stderrR.Close()
@@ -300,7 +300,6 @@ func (p *Process) startCold(spec Spec) (*os.File, error) {
 			dir.remove()
 			return nil, err
 		}
-		args, extra = pipes.pass(args, extra)
 	}
 	cmd := exec.Command(p.cfg.Python, args...)
 	b.prepare(cmd, dir.env(p.cfg.env(spec.Env), p.cfg.CancelGrace))

@@ -23,51 +23,17 @@ package runner
 // worker stops, drains, exits idle or reloads.
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
-	"log/slog"
-	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
-
-	"github.com/fluksio/fluksio-worker/platform"
 )
-
-// spareFlag starts the runtime in spare mode (the embedded runtime's
-// SPARE_FLAG, agent/runtime):
-// `RUNTIME --fluksio-spare FD [MOD,MOD]`.
-const spareFlag = "--fluksio-spare"
 
 // maxWarmEnvs is how many environments spares are kept for. Engines send
 // a pipeline's calls with a handful of environments (a GPU mask per
 // device, a thread count); the ones used longest ago lose their spares.
 const maxWarmEnvs = 4
-
-// spareMaxAge retires a spare that waited this long, and starts another:
-// what the freshness check cannot see (a changed file the interpreter read
-// at start outside sys.path, a system clock step) is never older than this.
-const spareMaxAge = 10 * time.Minute
-
-// spareCheckInterval is how often waiting spares are checked for age,
-// freshness and death, so a stale spare is replaced before a call finds it.
-const spareCheckInterval = 5 * time.Second
-
-// changeSlack covers the file system's clock: a file's change time comes
-// from the kernel's coarse clock, which may be up to a tick (at most 10 ms)
-// behind the time the worker read when it started the spare. A change that
-// close to a spare's start marks it stale, at worst one cold start more.
-const changeSlack = 20 * time.Millisecond
-
-// spareReadyTimeout bounds a spare's start: the interpreter, the runtime
-// and the preloads (torch takes seconds on a cold page cache).
-const spareReadyTimeout = 2 * time.Minute
 
 // replaceDelay is how long a call handed a spare runs before the spare's
 // replacement starts, if it has not ended by then: most short calls have.
@@ -110,6 +76,9 @@ type warmPool struct {
 	spares   sync.WaitGroup // every spare's goroutines
 	janitor  chan struct{}  // closed by close
 	reported map[string]bool
+	// spareMode is, for each runtime not the worker's own, whether it
+	// speaks spare mode (speaksSpareMode), read once.
+	spareMode map[string]bool
 	// threaded holds the environments (by key) whose preloads start
 	// threads: their spares start cold, never forked from a zygote.
 	threaded map[string]bool
@@ -121,44 +90,12 @@ type warmEnv struct {
 	rt       Runtime
 	env      []string // the request's env, as a call of it has it
 	spares   []*spare // starting and ready
-	zyg      *spare   // its zygote, starting or ready, where calls are forked
+	zyg      *zygote  // its zygote, starting or ready, where calls are forked
 	running  int      // calls of this environment running now
 	want     int      // the most that ran at once: spares to keep
 	failures int      // spares that died without serving, in a row
-}
-
-// spare is one pre-started runner.
-type spare struct {
-	pool *warmPool
-	we   *warmEnv
-	box  *box // the call box made ahead: pid, cookie, cgroup, log
-	cmd  *exec.Cmd
-
-	stdin          io.WriteCloser
-	stdout, stderr *os.File
-	pipes          *nodePipes // the node's output pipes (embedded runtime only)
-	dir            *callDir
-	began          time.Time // when it was started, for freshness and age
-
-	started chan struct{} // closed once started
-	readied chan struct{} // closed once ready (a spare ahead of its call)
-	exited  chan struct{} // closed once reaped; box holds its state
-	exitErr error         // how it exited; set before exited closes
-	// forked is a forked spare's process as the kernel sees it, which
-	// knows it exited before its zygote reports it (nil for a spare the
-	// worker started).
-	forked *platform.ExitWatch
-	zyg    *zygoteOf // set for a zygote, which forks calls and serves none
-
-	// code is what its code came from, set (under pool.mu) once it is
-	// ready; released once it serves a call or is discarded.
-	code     *codeWatch
-	released atomic.Bool
-
-	// Guarded by pool.mu.
-	ready   bool
-	taken   bool
-	retired bool
+	// cold: its runtime does not speak spare mode; it keeps no spares.
+	cold bool
 }
 
 func newWarmPool(cfg *Config) *warmPool {
@@ -168,7 +105,7 @@ func newWarmPool(cfg *Config) *warmPool {
 	}
 	p := &warmPool{cfg: cfg, max: n, forkTimeout: forkTimeout, replaceDelay: replaceDelay, exitReportWait: exitReportWait,
 		changes: systemChanges(), janitor: make(chan struct{}), reported: map[string]bool{},
-		threaded: map[string]bool{}}
+		spareMode: map[string]bool{}, threaded: map[string]bool{}}
 	if len(cfg.Preload) > 0 {
 		p.preload = strings.Join(cfg.Preload, ",")
 	}
@@ -209,75 +146,12 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 	we.running++
 	we.want = max(we.want, we.running)
 	forked := false
-	forking := we.zyg != nil && we.zyg.ready && !we.zyg.retired
-	waitUntil := time.Now().Add(callForkTimeout)
-	for s == nil {
-		s = p.readyLocked(we)
-		if s == nil {
-			// A spare being forked is ready in a millisecond or two: wait
-			// for it rather than start cold, but not beyond
-			// callForkTimeout (a wedged zygote holds it up to forkTimeout).
-			f := p.forkingLocked(we)
-			if f == nil || !time.Now().Before(waitUntil) {
-				break
-			}
-			p.mu.Unlock()
-			wait := time.NewTimer(time.Until(waitUntil))
-			select {
-			case <-f.readied:
-			case <-f.exited:
-			case <-wait.C:
-			}
-			wait.Stop()
-			p.mu.Lock()
-			continue
-		}
-		// Taken out of the pool before it is checked, so that no other
-		// call and not the janitor can have it meanwhile.
-		s.taken = true
-		we.spares = slices.DeleteFunc(we.spares, func(x *spare) bool { return x == s })
-		p.mu.Unlock()
-		why := s.staleness()
-		if why == "" && (closed(s.exited) || s.forked.HasExited()) {
-			why = "it died" // a dead spare is never handed a call
-		}
-		p.mu.Lock()
-		if why != "" {
-			s.box.log.Debug("spare runner not used; stopping it", "reason", why)
-			s.retired = true
-			p.discardLater(s)
-			s = nil
-			continue
-		}
-		s.releaseCode() // its call's code is what it has now
-		we.failures = 0
-	}
-	// No spare ready: one forked now still beats a cold start.
-	if z := we.zyg; s == nil && z != nil && z.ready && !z.retired {
-		p.mu.Unlock()
-		why := z.staleness()
-		if why == "" && closed(z.exited) {
-			why = "it died"
-		}
-		if why == "" {
-			s = &spare{pool: p, we: we, started: make(chan struct{}), exited: make(chan struct{})}
-			s.box = &box{log: z.box.log, kept: p.cfg.cgroups}
-			switch err := z.fork(s, true); {
-			case errors.Is(err, errZygoteBusy):
-				s = nil
-			case err != nil:
-				why, s = err.Error(), nil
-			default:
-				forked = true
-			}
-		}
-		p.mu.Lock()
-		if why != "" {
-			z.box.log.Info("zygote not used; replacing it, and the call starts cold", "reason", why)
-			p.dropLocked(z)
-		} else {
-			we.failures = 0
-		}
+	forking := we.zyg != nil && we.zyg.state == spareReady
+	s = p.claimLocked(we)
+	if s == nil {
+		// No spare ready: one forked now still beats a cold start.
+		s = p.forkForCallLocked(we)
+		forked = s != nil
 	}
 	// A spare is replaced at once where none was ready, or where the
 	// forked spares left no longer cover the environment's calls at once
@@ -313,6 +187,95 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 	}
 }
 
+// claimLocked takes the oldest ready spare of we out of the pool, checks
+// it and hands it out (serving), or returns nil. A stale or dead one is
+// refused and discarded, and the next one tried; where none is ready but
+// one is being forked from the zygote, it is waited for, up to
+// callForkTimeout. The pool's mutex is held, and let go while a spare is
+// checked or waited for.
+func (p *warmPool) claimLocked(we *warmEnv) *spare {
+	waitUntil := time.Now().Add(callForkTimeout)
+	for {
+		s := p.readyLocked(we)
+		if s == nil {
+			// A spare being forked is ready in a millisecond or two: wait
+			// for it rather than start cold, but not beyond
+			// callForkTimeout (a wedged zygote holds it up to forkTimeout).
+			f := p.forkingLocked(we)
+			if f == nil || !time.Now().Before(waitUntil) {
+				return nil
+			}
+			p.mu.Unlock()
+			wait := time.NewTimer(time.Until(waitUntil))
+			select {
+			case <-f.readied:
+			case <-f.exited:
+			case <-wait.C:
+			}
+			wait.Stop()
+			p.mu.Lock()
+			continue
+		}
+		// Taken out of the pool before it is checked, so that no other
+		// call and not the janitor can have it meanwhile.
+		s.move(spareClaimed)
+		we.spares = slices.DeleteFunc(we.spares, func(x *spare) bool { return x == s })
+		p.mu.Unlock()
+		why := s.staleness()
+		if why == "" && (closed(s.exited) || s.forked.HasExited()) {
+			why = "it died" // a dead spare is never handed a call
+		}
+		p.mu.Lock()
+		if why != "" {
+			s.box.log.Debug("spare runner not used; stopping it", "reason", why)
+			s.move(spareRefused)
+			p.discardLater(s)
+			continue
+		}
+		s.move(spareServing)
+		s.releaseCode() // its call's code is what it has now
+		we.failures = 0
+		return s
+	}
+}
+
+// forkForCallLocked forks a spare for a call of we from its ready zygote,
+// or returns nil: no zygote ready, or it is busy forking a spare ahead
+// (the call does not queue behind it). A zygote that is stale, dead or
+// cannot fork is replaced. The pool's mutex is held, and let go while the
+// zygote is checked and forks.
+func (p *warmPool) forkForCallLocked(we *warmEnv) *spare {
+	z := we.zyg
+	if z == nil || z.state != spareReady {
+		return nil
+	}
+	p.mu.Unlock()
+	why := z.staleness()
+	if why == "" && closed(z.exited) {
+		why = "it died"
+	}
+	var s *spare
+	if why == "" {
+		// Never in the pool: it is forked for this call.
+		s = &spare{pool: p, we: we, started: make(chan struct{}), exited: make(chan struct{}), state: spareServing}
+		s.box = &box{log: z.box.log, kept: p.cfg.cgroups}
+		switch err := z.fork(s, true); {
+		case errors.Is(err, errZygoteBusy):
+			s = nil
+		case err != nil:
+			why, s = err.Error(), nil
+		}
+	}
+	p.mu.Lock()
+	if why != "" {
+		z.box.log.Info("zygote not used; replacing it, and the call starts cold", "reason", why)
+		p.dropLocked(z.spare)
+	} else {
+		we.failures = 0
+	}
+	return s
+}
+
 // ended counts a call of we out, and starts the spares now wanted.
 func (p *warmPool) ended(we *warmEnv) {
 	p.mu.Lock()
@@ -342,19 +305,39 @@ func (p *warmPool) learnLocked(key string, rt Runtime, env []string) *warmEnv {
 		we = p.envs[i]
 		p.envs = slices.Delete(p.envs, i, i+1)
 	} else {
-		we = &warmEnv{key: key, rt: rt, env: slices.Clone(env)}
+		we = &warmEnv{key: key, rt: rt, env: slices.Clone(env), cold: !p.speaksSpareModeLocked(rt)}
 	}
 	p.envs = slices.Insert(p.envs, 0, we)
 	return we
 }
 
+// speaksSpareModeLocked reports whether rt can be started as a spare: the
+// worker's own runtime can; another is read once, at its first call, so
+// that one which would never report is told apart at once, not after
+// spareReadyTimeout, and its calls start cold.
+func (p *warmPool) speaksSpareModeLocked(rt Runtime) bool {
+	if rt.Embedded {
+		return true
+	}
+	ok, known := p.spareMode[rt.Path]
+	if !known {
+		ok = speaksSpareMode(rt.Path)
+		p.spareMode[rt.Path] = ok
+		if !ok {
+			p.cfg.Log.Warn("the runner script does not know spare mode (it never names "+spareFlag+"); its calls start cold, without spares",
+				"runtime", rt.Path)
+		}
+	}
+	return ok
+}
+
 // forkingLocked is a spare of we being forked from its zygote, or nil.
 func (p *warmPool) forkingLocked(we *warmEnv) *spare {
-	if z := we.zyg; z == nil || !z.ready || z.retired {
+	if z := we.zyg; z == nil || z.state != spareReady {
 		return nil
 	}
 	for _, s := range we.spares {
-		if !s.ready && !s.retired {
+		if s.state == spareStarting {
 			return s
 		}
 	}
@@ -365,7 +348,7 @@ func (p *warmPool) forkingLocked(we *warmEnv) *spare {
 func (p *warmPool) countReadyLocked(we *warmEnv) int {
 	n := 0
 	for _, s := range we.spares {
-		if s.ready && !s.retired {
+		if s.state == spareReady {
 			n++
 		}
 	}
@@ -375,7 +358,7 @@ func (p *warmPool) countReadyLocked(we *warmEnv) int {
 // readyLocked is the oldest ready spare of we, or nil.
 func (p *warmPool) readyLocked(we *warmEnv) *spare {
 	for _, s := range we.spares {
-		if s.ready && !s.retired {
+		if s.state == spareReady {
 			return s
 		}
 	}
@@ -392,7 +375,7 @@ func (p *warmPool) fillLocked() {
 	left := p.max
 	for i, we := range p.envs {
 		allowed := min(max(we.want, 1), left)
-		if i >= maxWarmEnvs {
+		if i >= maxWarmEnvs || we.cold {
 			allowed = 0
 		}
 		left -= allowed
@@ -401,9 +384,9 @@ func (p *warmPool) fillLocked() {
 		if we.rt.Embedded && forksHere() && !p.threaded[we.key] {
 			keep = allowed + forkedSparesAhead
 			// A zygote forks the environment's spares.
-			waiting = we.zyg == nil || !we.zyg.ready
+			waiting = we.zyg == nil || we.zyg.state != spareReady
 			if allowed == 0 && we.zyg != nil {
-				z := we.zyg
+				z := we.zyg.spare
 				p.retireLocked(z)
 				p.discardLater(z)
 			}
@@ -434,26 +417,27 @@ func (p *warmPool) fillLocked() {
 // dropLocked takes s out of the pool and discards it, unless it is out
 // already.
 func (p *warmPool) dropLocked(s *spare) {
-	if !s.retired {
-		p.retireLocked(s)
+	if p.retireLocked(s) {
 		p.discardLater(s)
 	}
 }
 
-// retireLocked takes s out of the pool; its caller discards it.
-func (p *warmPool) retireLocked(s *spare) {
-	s.retired = true
-	if s.we.zyg == s {
+// retireLocked takes s, starting or ready, out of the pool for good, and
+// reports whether it did; its caller discards it. One out already
+// (claimed by a call, or retired) stays as it is.
+func (p *warmPool) retireLocked(s *spare) bool {
+	if s.we.zyg != nil && s.we.zyg.spare == s {
 		s.we.zyg = nil
 	}
 	s.we.spares = slices.DeleteFunc(s.we.spares, func(x *spare) bool { return x == s })
+	return s.move(spareRetired)
 }
 
 func (p *warmPool) publishLocked() {
 	n := 0
 	for _, we := range p.envs {
 		for _, s := range we.spares { // a zygote is not a runner
-			if s.ready {
+			if s.state == spareReady {
 				n++
 			}
 		}
@@ -466,21 +450,21 @@ func (we *warmEnv) ownLocked() []*spare {
 	if we.zyg == nil {
 		return we.spares
 	}
-	return append(slices.Clip(we.spares), we.zyg)
+	return append(slices.Clip(we.spares), we.zyg.spare)
 }
 
 // startLocked adds a starting spare (or zygote) to we; its goroutine
 // starts it.
-func (p *warmPool) startLocked(we *warmEnv, zygote bool) {
+func (p *warmPool) startLocked(we *warmEnv, asZygote bool) {
 	s := &spare{pool: p, we: we, started: make(chan struct{}), exited: make(chan struct{}), readied: make(chan struct{})}
 	s.box = &box{log: p.cfg.Log.With("spare_of", "warm"), kept: p.cfg.cgroups}
-	var from *spare // the zygote it is forked from, when one is ready
-	if zygote {
-		s.zyg = &zygoteOf{}
-		we.zyg = s
+	var from *zygote // the zygote it is forked from, when one is ready
+	if asZygote {
+		s.zyg = &zygote{spare: s}
+		we.zyg = s.zyg
 	} else {
 		we.spares = append(we.spares, s)
-		if z := we.zyg; z != nil && z.ready && !z.retired {
+		if z := we.zyg; z != nil && z.state == spareReady {
 			from = z
 		}
 	}
@@ -495,153 +479,6 @@ func (p *warmPool) startLocked(we *warmEnv, zygote bool) {
 	}()
 }
 
-// run starts the spare, waits for its report, and then for its end:
-// handed a call, the call owns what follows; otherwise it is cleaned up.
-func (s *spare) run() {
-	p := s.pool
-	report, err := s.start()
-	if err != nil {
-		s.box.log.Warn("could not start a spare runner; calls of its environment start cold", "error", err)
-		p.mu.Lock()
-		p.retireLocked(s)
-		p.forgetLocked(s.we)
-		p.mu.Unlock()
-		close(s.exited)
-		return
-	}
-	go func() {
-		s.exitErr = s.cmd.Wait()
-		s.box.reaped(s.cmd)
-		close(s.exited)
-	}()
-	// A runtime that does not know spare mode (an engine's older runner)
-	// never reports: it is stopped, and counts as a spare that failed.
-	notReady := time.AfterFunc(spareReadyTimeout, func() { s.box.signalAll(syscall.SIGKILL) })
-	var r struct {
-		Watch  [][2]any          `json:"watch"`
-		Failed map[string]string `json:"failed"`
-		// Threads, when the process has more than one after its
-		// preloads: how many, and the preload that started the first.
-		Threads *struct {
-			Count  int    `json:"count"`
-			Module string `json:"module"`
-		} `json:"threads"`
-	}
-	decodeErr := json.NewDecoder(report).Decode(&r)
-	report.Close()
-	notReady.Stop()
-	paths := make([]reportedPath, 0, len(r.Watch))
-	for _, w := range r.Watch {
-		path, _ := w[0].(string)
-		existed, _ := w[1].(bool)
-		paths = append(paths, reportedPath{path, existed})
-	}
-	var code *codeWatch
-	if decodeErr == nil {
-		code = p.changes.follow(paths, s.began)
-	}
-	p.mu.Lock()
-	for name, why := range r.Failed {
-		if !p.reported[name] {
-			p.reported[name] = true
-			s.box.log.Warn("a --preload module could not be imported; spares go on without it", "module", name, "error", why)
-		}
-	}
-	if s.zyg != nil && r.Threads != nil && !s.retired {
-		// A fork keeps only the thread that forks: the library whose
-		// threads are gone hangs or aborts in every call. The zygote
-		// forks none (it answers 0); its environment's spares start cold.
-		if !p.threaded[s.we.key] {
-			p.threaded[s.we.key] = true
-			s.box.log.Warn("a --preload module started threads, and a process with threads cannot be forked safely; spares of its environment start cold instead of forked from a zygote", "module", r.Threads.Module, "threads", r.Threads.Count)
-		}
-		p.dropLocked(s)
-		p.fillLocked()
-	}
-	alive := decodeErr == nil && !closed(s.exited)
-	kept := alive && !s.retired
-	if kept {
-		s.ready, s.code = true, code
-		close(s.readied)
-		if s.zyg != nil {
-			p.fillLocked() // its spares are forked now
-		}
-		p.publishLocked()
-	}
-	p.mu.Unlock()
-	if !kept && code != nil {
-		p.changes.release(code)
-	}
-	if !alive {
-		s.box.log.Debug("spare runner did not get ready", "error", decodeErr)
-	}
-	s.waitServed()
-}
-
-// runForked forks the spare from its environment's zygote z; a zygote
-// that cannot fork is replaced, and the spare with it.
-func (s *spare) runForked(z *spare) {
-	p := s.pool
-	if err := z.fork(s, false); err != nil {
-		s.box.log.Info("a zygote could not fork a spare; replacing it", "error", err)
-		p.mu.Lock()
-		p.retireLocked(s)
-		p.dropLocked(z)
-		p.fillLocked()
-		p.mu.Unlock()
-		close(s.exited)
-		return
-	}
-	p.mu.Lock()
-	if !s.retired {
-		// Its code is its zygote's: as fresh as the zygote, as old.
-		s.ready, s.code, s.began = true, z.code, z.began
-		if !p.changes.hold(z.code) {
-			// The zygote was discarded meanwhile: nothing follows its
-			// code any more.
-			s.code = &codeWatch{}
-			s.code.markStale("its zygote was replaced")
-			s.released.Store(true)
-		}
-		close(s.readied)
-		p.publishLocked()
-	}
-	p.mu.Unlock()
-	s.waitServed()
-}
-
-// waitServed waits for a started spare's end: handed a call, the call
-// owns what follows; otherwise it is cleaned up and replaced.
-func (s *spare) waitServed() {
-	p := s.pool
-	<-s.exited
-	p.mu.Lock()
-	taken, retired := s.taken, s.retired
-	if !taken && !retired {
-		// It died while waiting: never handed a call, replaced.
-		p.retireLocked(s)
-		s.we.failures++
-		limit := maxSpareFailures
-		if s.we.rt.Embedded && forksHere() {
-			// The forks and their zygote die together when something
-			// kills them all (the OOM killer, a user): that is not a
-			// broken interpreter.
-			limit *= forkedSparesAhead + 2
-		}
-		if s.we.failures >= limit {
-			s.box.log.Warn("spare runners of an environment keep dying before they serve a call; its calls start cold until one teaches it again", "spares", s.we.failures)
-			p.forgetLocked(s.we)
-		}
-		p.fillLocked()
-		p.publishLocked()
-	}
-	p.mu.Unlock()
-	if !taken && !retired {
-		s.box.log.Info("a spare runner died while waiting for a call; replacing it", "pid", s.box.pid, "status", exitStatus(s.exitErr))
-		p.discard(s)
-	}
-}
-
 // forgetLocked drops an environment and its spares' places.
 func (p *warmPool) forgetLocked(we *warmEnv) {
 	for _, s := range slices.Clone(we.ownLocked()) {
@@ -652,154 +489,6 @@ func (p *warmPool) forgetLocked(we *warmEnv) {
 	p.envs = slices.DeleteFunc(p.envs, func(x *warmEnv) bool { return x == we })
 }
 
-// start starts the spare's process as a call's runner is started, with
-// the descriptor it reports on; it returns that report's read end.
-func (s *spare) start() (*os.File, error) {
-	p := s.pool
-	var files []*os.File
-	closeAll := func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}
-	pipe := func() (r, w *os.File, err error) {
-		r, w, err = os.Pipe()
-		if err == nil {
-			files = append(files, r, w)
-		}
-		return r, w, err
-	}
-	stdoutR, stdoutW, err := pipe()
-	if err != nil {
-		return nil, fmt.Errorf("creating the runner's pipes: %w", err)
-	}
-	stderrR, stderrW, err := pipe()
-	if err != nil {
-		closeAll()
-		return nil, fmt.Errorf("creating the runner's pipes: %w", err)
-	}
-	reportR, reportW, err := pipe()
-	if err != nil {
-		closeAll()
-		return nil, fmt.Errorf("creating the runner's pipes: %w", err)
-	}
-	dir, err := p.cfg.newCallDir()
-	if err != nil {
-		closeAll()
-		return nil, err
-	}
-	args := []string{s.we.rt.Path, spareFlag, "3"}
-	extra := []*os.File{reportW}
-	var pipes *nodePipes
-	var ctlChild, exitsR, exitsW *os.File
-	if s.zyg != nil {
-		// A zygote's own output goes nowhere: no call reads it.
-		stdoutW.Close()
-		stderrW.Close()
-		stdoutW, stderrW = nil, nil
-		if exitsR, exitsW, err = pipe(); err != nil {
-			closeAll()
-			dir.remove()
-			return nil, fmt.Errorf("creating the runner's pipes: %w", err)
-		}
-		if s.zyg.ctl, ctlChild, err = controlPair(); err != nil {
-			closeAll()
-			dir.remove()
-			return nil, err
-		}
-		files = append(files, ctlChild)
-		args = []string{s.we.rt.Path, zygoteFlag, "3", "4", "5"}
-		if p.preload != "" {
-			args = append(args, p.preload)
-		}
-		extra = append(extra, ctlChild, exitsW)
-	} else if s.we.rt.Embedded {
-		if p.preload != "" {
-			args = append(args, p.preload)
-		}
-		if pipes, err = newNodePipes(); err != nil {
-			closeAll()
-			dir.remove()
-			return nil, err
-		}
-		args, extra = pipes.pass(args, extra)
-	}
-	cmd := exec.Command(p.cfg.Python, args...)
-	s.box.prepare(cmd, dir.env(effectiveEnv(p.cfg.env(s.we.env)), p.cfg.CancelGrace))
-	cmd.Dir = dir.cwd
-	if s.zyg == nil {
-		cmd.Stdout, cmd.Stderr = stdoutW, stderrW
-	}
-	cmd.ExtraFiles = extra
-	stdin, err := cmd.StdinPipe()
-	s.began = time.Now()
-	if err == nil {
-		err = s.box.start(cmd)
-	}
-	if s.zyg != nil {
-		ctlChild.Close()
-		exitsW.Close()
-	} else {
-		stdoutW.Close()
-		stderrW.Close()
-	}
-	reportW.Close()
-	pipes.started()
-	if err != nil {
-		if s.zyg != nil {
-			s.closeControl()
-			exitsR.Close()
-		}
-		stdoutR.Close()
-		stderrR.Close()
-		reportR.Close()
-		pipes.close()
-		dir.remove()
-		return nil, fmt.Errorf("starting %s: %w", p.cfg.Python, err)
-	}
-	s.cmd, s.stdin, s.stdout, s.stderr, s.pipes, s.dir = cmd, stdin, stdoutR, stderrR, pipes, dir
-	if s.zyg != nil {
-		s.zyg.exits = newRunnerExits(exitsR)
-	}
-	close(s.started)
-	return reportR, nil
-}
-
-// effectiveEnv is env with only the last entry of each name, in order.
-func effectiveEnv(env []string) []string {
-	last := map[string]int{}
-	for i, kv := range env {
-		name, _, _ := strings.Cut(kv, "=")
-		last[name] = i
-	}
-	out := make([]string, 0, len(last))
-	for i, kv := range env {
-		name, _, _ := strings.Cut(kv, "=")
-		if last[name] == i {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
-// staleness says why s must not serve a call, or "".
-func (s *spare) staleness() string {
-	if time.Since(s.began) > spareMaxAge {
-		return "older than its maximum age"
-	}
-	if s.code == nil {
-		return ""
-	}
-	return s.code.staleness(s.pool.changes)
-}
-
-// releaseCode stops following s's code, once.
-func (s *spare) releaseCode() {
-	if s.code != nil && s.released.CompareAndSwap(false, true) {
-		s.pool.changes.release(s.code)
-	}
-}
-
 // discardLater discards s off the caller's path; close waits for it. The
 // pool's mutex is held, and s's own goroutine still counts in p.spares.
 func (p *warmPool) discardLater(s *spare) {
@@ -808,82 +497,6 @@ func (p *warmPool) discardLater(s *spare) {
 		defer p.spares.Done()
 		p.discard(s)
 	}()
-}
-
-// discard stops a spare that will serve no call, and removes all of it.
-// A spare still starting is waited for: it is stopped once it started.
-func (p *warmPool) discard(s *spare) {
-	select {
-	case <-s.started:
-	case <-s.exited: // it could not start: nothing of it remains
-		if !closed(s.started) {
-			return
-		}
-	}
-	s.releaseCode()
-	// Nothing of a call ran in it: no grace is owed.
-	s.box.killed = true
-	s.box.signalAll(syscall.SIGKILL)
-	if s.zyg != nil {
-		// After the kill: a fork in flight holds the zygote's lock until
-		// it is answered, and a wedged zygote answers only by its end.
-		s.closeControl() // the zygote serves no fork after this
-	}
-	<-s.exited
-	// Killed by the worker (or dead already): nothing to report above debug.
-	s.box.log.Debug("spare runner removed", "pid", s.box.pid)
-	s.box.sweep()
-	s.box.teardown()
-	s.stdin.Close()
-	s.stdout.Close()
-	s.stderr.Close()
-	s.pipes.close()
-	if err := s.dir.remove(); err != nil {
-		s.box.log.Warn("could not remove a spare runner's directory", "dir", s.dir.path, "error", err)
-	}
-}
-
-// watch retires spares that are too old, stale or dead, and replaces them.
-func (p *warmPool) watch() {
-	tick := time.NewTicker(spareCheckInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-p.janitor:
-			return
-		case <-tick.C:
-		}
-		p.mu.Lock()
-		var ready []*spare
-		for _, we := range p.envs {
-			for _, s := range we.ownLocked() {
-				if s.ready {
-					ready = append(ready, s)
-				}
-			}
-		}
-		p.mu.Unlock()
-		var gone []*spare
-		for _, s := range ready {
-			if why := s.staleness(); why != "" {
-				s.box.log.Debug("spare runner retired", "reason", why)
-				gone = append(gone, s)
-			}
-		}
-		if len(gone) == 0 {
-			continue
-		}
-		p.mu.Lock()
-		for _, s := range gone {
-			if !s.taken && !s.retired {
-				p.retireLocked(s)
-				p.discardLater(s)
-			}
-		}
-		p.fillLocked()
-		p.publishLocked()
-		p.mu.Unlock()
-	}
 }
 
 // close stops every spare and waits until all of them are gone. The pool
@@ -920,18 +533,4 @@ func (p *warmPool) close() {
 	}
 	wg.Wait()
 	p.spares.Wait()
-}
-
-// handTo gives the spare's process to a call: from now on the call's
-// Process owns it as if it had started it. The call's box shares the
-// spare's cookie and cgroup; exited closes once the spare is reaped.
-func (s *spare) handTo(log *slog.Logger, exited chan struct{}) (b *box, stdin io.WriteCloser, stdout, stderr *os.File, pipes *nodePipes, dir *callDir) {
-	b = &box{log: log, pid: s.box.pid, cookie: s.box.cookie, cg: s.box.cg, kept: s.box.kept, oom: s.box.oom, began: time.Now()}
-	go func() {
-		<-s.exited
-		b.setExit(s.box.exitState())
-		log.Debug("runner exited", "pid", b.pid)
-		close(exited)
-	}()
-	return b, s.stdin, s.stdout, s.stderr, s.pipes, s.dir
 }

@@ -4,6 +4,7 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
@@ -13,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fluksio/fluksio-worker/agent/frame"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/platform"
 )
@@ -66,7 +68,7 @@ func (r *rig) readySpares() []int {
 	var pids []int
 	for _, we := range p.envs {
 		for _, s := range we.spares {
-			if s.ready {
+			if s.state == spareReady {
 				pids = append(pids, s.box.pid)
 			}
 		}
@@ -215,5 +217,49 @@ func TestCloseStopsTheSpares(t *testing.T) {
 	r.runPID(t, "after-close", nil)
 	if pids := r.readySpares(); len(pids) != 0 {
 		t.Errorf("a closed pool started spares %v", pids)
+	}
+}
+
+// A runner script that does not know spare mode (an engine's own, from
+// before spares) is told apart at its first call: its calls start cold
+// and no spare is started for them (one would never report, and hold its
+// place for spareReadyTimeout), and the log says why, once.
+func TestRuntimeWithoutSpareModeGetsNoSpares(t *testing.T) {
+	t.Parallel()
+	r, m := warmRig(t, 1)
+	if err := os.WriteFile(r.runtime, []byte("# an engine's runner that knows no modes\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"first", "second"} {
+		req, _ := json.Marshal(map[string]any{"call_id": id})
+		c := &call{id: id, events: make(chan []byte, 1024)}
+		p, err := r.pool.Start(context.Background(), Spec{
+			Runtime: Runtime{Path: r.runtime}, // not the worker's own
+			Request: append(req, '\n'),
+			Log:     r.cfg.Log.With("call_id", id),
+			Send:    func(msg []byte) { c.events <- append([]byte(nil), msg...); frame.Put(msg) },
+		})
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		c.Process = p
+		answer(t, c.output(t))
+		c.end(t, true)
+	}
+	p := r.pool.warm
+	p.mu.Lock()
+	started := 0
+	for _, we := range p.envs {
+		started += len(we.ownLocked())
+	}
+	p.mu.Unlock()
+	if started != 0 {
+		t.Errorf("%d spares started for a runtime without spare mode", started)
+	}
+	if misses := metric(t, m, "fluksio_worker_warm_runner_misses_total"); misses != 2 {
+		t.Errorf("%v misses; want 2", misses)
+	}
+	if n := strings.Count(r.log.String(), "does not know spare mode"); n != 1 {
+		t.Errorf("the log says %d times that the runtime does not know spare mode; want once:\n%s", n, r.log.String())
 	}
 }

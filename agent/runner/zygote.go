@@ -41,10 +41,6 @@ import (
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
-// zygoteFlag starts the runtime as a zygote (worker_main.py's ZYGOTE_FLAG):
-// `RUNTIME --fluksio-zygote REPORT CONTROL EXITS [MOD,MOD]`.
-const zygoteFlag = "--fluksio-zygote"
-
 // forkTimeout bounds one fork of a spare ahead of its call: a zygote that
 // does not answer in this time is wedged; it is replaced. Calls do not wait
 // for it meanwhile (callForkTimeout).
@@ -66,9 +62,13 @@ var forksHere = sync.OnceValue(func() bool {
 	return cgroups != nil && platform.IsSubreaper()
 })
 
-// zygoteOf is what a zygote spare has beyond a spare: its control socket,
-// and its runners' exits as it reports them.
-type zygoteOf struct {
+// zygote is an environment's zygote: a warm process started, watched for
+// freshness and discarded as a spare is (its spare, whose zyg is this),
+// which forks the environment's spares and serves no call itself. Beyond
+// the spare it has its control socket, and its runners' exits as it
+// reports them.
+type zygote struct {
+	*spare
 	mu    sync.Mutex // one fork at a time; held while it is discarded
 	ctl   *net.UnixConn
 	exits *runnerExits
@@ -99,13 +99,6 @@ func controlPair() (*net.UnixConn, *os.File, error) {
 	return c.(*net.UnixConn), os.NewFile(uintptr(fds[1]), "zygote-control"), nil
 }
 
-// forkRequest is what the zygote's fork gets besides the descriptors.
-type forkRequest struct {
-	Env   []string `json:"env"`
-	Cwd   string   `json:"cwd"`
-	Token string   `json:"token"`
-}
-
 // fork makes s, a spare of z's environment, by forking it from the
 // zygote z: started, in its own box, waiting for its request. forCall is
 // a fork a call waits for: it does not wait for a fork in flight
@@ -115,26 +108,26 @@ type forkRequest struct {
 // pid); taking the runner in (its move into the call's cgroup, which
 // waits for the kernel's RCU: 10 ms and more on a loaded machine) is the
 // worker's alone, and goes on while the zygote forks the next spare.
-func (z *spare) fork(s *spare, forCall bool) error {
+func (z *zygote) fork(s *spare, forCall bool) error {
 	p := z.pool
 	timeout := p.forkTimeout
 	if forCall {
 		timeout = callForkTimeout
-		if !z.zyg.mu.TryLock() {
+		if !z.mu.TryLock() {
 			return errZygoteBusy
 		}
 	} else {
-		z.zyg.mu.Lock()
+		z.mu.Lock()
 	}
 	serving := true
 	served := func() { // the zygote is free for the next fork
 		if serving {
 			serving = false
-			z.zyg.mu.Unlock()
+			z.mu.Unlock()
 		}
 	}
 	defer served()
-	if z.zyg.ctl == nil {
+	if z.ctl == nil {
 		return errors.New("the zygote was stopped")
 	}
 	var files []*os.File
@@ -178,20 +171,21 @@ func (z *spare) fork(s *spare, forCall bool) error {
 	if err != nil {
 		return fail(err)
 	}
-	// The runner's ends: stdin's read end, stdout's and stderr's write
-	// ends, the node's output pipes.
+	// The runner's ends (forkFDs): stdin's read end, stdout's and
+	// stderr's write ends, the node's output pipes (at forkedOutputFD in
+	// the runner).
 	child := []*os.File{ends[0][0], ends[1][1], ends[2][1], pipes.w[0], pipes.w[1]}
 	fds := make([]int, len(child))
 	for i, f := range child {
 		fds[i] = int(f.Fd())
 	}
 	pid, err := platform.Adopt(func() (int, error) {
-		ctl := z.zyg.ctl
+		ctl := z.ctl
 		ctl.SetDeadline(time.Now().Add(timeout))
 		if _, _, err := ctl.WriteMsgUnix(msg, unix.UnixRights(fds...), nil); err != nil {
 			return 0, fmt.Errorf("asking the zygote to fork: %w", err)
 		}
-		var buf [32]byte
+		var buf [forkAnswerMax]byte
 		n, err := ctl.Read(buf[:])
 		if err != nil {
 			return 0, fmt.Errorf("reading the zygote's answer: %w", err)
@@ -211,7 +205,7 @@ func (z *spare) fork(s *spare, forCall bool) error {
 	}
 	pipes.started()
 	// Its report may have come already: a runner can exit before this.
-	report := z.zyg.exits.expect(pid)
+	report := z.exits.expect(pid)
 	watch := platform.WatchExit(pid)
 	s.forked = watch
 	s.box.pid = pid
@@ -254,11 +248,11 @@ func (z *spare) fork(s *spare, forCall bool) error {
 }
 
 // closeControl ends the zygote's service: it exits once it reads the end.
-func (z *spare) closeControl() {
-	z.zyg.mu.Lock()
-	defer z.zyg.mu.Unlock()
-	if z.zyg.ctl != nil {
-		z.zyg.ctl.Close()
-		z.zyg.ctl = nil
+func (z *zygote) closeControl() {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.ctl != nil {
+		z.ctl.Close()
+		z.ctl = nil
 	}
 }

@@ -34,9 +34,6 @@ import (
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
-// exitRecordSize is one report: the pid, the wait status, the peak memory.
-const exitRecordSize = 16
-
 // exitReportWait is how long a runner's exit may go unreported once the
 // kernel says it exited. A zygote wakes for it at once (SIGCHLD), and
 // reports in a millisecond, tens on a loaded machine; one that has not by
@@ -125,8 +122,8 @@ func (x *runnerExits) expect(pid int) <-chan *runnerExit {
 // waitRunner waits for the end of pid, a runner the zygote z forked, and
 // says how it ended: as z reported it, or, once z is gone, as the worker
 // finds it when it waits for the runner itself.
-func (z *spare) waitRunner(pid int, report <-chan *runnerExit, watch *platform.ExitWatch) *runnerExit {
-	x := z.zyg.exits
+func (z *zygote) waitRunner(pid int, report <-chan *runnerExit, watch *platform.ExitWatch) *runnerExit {
+	x := z.exits
 	exited := watch.Exited()
 	var late <-chan time.Time
 	for {
@@ -143,7 +140,7 @@ func (z *spare) waitRunner(pid int, report <-chan *runnerExit, watch *platform.E
 			z.box.log.Info("a zygote did not report a runner's exit; replacing it", "pid", pid, "waited", z.pool.exitReportWait.String())
 			p := z.pool
 			p.mu.Lock()
-			p.dropLocked(z)
+			p.dropLocked(z.spare)
 			p.fillLocked()
 			p.mu.Unlock()
 		case <-x.done:

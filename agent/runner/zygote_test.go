@@ -226,7 +226,7 @@ func (z *zygoteRig) zygote(t *testing.T, not ...int) int {
 		p.mu.Lock()
 		pid := 0
 		for _, we := range p.envs {
-			if we.zyg != nil && we.zyg.ready && !we.zyg.retired {
+			if we.zyg != nil && we.zyg.state == spareReady {
 				pid = we.zyg.box.pid
 			}
 		}
@@ -302,7 +302,7 @@ func (z *zygoteRig) zygoteIs(pid int) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, we := range p.envs {
-		if we.zyg != nil && we.zyg.box.pid == pid && we.zyg.ready && !we.zyg.retired {
+		if we.zyg != nil && we.zyg.box.pid == pid && we.zyg.state == spareReady {
 			return true
 		}
 	}
@@ -313,10 +313,10 @@ func (z *zygoteRig) zygoteIs(pid int) bool {
 func (z *zygoteRig) forkInFlight() bool {
 	p := z.pool.warm
 	p.mu.Lock()
-	var zyg *zygoteOf
+	var zyg *zygote
 	for _, we := range p.envs {
 		if we.zyg != nil {
-			zyg = we.zyg.zyg
+			zyg = we.zyg
 		}
 	}
 	p.mu.Unlock()

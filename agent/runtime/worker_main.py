@@ -19,6 +19,25 @@ protocol in agent/protocol/doc.go; the request schema in README.md here). This f
 
 It is shipped as this one file and uses the standard library only (Python
 3.8 and later). It handles one request, answers, and exits.
+
+Started with no flag, it is a runner started cold. The worker also starts it
+in three modes, each a flag right after this file's path (their constants are
+the block "The worker's wire" below; agent/runner/wire.go is the worker's
+half, and a test there pins each value to its twin here):
+
+- ``--fluksio-output FD``: the node's stdout and stderr are the worker's
+  pipes at FD and FD+1, which the worker reads itself; at FD+2 is a pipe
+  holding the token of the output marks, read to its end and closed before
+  any node code runs (take_output_pipes).
+- Spare mode, ``--fluksio-spare FD [MOD,MOD]``: started before its call
+  exists, with the call's exact environment; it imports the modules, reports
+  on FD what it loaded (spare_prepare), then waits for its one request like
+  any runner.
+- Zygote mode, ``--fluksio-zygote REPORT CONTROL EXITS [MOD,MOD]``: it
+  imports and reports as a spare does, then forks a runner for each request
+  the worker sends on CONTROL and reports each runner's exit on EXITS
+  (zygote_serve). It runs no node code; each runner it forks is a runner
+  started cold with the worker's pipes, with its call's environment.
 """
 
 from __future__ import annotations
@@ -53,6 +72,36 @@ import types
 RUNTIME_VERSION = "1"
 RUNTIME_FILE = os.path.abspath(__file__)
 
+# ---------------------------------------------------------------------------
+# The worker's wire: what agent/runner/wire.go has as well, value for value
+# (TestWireMatchesTheRuntime compares them). Change both, or neither.
+# ---------------------------------------------------------------------------
+
+# The modes' flags (the module docstring).
+SPARE_FLAG = "--fluksio-spare"
+ZYGOTE_FLAG = "--fluksio-zygote"
+OUTPUT_FLAG = "--fluksio-output"
+# How far past --fluksio-output's FD the token's pipe is.
+OUTPUT_TOKEN_AFTER = 2
+# A zygote's fork request: one JSON object with these keys, and FORK_FDS
+# descriptors: the runner's stdin, stdout and stderr and the node's two
+# output pipes, which the runner gets at 0 to 4 (its output pipes at
+# FORKED_OUTPUT_FD and the next). The answer is the runner's pid in decimal,
+# FORK_FAILED where there is none.
+FORK_REQUEST_KEYS = ("env", "cwd", "token")
+FORK_FDS = 5
+FORKED_OUTPUT_FD = 3
+FORK_FAILED = b"0"
+# One exit report of a zygote (ExitReports), in one write, in native byte
+# order: the runner's pid, its raw wait status, its peak memory in KiB.
+EXIT_RECORD_FORMAT = "=iIQ"
+EXIT_RECORD_SIZE = 16
+# The output mark written into the worker's pipes before each stream event:
+# MARK_PREFIX, the token (MARK_TOKEN_SIZE hex digits), MARK_SUFFIX.
+MARK_PREFIX = b"\x00fluksio:"
+MARK_SUFFIX = b"\x00"
+MARK_TOKEN_SIZE = 32
+
 # Log events are bounded so a node printing in a tight loop cannot flood the
 # engine: a burst of LOG_BURST lines, then LOG_RATE lines per second. Under a
 # flood the beginning and the end are kept and the middle goes: the newest
@@ -67,6 +116,7 @@ LOG_TAIL = 100
 # One log line longer than this is cut: a progress bar without newlines or a
 # dumped array must not become one event of hundreds of MiB.
 LOG_LINE_MAX = 8192
+# (The end of the worker's wire.)
 
 # Artifact transfers: chunk size for hashing and streaming, and the retry
 # policy for connection errors and 5xx answers.
@@ -2750,7 +2800,6 @@ def after_fork_in_child(channel: Channel) -> None:
 # starts it before its call exists, with the exact environment the call will
 # get. It imports the preloads, tells the worker on FD what it loaded, then
 # waits for its one request like any runner.
-SPARE_FLAG = "--fluksio-spare"
 
 
 def spare_prepare() -> None:
@@ -2903,7 +2952,6 @@ def thread_count() -> int:
 # started cold with that environment would: the worker moves it into its
 # call's cgroup before it writes the request, so no node code runs outside
 # it. The zygote runs no thread and no node code.
-ZYGOTE_FLAG = "--fluksio-zygote"
 # Set in a runner forked from the zygote (zygote_child).
 FORKED = []
 
@@ -2966,7 +3014,9 @@ class ExitReports:
                 self.report(pid, status, usage.ru_maxrss)
 
     def report(self, pid: int, status: int, maxrss: int) -> None:
-        record = pid.to_bytes(4, sys.byteorder, signed=True) + status.to_bytes(4, sys.byteorder) + max(maxrss, 0).to_bytes(8, sys.byteorder)
+        import struct  # loaded with the preloads, before any fork (a builtin)
+
+        record = struct.pack(EXIT_RECORD_FORMAT, pid, status, max(maxrss, 0))
         try:
             os.write(self.fd, record)
         except OSError:
@@ -2980,10 +3030,10 @@ class ExitReports:
             os.close(fd)
 
 
-def zygote_serve() -> None:
-    """In zygote mode, serves forks and returns only in a forked runner."""
+def zygote_serve():
+    """In zygote mode, serves forks and returns only in a forked runner, with its output pipes (take_output_pipes)."""
     if len(sys.argv) < 5 or sys.argv[1] != ZYGOTE_FLAG:
-        return
+        return None
     import gc
     import socket
     import warnings
@@ -3028,10 +3078,10 @@ def zygote_serve() -> None:
             request = json.loads(msg.decode("utf-8"))
         except ValueError:
             request = None
-        if not isinstance(request, dict) or len(fds) != 5 or threaded:
+        if not isinstance(request, dict) or len(fds) != FORK_FDS or threaded:
             for fd in fds:
                 os.close(fd)
-            control.send(b"0")
+            control.send(FORK_FAILED)
             continue
         remember_cached_code()
         try:
@@ -3046,10 +3096,9 @@ def zygote_serve() -> None:
             try:
                 exits.in_child()
                 control.detach()
-                zygote_child(request, fds, control_fd)
+                return zygote_child(request, fds, control_fd)
             except BaseException:
                 os._exit(70)  # the worker answers for a runner that died unanswered
-            return
         if runner > 0:
             exits.runners.add(runner)
             try:
@@ -3058,7 +3107,7 @@ def zygote_serve() -> None:
                 pass  # it set its own group, or it has exited already
         for fd in fds:
             os.close(fd)
-        control.send(b"%d" % max(runner, 0))
+        control.send(b"%d" % runner if runner > 0 else FORK_FAILED)
 
 
 def trim_heap() -> None:
@@ -3078,8 +3127,12 @@ def trim_heap() -> None:
         pass  # not glibc: nothing to trim
 
 
-def zygote_child(request: dict, fds: list, control_fd: int) -> None:
-    """Makes a forked runner what a runner started cold with its call's environment is."""
+def zygote_child(request: dict, fds: list, control_fd: int):
+    """Makes a forked runner what a runner started cold with its call's environment is.
+
+    Returns its output pipes and mark as take_output_pipes does: the token
+    came in the request, on the worker's socket, and is kept nowhere else.
+    """
     try:
         os.setpgid(0, 0)
     except OSError:
@@ -3108,8 +3161,11 @@ def zygote_child(request: dict, fds: list, control_fd: int) -> None:
         fresh = write_sdk_module()
         sys.path[:] = [fresh if p in zygote_dirs else p for p in sys.path]
     reseed_after_fork()
-    sys.argv[1:] = [OUTPUT_FLAG, "3", str(request.get("token", ""))]
     FORKED.append(True)
+    for fd in (FORKED_OUTPUT_FD, FORKED_OUTPUT_FD + 1):
+        os.set_inheritable(fd, False)  # the node's children get them as fd 1 and 2 only
+    mark = MARK_PREFIX + str(request.get("token", "")).encode("ascii") + MARK_SUFFIX
+    return (FORKED_OUTPUT_FD, FORKED_OUTPUT_FD + 1), mark
 
 
 def reseed_after_fork() -> None:
@@ -3195,46 +3251,75 @@ def fcntl_dup_high(fd: int) -> int:
     return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
 
 
-# `worker_main.py --fluksio-output FD TOKEN ...`: the worker made the pipes
-# the node's stdout and stderr become (their write ends at FD and FD+1) and
+# `worker_main.py --fluksio-output FD ...`: the worker made the pipes the
+# node's stdout and stderr become (their write ends at FD and FD+1) and
 # reads them itself, log events and their budget included: a reader in
 # this process (the LogPump, for a runtime started without the worker)
 # dies with it, and what the node wrote just before a hard exit (os._exit,
 # a segfault and its faulthandler stack) would go with it. Before each
-# stream event the runtime writes a mark ("\0fluksio:TOKEN\0") into both
-# pipes: what the node wrote before the mark goes out before the event,
-# what it wrote after, after it. Node code never sees the token.
-OUTPUT_FLAG = "--fluksio-output"
-
-# The worker's (pipe write end, mark) pairs, set by main().
-OUTPUT_MARKS = []
+# stream event the runtime writes a mark (MARK_PREFIX, a token, MARK_SUFFIX)
+# into both pipes: what the node wrote before the mark goes out before the
+# event, what it wrote after, after it.
+#
+# The token comes on a pipe of its own (at FD + OUTPUT_TOKEN_AFTER), read
+# and closed before node code runs, and is kept only in the closure of
+# MARK_NODE_OUTPUT's function: it is in no argv (/proc/PID/cmdline), no
+# environment, and no object a look through __main__'s names finds. Node
+# code runs in this process and could still dig it out of memory (the
+# closure's cell, /proc/self/mem): the worker does not rely on it being
+# secret. A forged mark only moves the node's own lines around its stream
+# events, and the worker holds lines waiting for an event within the same
+# budget as any others.
 
 
 def take_output_pipes():
     """The worker's write ends for the node's (stdout, stderr) and its mark, or None."""
-    if len(sys.argv) < 4 or sys.argv[1] != OUTPUT_FLAG:
+    if len(sys.argv) < 3 or sys.argv[1] != OUTPUT_FLAG:
         return None
-    first, token = int(sys.argv[2]), sys.argv[3]
-    del sys.argv[1:4]
+    first = int(sys.argv[2])
+    del sys.argv[1:3]
+    token_fd = first + OUTPUT_TOKEN_AFTER
+    token = b""
+    try:
+        while True:
+            piece = os.read(token_fd, MARK_TOKEN_SIZE)
+            if not piece:
+                break
+            token += piece
+    finally:
+        os.close(token_fd)
     for fd in (first, first + 1):
         os.set_inheritable(fd, False)  # the node's children get them as fd 1 and 2 only
-    return (first, first + 1), b"\0fluksio:" + token.encode("ascii") + b"\0"
+    return (first, first + 1), MARK_PREFIX + token + MARK_SUFFIX
+
+
+def output_marker(fds: tuple, mark: bytes):
+    """The function that marks the place of a stream event in the worker's pipes."""
+
+    def mark_output() -> None:
+        if os.getpid() != RUNNER_PID[0]:
+            return
+        for fd in fds:
+            try:
+                _WRITE(fd, mark)
+            except OSError:
+                pass
+
+    return mark_output
+
+
+# Set by prepare_call to output_marker's function where the worker reads the
+# node's pipes.
+MARK_NODE_OUTPUT = [lambda: None]
 
 
 def mark_node_output() -> None:
     """Marks the place of a stream event in the node's output (the worker's pipes only)."""
-    if os.getpid() != RUNNER_PID[0]:
-        return
-    for fd, mark in OUTPUT_MARKS:
-        try:
-            _WRITE(fd, mark)
-        except OSError:
-            pass
+    MARK_NODE_OUTPUT[0]()
 
 
 def main() -> None:
-    zygote_serve()
-    worker_pipes = take_output_pipes()
+    worker_pipes = zygote_serve() or take_output_pipes()
     spare_prepare()
     # The real stdout is the protocol channel and nothing else may reach it:
     # keep a private, close-on-exec copy (children never inherit it, so a
@@ -3249,6 +3334,7 @@ def main() -> None:
     )
     try:
         prepare_call(channel, echo_fd, worker_pipes)
+        worker_pipes = None  # the mark lives on in MARK_NODE_OUTPUT's closure only
         if FORKED and not request_waiting(REHEARSE_AFTER_S):
             rehearse_call()
         # What the runtime made so far stays out of the collector's way (a
@@ -3279,7 +3365,9 @@ def prepare_call(channel: Channel, echo_fd: int, worker_pipes) -> None:
         fds, mark = worker_pipes
         for target, write_fd in zip((1, 2), fds):
             os.dup2(write_fd, target)  # inheritable: child processes log too
-            OUTPUT_MARKS.append((write_fd, mark))  # kept: node code may redirect fd 1
+        # The write ends are kept for the marks: node code may redirect fd 1.
+        MARK_NODE_OUTPUT[0] = output_marker(fds, mark)
+        del worker_pipes, mark
     else:
         PUMP = LogPump(channel, echo_fd)
         PUMP.capture(1, "stdout")

@@ -81,7 +81,7 @@ func Main() {
 }
 
 func run() {
-	// RUNTIME [--fluksio-output FD TOKEN] --fluksio-spare FD [MODULES]: the
+	// RUNTIME [--fluksio-output FD] --fluksio-spare FD [MODULES]: the
 	// node's output pipes are left alone (what the node prints is the fake
 	// runner's own stderr).
 	for i := 2; i+1 < len(os.Args); i++ {

@@ -130,11 +130,21 @@ def cold(python, source, n):
     stdout_r, stdout_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
-    # The node's pipes at 3 and 4, as the worker passes them.
-    proc = subprocess.Popen([python, RUNTIME, "--fluksio-output", "3", "0" * 32], stdin=stdin_r, stdout=stdout_w,
-                            stderr=subprocess.DEVNULL, pass_fds=(3, 4), preexec_fn=lambda: (os.dup2(out_w, 3), os.dup2(err_w, 4)),
+    token_r, token_w = os.pipe()
+    os.write(token_w, b"0" * 32)
+    os.close(token_w)
+    # The node's pipes at 3 and 4 and the mark's token at 5, as the worker
+    # passes them (a runtime from before the token's pipe takes it from
+    # argv, and leaves fd 5 alone).
+    args = [python, RUNTIME, "--fluksio-output", "3"]
+    with open(RUNTIME) as f:
+        if "OUTPUT_TOKEN_AFTER" not in f.read():
+            args.append("0" * 32)
+    proc = subprocess.Popen(args, stdin=stdin_r, stdout=stdout_w,
+                            stderr=subprocess.DEVNULL, pass_fds=(3, 4, 5),
+                            preexec_fn=lambda: (os.dup2(out_w, 3), os.dup2(err_w, 4), os.dup2(token_r, 5)),
                             start_new_session=True)
-    for fd in (stdin_r, stdout_w, out_w, err_w):
+    for fd in (stdin_r, stdout_w, out_w, err_w, token_r):
         os.close(fd)
     result = one_call(proc.pid, stdin_w, stdout_r, source, n)
     proc.returncode = 0  # reaped by wait4

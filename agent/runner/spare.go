@@ -1,0 +1,449 @@
+package runner
+
+// A spare: one runner process started ahead of its call (warm.go says
+// which and when), its life as one state (spareState), and how it is
+// started, waited for, handed to its call or discarded. A zygote's process
+// is started and discarded as a spare's (zygote.go says what it does
+// beyond).
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/platform"
+)
+
+// spareReadyTimeout bounds a spare's start: the interpreter, the runtime
+// and the preloads (torch takes seconds on a cold page cache).
+const spareReadyTimeout = 2 * time.Minute
+
+// spare is one pre-started runner.
+type spare struct {
+	pool *warmPool
+	we   *warmEnv
+	box  *box // the call box made ahead: pid, cookie, cgroup, log
+	cmd  *exec.Cmd
+
+	stdin          io.WriteCloser
+	stdout, stderr *os.File
+	pipes          *nodePipes // the node's output pipes (embedded runtime only)
+	dir            *callDir
+	began          time.Time // when it was started, for freshness and age
+
+	started chan struct{} // closed once started
+	readied chan struct{} // closed once ready (a spare ahead of its call)
+	exited  chan struct{} // closed once reaped; box holds its state
+	exitErr error         // how it exited; set before exited closes
+	// forked is a forked spare's process as the kernel sees it, which
+	// knows it exited before its zygote reports it (nil for a spare the
+	// worker started).
+	forked *platform.ExitWatch
+	zyg    *zygote // set for a zygote's process: the zygote it is
+
+	// code is what its code came from, set (under pool.mu) once it is
+	// ready; released once it serves a call or is discarded.
+	code     *codeWatch
+	released atomic.Bool
+
+	// state is where it is in its life; guarded by pool.mu, changed only
+	// by move.
+	state spareState
+}
+
+// spareState is where a spare (or a zygote) is in its life. Each is in
+// the pool (starting or ready) until one move takes it out for good:
+//
+//	starting ──▶ ready ──▶ claimed ──▶ serving
+//	    │          │          │
+//	    ▼          ▼          ▼
+//	 retired    retired    refused
+//
+// A call claims a ready spare (it is out of the pool, so nothing else can
+// have it) and checks it outside the pool's lock: fresh, it serves the
+// call, whose Process owns it from then on; stale or dead, it is refused
+// and discarded. A spare retired (stale, dead, not wanted, the pool
+// closed) is discarded. A zygote is never claimed: it forks spares while
+// ready, until it is retired.
+type spareState uint8
+
+const (
+	spareStarting spareState = iota // started or being forked, not ready yet
+	spareReady                      // waiting in the pool for a call
+	spareClaimed                    // taken out of the pool by a call, being checked
+	spareServing                    // handed to a call (final: the call owns it)
+	spareRefused                    // claimed, then found stale or dead (final: discarded)
+	spareRetired                    // taken out of the pool unused (final: discarded)
+)
+
+func (st spareState) String() string {
+	switch st {
+	case spareStarting:
+		return "starting"
+	case spareReady:
+		return "ready"
+	case spareClaimed:
+		return "claimed"
+	case spareServing:
+		return "serving"
+	case spareRefused:
+		return "refused"
+	case spareRetired:
+		return "retired"
+	}
+	return "unknown"
+}
+
+// spareMoves is every legal move: from a state, the states it may go to.
+var spareMoves = map[spareState][]spareState{
+	spareStarting: {spareReady, spareRetired},
+	spareReady:    {spareClaimed, spareRetired},
+	spareClaimed:  {spareServing, spareRefused},
+}
+
+// inPool says whether a spare in this state is in its environment's
+// place in the pool: starting or ready.
+func (st spareState) inPool() bool { return st == spareStarting || st == spareReady }
+
+// move changes s's state to, where that is a legal move from its state,
+// and reports whether it did; an illegal move changes nothing. Becoming
+// ready closes readied. The pool's mutex is held.
+func (s *spare) move(to spareState) bool {
+	if !slices.Contains(spareMoves[s.state], to) {
+		return false
+	}
+	s.state = to
+	if to == spareReady && s.readied != nil {
+		close(s.readied)
+	}
+	return true
+}
+
+// run starts the spare, waits for its report, and then for its end:
+// handed a call, the call owns what follows; otherwise it is cleaned up.
+func (s *spare) run() {
+	p := s.pool
+	report, err := s.start()
+	if err != nil {
+		s.box.log.Warn("could not start a spare runner; calls of its environment start cold", "error", err)
+		p.mu.Lock()
+		p.retireLocked(s)
+		p.forgetLocked(s.we)
+		p.mu.Unlock()
+		close(s.exited)
+		return
+	}
+	go func() {
+		s.exitErr = s.cmd.Wait()
+		s.box.reaped(s.cmd)
+		close(s.exited)
+	}()
+	// A runtime that does not know spare mode (an engine's older runner)
+	// never reports: it is stopped, and counts as a spare that failed.
+	notReady := time.AfterFunc(spareReadyTimeout, func() { s.box.signalAll(syscall.SIGKILL) })
+	var r struct {
+		Watch  [][2]any          `json:"watch"`
+		Failed map[string]string `json:"failed"`
+		// Threads, when the process has more than one after its
+		// preloads: how many, and the preload that started the first.
+		Threads *struct {
+			Count  int    `json:"count"`
+			Module string `json:"module"`
+		} `json:"threads"`
+	}
+	decodeErr := json.NewDecoder(report).Decode(&r)
+	report.Close()
+	notReady.Stop()
+	paths := make([]reportedPath, 0, len(r.Watch))
+	for _, w := range r.Watch {
+		path, _ := w[0].(string)
+		existed, _ := w[1].(bool)
+		paths = append(paths, reportedPath{path, existed})
+	}
+	var code *codeWatch
+	if decodeErr == nil {
+		code = p.changes.follow(paths, s.began)
+	}
+	p.mu.Lock()
+	for name, why := range r.Failed {
+		if !p.reported[name] {
+			p.reported[name] = true
+			s.box.log.Warn("a --preload module could not be imported; spares go on without it", "module", name, "error", why)
+		}
+	}
+	if s.zyg != nil && r.Threads != nil && s.state == spareStarting {
+		// A fork keeps only the thread that forks: the library whose
+		// threads are gone hangs or aborts in every call. The zygote
+		// forks none (it answers 0); its environment's spares start cold.
+		if !p.threaded[s.we.key] {
+			p.threaded[s.we.key] = true
+			s.box.log.Warn("a --preload module started threads, and a process with threads cannot be forked safely; spares of its environment start cold instead of forked from a zygote", "module", r.Threads.Module, "threads", r.Threads.Count)
+		}
+		p.dropLocked(s)
+		p.fillLocked()
+	}
+	alive := decodeErr == nil && !closed(s.exited)
+	kept := alive && s.move(spareReady)
+	if kept {
+		s.code = code
+		if s.zyg != nil {
+			p.fillLocked() // its spares are forked now
+		}
+		p.publishLocked()
+	}
+	p.mu.Unlock()
+	if !kept && code != nil {
+		p.changes.release(code)
+	}
+	if !alive {
+		s.box.log.Debug("spare runner did not get ready", "error", decodeErr)
+	}
+	s.waitServed()
+}
+
+// runForked forks the spare from its environment's zygote z; a zygote
+// that cannot fork is replaced, and the spare with it.
+func (s *spare) runForked(z *zygote) {
+	p := s.pool
+	if err := z.fork(s, false); err != nil {
+		s.box.log.Info("a zygote could not fork a spare; replacing it", "error", err)
+		p.mu.Lock()
+		p.retireLocked(s)
+		p.dropLocked(z.spare)
+		p.fillLocked()
+		p.mu.Unlock()
+		close(s.exited)
+		return
+	}
+	p.mu.Lock()
+	if s.state == spareStarting {
+		// Its code is its zygote's: as fresh as the zygote, as old.
+		s.code, s.began = z.code, z.began
+		if !p.changes.hold(z.code) {
+			// The zygote was discarded meanwhile: nothing follows its
+			// code any more.
+			s.code = &codeWatch{}
+			s.code.markStale("its zygote was replaced")
+			s.released.Store(true)
+		}
+		s.move(spareReady)
+		p.publishLocked()
+	}
+	p.mu.Unlock()
+	s.waitServed()
+}
+
+// waitServed waits for a started spare's end: handed a call, the call
+// owns what follows; otherwise it is cleaned up and replaced.
+func (s *spare) waitServed() {
+	p := s.pool
+	<-s.exited
+	p.mu.Lock()
+	died := p.retireLocked(s) // while waiting: never handed a call, replaced
+	if died {
+		s.we.failures++
+		limit := maxSpareFailures
+		if s.we.rt.Embedded && forksHere() {
+			// The forks and their zygote die together when something
+			// kills them all (the OOM killer, a user): that is not a
+			// broken interpreter.
+			limit *= forkedSparesAhead + 2
+		}
+		if s.we.failures >= limit {
+			s.box.log.Warn("spare runners of an environment keep dying before they serve a call; its calls start cold until one teaches it again", "spares", s.we.failures)
+			p.forgetLocked(s.we)
+		}
+		p.fillLocked()
+		p.publishLocked()
+	}
+	p.mu.Unlock()
+	if died {
+		s.box.log.Info("a spare runner died while waiting for a call; replacing it", "pid", s.box.pid, "status", exitStatus(s.exitErr))
+		p.discard(s)
+	}
+}
+
+// start starts the spare's process as a call's runner is started, with
+// the descriptor it reports on; it returns that report's read end.
+func (s *spare) start() (*os.File, error) {
+	p := s.pool
+	var files []*os.File
+	closeAll := func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}
+	pipe := func() (r, w *os.File, err error) {
+		r, w, err = os.Pipe()
+		if err == nil {
+			files = append(files, r, w)
+		}
+		return r, w, err
+	}
+	stdoutR, stdoutW, err := pipe()
+	if err != nil {
+		return nil, fmt.Errorf("creating the runner's pipes: %w", err)
+	}
+	stderrR, stderrW, err := pipe()
+	if err != nil {
+		closeAll()
+		return nil, fmt.Errorf("creating the runner's pipes: %w", err)
+	}
+	reportR, reportW, err := pipe()
+	if err != nil {
+		closeAll()
+		return nil, fmt.Errorf("creating the runner's pipes: %w", err)
+	}
+	dir, err := p.cfg.newCallDir()
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	args := []string{s.we.rt.Path, spareFlag, strconv.Itoa(spareReportFD)}
+	extra := []*os.File{reportW}
+	var pipes *nodePipes
+	var ctlChild, exitsR, exitsW *os.File
+	if s.zyg != nil {
+		// A zygote's own output goes nowhere: no call reads it.
+		stdoutW.Close()
+		stderrW.Close()
+		stdoutW, stderrW = nil, nil
+		if exitsR, exitsW, err = pipe(); err != nil {
+			closeAll()
+			dir.remove()
+			return nil, fmt.Errorf("creating the runner's pipes: %w", err)
+		}
+		if s.zyg.ctl, ctlChild, err = controlPair(); err != nil {
+			closeAll()
+			dir.remove()
+			return nil, err
+		}
+		files = append(files, ctlChild)
+		args = []string{s.we.rt.Path, zygoteFlag, strconv.Itoa(zygoteReportFD), strconv.Itoa(zygoteControlFD), strconv.Itoa(zygoteExitsFD)}
+		if p.preload != "" {
+			args = append(args, p.preload)
+		}
+		extra = append(extra, ctlChild, exitsW)
+	} else if s.we.rt.Embedded {
+		if p.preload != "" {
+			args = append(args, p.preload)
+		}
+		if pipes, args, extra, err = passedNodePipes(args, extra); err != nil {
+			closeAll()
+			dir.remove()
+			return nil, err
+		}
+	}
+	cmd := exec.Command(p.cfg.Python, args...)
+	s.box.prepare(cmd, dir.env(effectiveEnv(p.cfg.env(s.we.env)), p.cfg.CancelGrace))
+	cmd.Dir = dir.cwd
+	if s.zyg == nil {
+		cmd.Stdout, cmd.Stderr = stdoutW, stderrW
+	}
+	cmd.ExtraFiles = extra
+	stdin, err := cmd.StdinPipe()
+	s.began = time.Now()
+	if err == nil {
+		err = s.box.start(cmd)
+	}
+	if s.zyg != nil {
+		ctlChild.Close()
+		exitsW.Close()
+	} else {
+		stdoutW.Close()
+		stderrW.Close()
+	}
+	reportW.Close()
+	pipes.started()
+	if err != nil {
+		if s.zyg != nil {
+			s.zyg.closeControl()
+			exitsR.Close()
+		}
+		stdoutR.Close()
+		stderrR.Close()
+		reportR.Close()
+		pipes.close()
+		dir.remove()
+		return nil, fmt.Errorf("starting %s: %w", p.cfg.Python, err)
+	}
+	s.cmd, s.stdin, s.stdout, s.stderr, s.pipes, s.dir = cmd, stdin, stdoutR, stderrR, pipes, dir
+	if s.zyg != nil {
+		s.zyg.exits = newRunnerExits(exitsR)
+	}
+	close(s.started)
+	return reportR, nil
+}
+
+// effectiveEnv is env with only the last entry of each name, in order.
+func effectiveEnv(env []string) []string {
+	last := map[string]int{}
+	for i, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		last[name] = i
+	}
+	out := make([]string, 0, len(last))
+	for i, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if last[name] == i {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// discard stops a spare that will serve no call, and removes all of it.
+// A spare still starting is waited for: it is stopped once it started.
+func (p *warmPool) discard(s *spare) {
+	select {
+	case <-s.started:
+	case <-s.exited: // it could not start: nothing of it remains
+		if !closed(s.started) {
+			return
+		}
+	}
+	s.releaseCode()
+	// Nothing of a call ran in it: no grace is owed.
+	s.box.killed = true
+	s.box.signalAll(syscall.SIGKILL)
+	if s.zyg != nil {
+		// After the kill: a fork in flight holds the zygote's lock until
+		// it is answered, and a wedged zygote answers only by its end.
+		s.zyg.closeControl() // the zygote serves no fork after this
+	}
+	<-s.exited
+	// Killed by the worker (or dead already): nothing to report above debug.
+	s.box.log.Debug("spare runner removed", "pid", s.box.pid)
+	s.box.sweep()
+	s.box.teardown()
+	s.stdin.Close()
+	s.stdout.Close()
+	s.stderr.Close()
+	s.pipes.close()
+	if err := s.dir.remove(); err != nil {
+		s.box.log.Warn("could not remove a spare runner's directory", "dir", s.dir.path, "error", err)
+	}
+}
+
+// handTo gives the spare's process to a call: from now on the call's
+// Process owns it as if it had started it. The call's box shares the
+// spare's cookie and cgroup; exited closes once the spare is reaped.
+func (s *spare) handTo(log *slog.Logger, exited chan struct{}) (b *box, stdin io.WriteCloser, stdout, stderr *os.File, pipes *nodePipes, dir *callDir) {
+	b = &box{log: log, pid: s.box.pid, cookie: s.box.cookie, cg: s.box.cg, kept: s.box.kept, oom: s.box.oom, began: time.Now()}
+	go func() {
+		<-s.exited
+		b.setExit(s.box.exitState())
+		log.Debug("runner exited", "pid", b.pid)
+		close(exited)
+	}()
+	return b, s.stdin, s.stdout, s.stderr, s.pipes, s.dir
+}

@@ -1,0 +1,91 @@
+package runner
+
+import (
+	"fmt"
+	"testing"
+)
+
+var allSpareStates = []spareState{spareStarting, spareReady, spareClaimed, spareServing, spareRefused, spareRetired}
+
+// Every move between two of a spare's states, legal or not, without a
+// process: the legal ones are the diagram's (spareState), each made
+// once; every other one is refused and changes nothing.
+func TestSpareStateMoves(t *testing.T) {
+	legal := map[[2]spareState]bool{
+		{spareStarting, spareReady}:   true, // it reported ready, or was forked
+		{spareStarting, spareRetired}: true, // it could not start, died, or is not wanted
+		{spareReady, spareClaimed}:    true, // a call took it out of the pool
+		{spareReady, spareRetired}:    true, // stale, too old, dead, not wanted, the pool closed
+		{spareClaimed, spareServing}:  true, // fresh: it serves the call
+		{spareClaimed, spareRefused}:  true, // stale or dead: discarded, the call starts cold
+	}
+	for _, from := range allSpareStates {
+		for _, to := range allSpareStates {
+			t.Run(fmt.Sprintf("%s to %s", from, to), func(t *testing.T) {
+				s := &spare{state: from, readied: make(chan struct{})}
+				moved := s.move(to)
+				want := legal[[2]spareState{from, to}]
+				if moved != want {
+					t.Fatalf("move from %s to %s: moved=%v, want %v", from, to, moved, want)
+				}
+				if now := s.state; want && now != to || !want && now != from {
+					t.Fatalf("move from %s to %s left it %s", from, to, now)
+				}
+				if got := closed(s.readied); got != (moved && to == spareReady) {
+					t.Fatalf("move from %s to %s: readied closed=%v", from, to, got)
+				}
+			})
+		}
+	}
+	// A forked spare for a call has no readied channel: it is never ready.
+	if s := (&spare{}); !s.move(spareReady) {
+		t.Error("a spare without readied could not become ready")
+	}
+}
+
+// Every state's names are distinct and said.
+func TestSpareStateString(t *testing.T) {
+	seen := map[string]bool{}
+	for _, st := range allSpareStates {
+		name := st.String()
+		if name == "unknown" || seen[name] {
+			t.Errorf("state %d is named %q", st, name)
+		}
+		seen[name] = true
+	}
+}
+
+// retireLocked takes out of the pool only a spare that is in it
+// (starting or ready): one a call claimed or serves stays the call's,
+// one retired or refused is out already. A zygote retired leaves its
+// environment without one.
+func TestRetireOnlyWhatIsInThePool(t *testing.T) {
+	for _, st := range allSpareStates {
+		for _, isZygote := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s zygote=%v", st, isZygote), func(t *testing.T) {
+				p := &warmPool{}
+				we := &warmEnv{}
+				s := &spare{pool: p, we: we, state: st}
+				if isZygote {
+					s.zyg = &zygote{spare: s}
+					we.zyg = s.zyg
+				} else if st.inPool() {
+					we.spares = []*spare{s}
+				}
+				retired := p.retireLocked(s)
+				if retired != st.inPool() {
+					t.Fatalf("retireLocked of a %s spare: %v", st, retired)
+				}
+				if want := map[bool]spareState{true: spareRetired, false: st}[retired]; s.state != want {
+					t.Fatalf("a %s spare is %s after retireLocked", st, s.state)
+				}
+				if we.zyg != nil || len(we.spares) != 0 {
+					t.Fatalf("a %s spare retired is still in its environment", st)
+				}
+				if p.retireLocked(s) {
+					t.Fatal("a spare was retired twice")
+				}
+			})
+		}
+	}
+}
