@@ -100,6 +100,12 @@ func TestServiceUnderSystemd(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "refused") || !strings.Contains(out, "nothing was installed") {
 		t.Errorf("install with a refused token: exit %d\n%s", code, out)
 	}
+	// A URL that can never work (wss:// to this engine, which has no TLS)
+	// is refused too, with the URL to use: the service would exit 2.
+	out, code = sh(strings.Replace(install, engineURL, "https://"+eng.Addr(), 1))
+	if code != 2 || !strings.Contains(out, "use ws://"+eng.Addr()+"/api/v1/workers/attach") || !strings.Contains(out, "nothing was installed") {
+		t.Errorf("install with wss:// to an engine without TLS: exit %d\n%s", code, out)
+	}
 	if out, code := sh("getent passwd fluksio-worker"); code == 0 {
 		t.Errorf("a failed install created the account: %s", out)
 	}
