@@ -49,6 +49,14 @@ func TestStatusShowsTheWorkerWithoutItsToken(t *testing.T) {
 		t.Errorf("a stopped worker's status reads as live:\n%s", out.String())
 	}
 
+	// Not attached: since when, and how many attempts failed.
+	out.Reset()
+	down := status.Status{PID: 4711, State: "connecting", DownSince: time.Now().Add(-5 * time.Minute), Attempts: 7, LastError: "dial tcp: connection refused"}
+	writeStatus(&out, l, Running, down, nil)
+	if !strings.Contains(out.String(), "worker:   not attached since ") || !strings.Contains(out.String(), "(5m0s ago, 7 attempts), retrying") {
+		t.Errorf("a worker that cannot attach does not say since when and how many attempts:\n%s", out.String())
+	}
+
 	out.Reset()
 	writeStatus(&out, l, Running, status.Status{}, &fs.PathError{Op: "open", Path: "/var/lib/fluksio-worker/status.json", Err: fs.ErrPermission})
 	if !strings.Contains(out.String(), "sudo fluksio-worker status") {

@@ -221,6 +221,27 @@ func TestServiceUnderSystemd(t *testing.T) {
 	runDouble(ctx, t, w, "c3", 7)
 	step("kill -9, restarted by systemd, reattach")
 
+	// An engine outage as the journal and status tell it: the lost
+	// connection, then one counted line per failed attempt; back, the
+	// attached line says how long it was away.
+	addr := eng.Addr()
+	eng.Close()
+	serviceGone(t, w)
+	eventuallyIn(t, 30*time.Second, "the journal and status to count a failed attempt", func() (bool, string) {
+		journal := must("journalctl --no-pager -o cat -u fluksio-worker -p warning")
+		st := must("fluksio-worker status")
+		return strings.Contains(journal, `msg="connection lost; reconnecting"`) &&
+			strings.Contains(journal, `msg="cannot reach the engine; retrying" attempt=1 down_for=`) &&
+			strings.Contains(st, "not attached since "), journal + st
+	})
+	eng = startEngine(t, enginetest.Options{Tokens: []string{serviceToken}, Addr: addr})
+	w = liveWorker(ctx, t, eng)
+	eventuallyIn(t, 15*time.Second, "the attached line to say how long the worker was away", func() (bool, string) {
+		journal := must("journalctl --no-pager -o cat -u fluksio-worker")
+		return regexp.MustCompile(`msg=attached .* away=\S+ failed_attempts=\d+`).MatchString(journal), journal
+	})
+	step("an engine outage: counted retries, away= when back")
+
 	// install again: an update. The options given change, the others
 	// (URL, token, name) stay; the service restarts with them.
 	out = must("fluksio-worker install --labels e2e,second </dev/null")
