@@ -265,6 +265,9 @@ func writeWorker(row func(label, format string, args ...any), state State, st st
 	if st.Containment != "" {
 		row("contain", "%s", st.Containment)
 	}
+	if st.Warm != "" {
+		row("warm", "%s", st.Warm)
+	}
 	if st.LastError != "" {
 		// A status file written by an older worker may hold an engine's
 		// page that echoed the request URL; its token= is not shown.
