@@ -49,6 +49,7 @@ type Agent struct {
 	loopBeat     atomic.Int64 // when the main loop last pulsed (unix ns)
 	detachedAt   atomic.Int64 // when the last attached connection was lost (unix ns)
 	everWelcomed atomic.Bool  // the engine welcomed this worker at least once
+	outage       outage       // since when it is not attached, and the attempts since (retry.go)
 
 	endMu  sync.Mutex
 	endWhy string // why the worker is to finish, said in its last record
@@ -171,6 +172,7 @@ func (a *Agent) Serve(ctx context.Context) (err error) {
 	defer stopWatch()
 	go a.watchHeld(held)
 	backoff := backoffMin
+	a.outage = outage{since: time.Now()}
 	for {
 		attached, err := a.session(ctx)
 		if a.over(err) {
@@ -205,8 +207,7 @@ func (a *Agent) Serve(ctx context.Context) (err error) {
 			wait = rand.N(firstRetrySpread + 1)
 		}
 		backoff = min(backoff*2, backoffMax)
-		a.log.Warn("disconnected; retrying", "error", err, "retry_in", wait.Round(time.Millisecond).String())
-		a.life.connecting(err.Error())
+		a.retrying(attached, err, wait)
 		if done, idle := a.waitOffline(ctx, wait); done {
 			if idle && !a.everWelcomed.Load() {
 				return &NeverAttachedError{MaxIdle: a.cfg.MaxIdle, Last: err}
@@ -324,8 +325,8 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 	since := time.Now()
 	a.log.Debug("welcomed", "dial_hello_welcome_ms", since.Sub(dialAt).Milliseconds(), "total_ms", since.Sub(began).Milliseconds())
 	a.welcomed()
-	a.log.Info("attached", "engine", logging.ShownURL(a.cfg.URL), "name", name, "labels", hello.Labels,
-		"runtime", rt.Source, "runtime_hash", rt.Hash[:12])
+	a.log.Info("attached", append([]any{"engine", logging.ShownURL(a.cfg.URL), "name", name, "labels", hello.Labels,
+		advertised(hello), "runtime", rt.Source, "runtime_hash", rt.Hash[:12]}, a.reattached(since)...)...)
 	a.life.attached(name, since)
 	a.book.restartIdle() // a fresh connection starts the idle clock
 

@@ -133,14 +133,19 @@ func (l *lifecycle) ask(m mode) (before mode, moved bool) {
 }
 
 // connecting says the worker is dialing again; lastErr is why the last
-// connection or attempt ended.
-func (l *lifecycle) connecting(lastErr string) {
-	l.setLink(linkConnecting, func(s *status.Status) { s.Name, s.LastError = "", lastErr })
+// connection or attempt ended, down since when it is not attached, after
+// attempts failed attempts.
+func (l *lifecycle) connecting(lastErr string, down time.Time, attempts int) {
+	l.setLink(linkConnecting, func(s *status.Status) {
+		s.Name, s.LastError, s.DownSince, s.Attempts = "", lastErr, down.UTC(), attempts
+	})
 }
 
 // attached says the engine welcomed the worker as name.
 func (l *lifecycle) attached(name string, since time.Time) {
-	l.setLink(linkAttached, func(s *status.Status) { s.Name, s.Since, s.LastError = name, since.UTC(), "" })
+	l.setLink(linkAttached, func(s *status.Status) {
+		s.Name, s.Since, s.LastError, s.DownSince, s.Attempts = name, since.UTC(), "", time.Time{}, 0
+	})
 }
 
 // refused says the engine will not have the worker, or its configuration

@@ -153,7 +153,7 @@ func TestStatusFileFollowsTheState(t *testing.T) {
 	}
 	shows("welcomed", status.StateAttached, "gpu-01", "")
 
-	l.connecting("connection lost: EOF")
+	l.connecting("connection lost: EOF", time.Now(), 0)
 	shows("the connection lost", status.StateConnecting, "", "connection lost: EOF")
 
 	l.ask(modeDraining)

@@ -86,12 +86,13 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	exe, exeErr := Executable()
 	contain := runner.SetupContainment(log, cfg.Containment)
 	log.Info("starting", "version", Version, "engine", logging.ShownURL(cfg.URL), "python", python,
-		"python_version", pyVersion, "state_dir", stateDir, "parallel", cfg.Parallel, "containment", contain)
+		"python_version", pyVersion, "state_dir", stateDir, "parallel", cfg.Parallel, "containment", contain,
+		"warm", runner.WarmShown(cfg.WarmSpares()))
 	if cfg.Policy.On() || cfg.PreCallHook != "" || cfg.PostCallHook != "" {
 		log.Info("the machine owner's code policy and hooks are in force", "policy", cfg.PolicyText())
 	}
 	a := New(cfg, log, python, stateDir)
-	a.status.Update(func(s *status.Status) { s.Containment = contain })
+	a.status.Update(func(s *status.Status) { s.Containment, s.Warm = contain, runner.WarmShown(cfg.WarmSpares()) })
 	if cfg.Listen != "" {
 		srv, err := a.ListenMonitoring()
 		if err != nil {

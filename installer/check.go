@@ -16,6 +16,7 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 	"github.com/fluksio/fluksio-worker/agent/runner"
 	"github.com/fluksio/fluksio-worker/agent/runtime"
+	"github.com/fluksio/fluksio-worker/agent/status"
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
@@ -152,11 +153,7 @@ func check(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 		ram = fmt.Sprintf("%d MiB memory", *inv.RAMMB)
 	}
 	c.ok("inventory", "%d CPUs, %d GPUs, %s", inv.CPUs, inv.GPUs, ram)
-	if mode := runner.ProbeContainment(cfg.Containment); mode == platform.ContainProcessGroup {
-		c.skip("contain", mode+" only: a process that leaves its call's process group may outlive the call")
-	} else {
-		c.ok("contain", "%s: what a node starts is stopped with its call", mode)
-	}
+	checkContainment(c, l, cfg)
 	c.ok("policy", "%s", cfg.PolicyText())
 
 	pctx, cancel := context.WithTimeout(ctx, engineCheckTimeout)
@@ -180,6 +177,35 @@ func check(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 	}
 	fmt.Fprintln(c.w, "All good.")
 	return config.ExitOK
+}
+
+// checkContainment says how calls' processes are kept together. What this
+// command finds is its own cgroup's answer, the shell's it runs in (a
+// login session's, as root); the service decides in its own cgroup, as its
+// account, with or without Delegate=yes in its unit, and may get another.
+// So for an installed worker that runs, the answer is the one its status
+// file says it uses, and this shell's is said beside it when it differs;
+// one that does not run is told to look at status once it does.
+func checkContainment(c *checklist, l *Layout, cfg config.Config) {
+	here := runner.ProbeContainment(cfg.Containment)
+	mode, whose := here, ""
+	if l != nil {
+		st, err := status.Read(stateDirOf(*l))
+		if err == nil && st.Containment != "" && st.State != status.StateStopped && platform.ProcessAlive(st.PID) {
+			mode, whose = st.Containment, " (the running service's)"
+		}
+	}
+	if mode == platform.ContainProcessGroup {
+		c.skip("contain", mode+whose+" only: a process that leaves its call's process group may outlive the call")
+	} else {
+		c.ok("contain", "%s%s: what a node starts is stopped with its call", mode, whose)
+	}
+	switch {
+	case whose != "" && here != mode:
+		c.note("contain", fmt.Sprintf("a worker started from this shell would get %s: the service decides in its own cgroup, as its own account", here))
+	case l != nil && whose == "":
+		c.note("contain", "that is this shell's; the service decides in its own cgroup when it starts (fluksio-worker status then shows what it uses)")
+	}
 }
 
 // checkServiceAccount checks that the account the service runs as can run
@@ -241,7 +267,8 @@ Checks, one item at a time, what a worker needs, and says what to fix:
   account    the service account can run that Python (as root, system service)
   runtime    the runner script can be fetched from the engine or unpacked
   inventory  the CPUs, GPUs and memory this machine will advertise
-  contain    how a call's processes are kept together (--containment)
+  contain    how a call's processes are kept together (--containment): the
+             running service's, from its status; else what this shell gets
   policy     the code policy and call hooks in force (--allow-module,
              --allow-source, --pre-call-hook, --post-call-hook)
   engine     the engine answers at the URL

@@ -426,17 +426,22 @@ func executable(h host) (string, error) {
 }
 
 // checkEngine says hello to the engine with the config about to be
-// installed. A refusal stops the install: the service would exit 1 at once.
-// An engine that cannot be reached now may be down for a moment, and the
-// service keeps trying, so that is a warning.
+// installed. What the service would give up on at once stops the install:
+// a refusal (it would exit 1), and a URL that can never work, wss:// to a
+// server without TLS or ws:// to one with it (it would exit 2; the error
+// says the URL to use). An engine that cannot be reached now may be down
+// for a moment, and the service keeps trying, so that is a warning.
 func checkEngine(ctx context.Context, cfg config.Config, stdout, stderr io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, engineCheckTimeout)
 	defer cancel()
 	err := agent.CheckAttach(ctx, cfg)
 	var refused *protocol.RefusedError
+	var usage *config.UsageError
 	switch {
 	case errors.As(err, &refused):
 		return fmt.Errorf("%w; nothing was installed (check the token, or skip this check with --check=false)", refused)
+	case errors.As(err, &usage):
+		return &config.UsageError{Err: fmt.Errorf("%w; nothing was installed (the service would stop at its first attempt with this --url)", err)}
 	case err != nil:
 		fmt.Fprintf(stderr, "fluksio-worker install: warning: could not reach the engine at %s: %v; installing anyway, the service keeps trying\n", logging.ShownURL(cfg.URL), err)
 	default:
@@ -554,7 +559,7 @@ Service options:
 	config.WriteOption(w, "--user NAME", "the account the service runs as. Default: the one it already runs as; for a first install on Linux, the system account fluksio-worker, created if missing and added to the video and render groups so it can use the GPUs; on macOS, the account that ran sudo.")
 	config.WriteOption(w, "--user-service", "install for the current user only, without root: a systemd user unit (Linux) or a LaunchAgent (macOS), with its config in your home directory (~/.config/fluksio-worker on Linux).")
 	config.WriteOption(w, "--no-start", "write the config and the service, but do not start or restart it.")
-	config.WriteOption(w, "--check=false", "do not ask the engine first. By default an engine that refuses the token stops the install, and one that cannot be reached is only a warning.")
+	config.WriteOption(w, "--check=false", "do not ask the engine first. By default an engine that refuses the token, or a URL that can never work (wss:// to a server without TLS, ws:// to one with it), stops the install, and an engine that cannot be reached is only a warning.")
 	config.WriteOption(w, "--refresh-unit", "only rewrite the service file from this binary (package upgrades run this); the config is left alone.")
 	fmt.Fprint(w, `
 Worker options (written to the config; as in 'fluksio-worker run --help'):

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/fluksio/fluksio-worker/agent/config"
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
 )
 
 // testHost is a host whose paths all lie under a temporary home.
@@ -253,5 +254,37 @@ func TestRunAsChecksTheServiceAccount(t *testing.T) {
 	sh, _ := exec.LookPath("sh")
 	if err := runAs(context.Background(), acct, sh, "-c", "test \"$(id -u)\" = "+strconv.Itoa(acct.UID)); err != nil {
 		t.Errorf("runAs did not run as %s: %v", acct.Name, err)
+	}
+}
+
+// A URL that can never work stops the install, as a refused token does,
+// and says the URL to use: wss:// to an engine without TLS, ws:// to one
+// with it. Each is a real engine on loopback.
+func TestInstallRefusesAURLThatCannotWork(t *testing.T) {
+	t.Parallel()
+	plain, err := enginetest.Start(enginetest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(plain.Close)
+	withTLS, err := enginetest.Start(enginetest.Options{TLS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(withTLS.Close)
+	for _, tc := range []struct{ url, use string }{
+		{"wss://" + plain.Addr() + "/api/v1/workers/attach", "use ws://" + plain.Addr() + "/api/v1/workers/attach in --url"},
+		{"ws://" + withTLS.Addr() + "/api/v1/workers/attach", "use wss://" + withTLS.Addr() + "/api/v1/workers/attach in --url"},
+	} {
+		cfg, err := loadConfig(map[string]any{"url": tc.url, "token": "t"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out, errOut bytes.Buffer
+		err = checkEngine(context.Background(), cfg, &out, &errOut)
+		var usage *config.UsageError
+		if !errors.As(err, &usage) || !strings.Contains(err.Error(), tc.use) || !strings.Contains(err.Error(), "nothing was installed") {
+			t.Errorf("%s: %v (stderr %q); want a usage error that says %q and that nothing was installed", tc.url, err, errOut.String(), tc.use)
+		}
 	}
 }

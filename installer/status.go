@@ -222,7 +222,16 @@ func writeWorker(row func(label, format string, args ...any), state State, st st
 		}
 		row("worker", "%sattached as %q%s", prefix, st.Name, since)
 	case status.StateConnecting:
-		row("worker", "%sconnecting to the engine (not attached)", prefix)
+		if st.DownSince.IsZero() || st.Attempts == 0 {
+			row("worker", "%sconnecting to the engine (not attached)", prefix)
+			break
+		}
+		attempts := "1 attempt"
+		if st.Attempts != 1 {
+			attempts = fmt.Sprintf("%d attempts", st.Attempts)
+		}
+		row("worker", "%snot attached since %s (%s, %s), retrying", prefix,
+			st.DownSince.Local().Format("2006-01-02 15:04:05 MST"), ago(now, st.DownSince), attempts)
 	case status.StateReloading:
 		row("worker", "%sreloading as %q", prefix, st.Name)
 		if r := st.Reload; r != nil {
@@ -258,6 +267,9 @@ func writeWorker(row func(label, format string, args ...any), state State, st st
 	}
 	if st.Policy != "" {
 		row("policy", "%s", st.Policy)
+	}
+	if st.Warm != "" {
+		row("warm", "%s", st.Warm)
 	}
 	if st.LastError != "" {
 		// A status file written by an older worker may hold an engine's

@@ -25,6 +25,7 @@ func TestStatusShowsTheWorkerWithoutItsToken(t *testing.T) {
 		Since:        time.Now().Add(-90 * time.Second),
 		CallsRunning: 1, CallsDone: 12, LastError: "connection reset\n",
 		Updated: time.Now().Add(-2 * time.Second), Containment: "subreaper+cookie",
+		Warm: "1 spare runner started ahead (--warm 1)",
 	}
 	var out bytes.Buffer
 	writeStatus(&out, l, Running, st, nil)
@@ -32,7 +33,7 @@ func TestStatusShowsTheWorkerWithoutItsToken(t *testing.T) {
 	for _, want := range []string{
 		"fluksio-worker: running (systemd system service)",
 		`attached as "gpu-box" since `, "(1m30s ago)",
-		"1 running, 12 done", "connection reset", "contain:  subreaper+cookie", "pid 4711, fluksio-worker 1.2.3",
+		"1 running, 12 done", "connection reset", "contain:  subreaper+cookie", "warm:     1 spare runner started ahead (--warm 1)", "pid 4711, fluksio-worker 1.2.3",
 		"journalctl -u fluksio-worker", "/etc/fluksio-worker/config.toml",
 	} {
 		if !strings.Contains(text, want) {
@@ -47,6 +48,14 @@ func TestStatusShowsTheWorkerWithoutItsToken(t *testing.T) {
 	writeStatus(&out, l, Stopped, st, nil)
 	if !strings.Contains(out.String(), "fluksio-worker: stopped") || !strings.Contains(out.String(), "last seen attached") {
 		t.Errorf("a stopped worker's status reads as live:\n%s", out.String())
+	}
+
+	// Not attached: since when, and how many attempts failed.
+	out.Reset()
+	down := status.Status{PID: 4711, State: "connecting", DownSince: time.Now().Add(-5 * time.Minute), Attempts: 7, LastError: "dial tcp: connection refused"}
+	writeStatus(&out, l, Running, down, nil)
+	if !strings.Contains(out.String(), "worker:   not attached since ") || !strings.Contains(out.String(), "(5m0s ago, 7 attempts), retrying") {
+		t.Errorf("a worker that cannot attach does not say since when and how many attempts:\n%s", out.String())
 	}
 
 	out.Reset()

@@ -64,7 +64,7 @@ func logRecords(w *worker) []map[string]any {
 }
 
 // retryWaits returns the waits the worker logged before each reconnection
-// (the "retry_in" attribute of its "disconnected; retrying" records).
+// (the "retry_in" attribute of its "connection lost" and "cannot reach the engine" records).
 func retryWaits(t *testing.T, w *worker) []time.Duration {
 	t.Helper()
 	var waits []time.Duration

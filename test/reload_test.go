@@ -317,7 +317,7 @@ func TestReloadWhileDisconnected(t *testing.T) {
 	restarted := make(chan error, 1)
 	go func() { restarted <- eng.Restart(4 * time.Second) }()
 	eventually(t, 10*time.Second, "the worker to notice", func() bool {
-		return strings.Contains(r.logs.String(), "disconnected; retrying")
+		return strings.Contains(r.logs.String(), "connection lost; reconnecting")
 	})
 	r.signal(syscall.SIGHUP)
 	eventually(t, 10*time.Second, "the re-exec", func() bool {

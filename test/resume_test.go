@@ -377,7 +377,7 @@ func TestReloadWhileDisconnectedWaitsForHeldCalls(t *testing.T) {
 	restarted := make(chan error, 1)
 	go func() { restarted <- eng.Restart(2 * time.Second) }()
 	eventually(t, 10*time.Second, "the worker to notice the outage", func() bool {
-		return strings.Contains(r.logs.String(), "disconnected; retrying")
+		return strings.Contains(r.logs.String(), "connection lost; reconnecting")
 	})
 	r.signal(syscall.SIGHUP)
 	if err := <-restarted; err != nil {

@@ -100,6 +100,12 @@ func TestServiceUnderSystemd(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "refused") || !strings.Contains(out, "nothing was installed") {
 		t.Errorf("install with a refused token: exit %d\n%s", code, out)
 	}
+	// A URL that can never work (wss:// to this engine, which has no TLS)
+	// is refused too, with the URL to use: the service would exit 2.
+	out, code = sh(strings.Replace(install, engineURL, "https://"+eng.Addr(), 1))
+	if code != 2 || !strings.Contains(out, "use ws://"+eng.Addr()+"/api/v1/workers/attach") || !strings.Contains(out, "nothing was installed") {
+		t.Errorf("install with wss:// to an engine without TLS: exit %d\n%s", code, out)
+	}
 	if out, code := sh("getent passwd fluksio-worker"); code == 0 {
 		t.Errorf("a failed install created the account: %s", out)
 	}
@@ -214,6 +220,27 @@ func TestServiceUnderSystemd(t *testing.T) {
 	w = liveWorker(ctx, t, eng)
 	runDouble(ctx, t, w, "c3", 7)
 	step("kill -9, restarted by systemd, reattach")
+
+	// An engine outage as the journal and status tell it: the lost
+	// connection, then one counted line per failed attempt; back, the
+	// attached line says how long it was away.
+	addr := eng.Addr()
+	eng.Close()
+	serviceGone(t, w)
+	eventuallyIn(t, 30*time.Second, "the journal and status to count a failed attempt", func() (bool, string) {
+		journal := must("journalctl --no-pager -o cat -u fluksio-worker -p warning")
+		st := must("fluksio-worker status")
+		return strings.Contains(journal, `msg="connection lost; reconnecting"`) &&
+			strings.Contains(journal, `msg="cannot reach the engine; retrying" attempt=1 down_for=`) &&
+			strings.Contains(st, "not attached since "), journal + st
+	})
+	eng = startEngine(t, enginetest.Options{Tokens: []string{serviceToken}, Addr: addr})
+	w = liveWorker(ctx, t, eng)
+	eventuallyIn(t, 15*time.Second, "the attached line to say how long the worker was away", func() (bool, string) {
+		journal := must("journalctl --no-pager -o cat -u fluksio-worker")
+		return regexp.MustCompile(`msg=attached .* away=\S+ failed_attempts=\d+`).MatchString(journal), journal
+	})
+	step("an engine outage: counted retries, away= when back")
 
 	// install again: an update. The options given change, the others
 	// (URL, token, name) stay; the service restarts with them.

@@ -116,7 +116,14 @@ func dial(ctx context.Context, cfg config.Config, offer time.Duration) (*websock
 			return nil, nil, fmt.Errorf("connecting to %s: HTTP %s: the engine redirects to %s; if that is the engine's address, use it as --url", shown, resp.Status, logging.ShownURL(to))
 		}
 		if resp != nil {
-			return nil, nil, fmt.Errorf("connecting to %s: HTTP %s%s", shown, resp.Status, bodySnippet(resp))
+			body := bodySnippet(resp)
+			if resp.StatusCode == http.StatusBadRequest && u.Scheme == "ws" && strings.Contains(strings.ToUpper(body), "HTTPS") {
+				// Go's, nginx's and Apache's answer to plain HTTP on a
+				// TLS port: retrying would not change it, the URL is wrong.
+				return nil, nil, config.Usagef("the server at %s speaks TLS: use wss://%s in --url (ws:// is for an engine without TLS)",
+					u.Host, strings.TrimPrefix(shown, "ws://"))
+			}
+			return nil, nil, fmt.Errorf("connecting to %s: HTTP %s%s", shown, resp.Status, body)
 		}
 		var plain tls.RecordHeaderError
 		if errors.As(err, &plain) && u.Scheme == "wss" {

@@ -77,6 +77,20 @@ func TestWSSAgainstPlainHTTP(t *testing.T) {
 	}
 }
 
+// ws:// against a server with TLS is a wrong URL too: the server's 400
+// says so, and the error says the URL to use.
+func TestWSAgainstTLS(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	t.Cleanup(srv.Close)
+	addr := strings.TrimPrefix(srv.URL, "https://")
+	_, _, err := Attach(ctx(t), configFor("ws://"+addr+"/api/v1/workers/attach"), hello("w"))
+	var usage *config.UsageError
+	if !errors.As(err, &usage) || !strings.Contains(err.Error(), "the server at "+addr+" speaks TLS: use wss://"+addr+"/api/v1/workers/attach in --url") {
+		t.Errorf("ws:// against TLS: %v; want a usage error saying to use wss://", err)
+	}
+}
+
 // The resume extension is offered on the upgrade only with an
 // --outage-grace, and only then is an accepting welcome taken at its
 // word; a welcome without a name keeps the hello's.

@@ -75,6 +75,9 @@ func Ensure(ctx context.Context, cfg config.Config, stateDir string, log *slog.L
 			notServedOnce.Do(func() {
 				log.Info("the engine serves no runner; using the embedded one", "url", logging.ShownURL(runtimeURL(cfg)))
 			})
+		case errors.Is(err, errNoAnswer):
+			// The attach that follows fails the same way, and says so.
+			log.Debug("could not ask the engine for its runner", "error", err)
 		default:
 			log.Warn("could not fetch the engine's runner; using the embedded one", "error", err)
 		}
@@ -95,6 +98,10 @@ func Ensure(ctx context.Context, cfg config.Config, stateDir string, log *slog.L
 }
 
 var errNoServedRuntime = errors.New("the engine serves no runner")
+
+// errNoAnswer is a fetch that got no answer: the engine could not be
+// reached, which the attach after it reports.
+var errNoAnswer = errors.New("no answer")
 
 // notServedOnce says once per process that the engine serves no runner;
 // policyOnce, that a code policy keeps the engine's runner out.
@@ -125,12 +132,15 @@ func fetchRuntime(ctx context.Context, cfg config.Config) ([]byte, error) {
 	if err != nil {
 		// A *url.Error quotes the URL, which carries no token here, but the
 		// text is scrubbed all the same where it is logged.
-		return nil, config.ExplainTLSError(err)
+		return nil, fmt.Errorf("%w: %w", errNoAnswer, config.ExplainTLSError(err))
 	}
 	defer resp.Body.Close()
 	switch resp.StatusCode {
 	case http.StatusOK:
-	case http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusNotImplemented:
+	case http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusNotImplemented,
+		// An engine that serves the socket alone at that path, or
+		// answers whatever is not the socket with its login.
+		http.StatusUpgradeRequired, http.StatusUnauthorized:
 		return nil, errNoServedRuntime
 	default:
 		return nil, fmt.Errorf("GET %s: %s", shown, resp.Status)

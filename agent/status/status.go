@@ -36,12 +36,16 @@ const (
 // <state-dir>/status.json, for `fluksio-worker status` to show. It never
 // holds the token.
 type Status struct {
-	PID          int       `json:"pid"`
-	Version      string    `json:"version"`
-	Engine       string    `json:"engine"`
-	State        string    `json:"state"` // one of the State* constants
-	Name         string    `json:"name,omitempty"`
-	Since        time.Time `json:"since,omitzero"`
+	PID     int       `json:"pid"`
+	Version string    `json:"version"`
+	Engine  string    `json:"engine"`
+	State   string    `json:"state"` // one of the State* constants
+	Name    string    `json:"name,omitempty"`
+	Since   time.Time `json:"since,omitzero"`
+	// DownSince is when a worker that is not attached lost its connection,
+	// or started; Attempts, the attempts to attach that failed since.
+	DownSince    time.Time `json:"down_since,omitzero"`
+	Attempts     int       `json:"attempts,omitempty"`
 	CallsRunning int       `json:"calls_running"`
 	CallsQueued  int       `json:"calls_queued"` // waiting for one of the --parallel slots
 	CallsDone    int64     `json:"calls_done"`
@@ -54,6 +58,7 @@ type Status struct {
 	Listen        string         `json:"listen,omitempty"`      // where /metrics, /healthz and /livez are served
 	Containment   string         `json:"containment,omitempty"` // how calls' processes are kept together (runner.SetupContainment)
 	Policy        string         `json:"policy,omitempty"`      // the code policy and call hooks in force (config.Config.PolicyText)
+	Warm          string         `json:"warm,omitempty"`        // what --warm keeps, said as runner.WarmShown says it
 	Updated       time.Time      `json:"updated"`
 }
 
