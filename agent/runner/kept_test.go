@@ -110,11 +110,20 @@ func exits(t *testing.T, pid int, what string) {
 // another call froze, or moved a process into, is killed and removed, and
 // the calls that come later start and answer. A process moved into an idle
 // kept cgroup is killed once its own call ends.
+// Both where runners are started straight into their cgroup and where
+// they are moved in.
 func TestTamperedKeptCgroupsServeNoCall(t *testing.T) {
-	t.Parallel()
-	if !inContainedChild(t) {
-		return
+	for _, mode := range []struct{ name, env string }{{"clone-into", cloneIntoEnv + "=1"}, {"moved-in", ""}} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			if inContainedChild(t, mode.env) {
+				testTamperedKeptCgroups(t)
+			}
+		})
 	}
+}
+
+func testTamperedKeptCgroups(t *testing.T) {
 	z := newZygoteRig(t, 0, nil) // cold starts: boxes made ahead take the kept cgroups
 	// Three calls at once leave three cgroups kept, and three boxes made ahead.
 	var wg sync.WaitGroup
