@@ -276,3 +276,39 @@ func TestCancelOfAFrozenCallIsAnswered(t *testing.T) {
 	}
 	c.end(t, true)
 }
+
+// Pool.Close kills what moved into a cgroup kept for later calls, and
+// removes the cgroup.
+func TestCloseKillsWhatMovedIntoAKeptCgroup(t *testing.T) {
+	t.Parallel()
+	if !inContainedChild(t) {
+		return
+	}
+	z := newZygoteRig(t, 0, nil)
+	z.runPID(t, "fill")
+	z.pool.behind.Wait()
+	k := z.pool.cfg.cgroups
+	k.mu.Lock()
+	var dir string
+	if len(k.free) > 0 {
+		dir = k.free[0].Dir()
+	}
+	k.mu.Unlock()
+	if dir == "" {
+		t.Fatal("no cgroup is kept after a call")
+	}
+	sleeper := exec.Command("sleep", "600")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killLater(t, sleeper.Process.Pid)
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(fmt.Sprint(sleeper.Process.Pid)), 0); err != nil {
+		t.Fatal(err)
+	}
+	z.pool.Close()
+	exits(t, sleeper.Process.Pid, "a process moved into a kept cgroup, after Pool.Close")
+	sleeper.Wait()
+	if fileExists(dir) {
+		t.Errorf("the kept cgroup %s is left after Pool.Close", dir)
+	}
+}
