@@ -121,7 +121,6 @@ func discardBox(m madeBox) {
 	if g := m.box.cg; g != nil {
 		if why := g.Unusable(); why != "" {
 			m.box.cg = nil
-			m.box.kept.discarding.Add(1)
 			m.box.kept.discard(g, why)
 		}
 	}

@@ -212,7 +212,6 @@ func (b *box) refit(cmd *exec.Cmd) {
 	if why == "" {
 		return
 	}
-	b.kept.discarding.Add(1)
 	b.kept.discard(b.cg, why)
 	g, err := b.kept.newCgroup(b.cookie[16:])
 	if err != nil {
@@ -266,7 +265,6 @@ func (b *box) startInto(cmd *exec.Cmd) error {
 	}
 	g := b.cg
 	b.cg = nil
-	b.kept.discarding.Add(1)
 	b.kept.discard(g, why)
 	return fmt.Errorf("the runner did not start within %s in its call's cgroup %s: %s; it was killed and the cgroup removed, and the call may be sent again", b.kept.startWithin, g.Dir(), why)
 }
@@ -282,7 +280,6 @@ func (b *box) frozenIn() error {
 	g := b.cg
 	b.cg = nil
 	g.Kill()
-	b.kept.discarding.Add(1)
 	b.kept.discard(g, "it is frozen (cgroup.freeze)")
 	return fmt.Errorf("the call's cgroup %s was frozen as the runner moved into it (node code of another call can write it); the runner was killed and the cgroup removed, and the call may be sent again", g.Dir())
 }

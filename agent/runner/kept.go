@@ -69,9 +69,9 @@ func (k *kept[T]) close() []T {
 // they wait (they are its call's cgroup's siblings): freeze one, so that a
 // runner started into it stops before it execs; change a limit; or move a
 // process of its own into one, out of its call's reach. So a kept cgroup
-// is checked again when it is handed out, those left are checked whenever
-// a call ends (the end of the call whose process moved is one), and Pool.Close
-// kills what is in them: one found unfit is killed and removed, never used.
+// is checked again when it is handed out, all are whenever a call ends
+// (the end of the call whose process moved is one), and Pool.Close kills
+// what is in them: one found unfit is killed and removed, never used.
 type callCgroups struct {
 	kept[*platform.CallCgroup]
 	log *slog.Logger
@@ -94,13 +94,19 @@ func newCallCgroups(log *slog.Logger) *callCgroups {
 
 // newCgroup is a call's cgroup, named for the call: an emptied one when
 // the pool keeps one fit for it (it keeps the name of the call it was
-// made for), else a new one. The kept ones are checked first (sweep).
+// made for), else a new one. A kept one is checked as it is handed out:
+// one unfit is discarded.
 func (k *callCgroups) newCgroup(name string) (*platform.CallCgroup, error) {
-	if k != nil {
-		k.sweep()
-		if g, ok := k.take(); ok {
-			return g, nil
+	for k != nil {
+		g, ok := k.take()
+		if !ok {
+			break
 		}
+		if why := g.Unfit(); why != "" {
+			k.discard(g, why)
+			continue
+		}
+		return g, nil
 	}
 	return cgroups.New(name)
 }
@@ -135,8 +141,6 @@ func (k *callCgroups) sweep() {
 		}
 		return false
 	})
-	// Counted before close can wait for them.
-	k.discarding.Add(len(unfit))
 	k.mu.Unlock()
 	for i, g := range unfit {
 		k.discard(g, why[i])
@@ -144,9 +148,10 @@ func (k *callCgroups) sweep() {
 }
 
 // discard kills what is in g, a cgroup found unfit for a call, and removes
-// it, in the background; discarding counts it already.
+// it, in the background (close waits for it).
 func (k *callCgroups) discard(g *platform.CallCgroup, why string) {
-	k.log.Warn("a call's cgroup was changed while it waited for a call (node code of another call can write it); killing what is in it and removing it", "cgroup", g.Dir(), "reason", why)
+	k.log.Warn("a call's cgroup was changed before its call could use it (node code of another call can write it); killing what is in it and removing it", "cgroup", g.Dir(), "reason", why)
+	k.discarding.Add(1)
 	go func() {
 		defer k.discarding.Done()
 		g.Kill()

@@ -181,7 +181,7 @@ func testTamperedKeptCgroups(t *testing.T) {
 	for i := range len(frozen) + 1 {
 		z.startsAndAnswers(t, fmt.Sprint("after-test-", i))
 	}
-	if log := z.log.String(); !strings.Contains(log, "changed while it waited for a call") {
+	if log := z.log.String(); !strings.Contains(log, "changed before its call could use it") {
 		t.Errorf("the log does not say a kept cgroup was found changed:\n%s", log)
 	}
 	z.pool.Close()
