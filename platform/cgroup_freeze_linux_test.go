@@ -2,6 +2,7 @@ package platform
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -36,6 +37,21 @@ func TestKeptCgroupFrozenOrMovedIntoIsUnfit(t *testing.T) {
 	}
 	if why := g.Unfit(); !strings.Contains(why, "changed") {
 		t.Errorf("Unfit() = %q for a cgroup frozen and thawed; want it to say changed", why)
+	}
+
+	for _, change := range []struct{ name, script string }{
+		{"handed-to-others", "chmod 0666 cgroup.procs"},
+		{"child-made", "mkdir child && rmdir child"},
+		{"limit-set", "echo 5 > cgroup.max.descendants"},
+	} {
+		kept := reuse(t, reusableCgroup(t, "kept-"+change.name))
+		// Not run in it: by node code of another call.
+		if out, err := exec.Command("sh", "-c", "cd "+kept.Dir()+" && "+change.script).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", change.script, err, out)
+		}
+		if why := kept.Unfit(); !strings.Contains(why, "changed") {
+			t.Errorf("Unfit() = %q for a kept cgroup after %q; want it to say changed", why, change.script)
+		}
 	}
 
 	moved := reuse(t, reusableCgroup(t, "kept-moved-into"))
