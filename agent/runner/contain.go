@@ -173,7 +173,9 @@ func (b *box) makeAhead() {
 func (b *box) start(cmd *exec.Cmd) error {
 	platform.NewProcessGroup(cmd)
 	if b.cg != nil {
-		b.refit(cmd)
+		if err := b.refit(cmd); err != nil {
+			return err
+		}
 	}
 	if err := b.startInto(cmd); err != nil {
 		if b.cg != nil {
@@ -206,24 +208,23 @@ func (b *box) start(cmd *exec.Cmd) error {
 // it may no longer take the runner (Unusable): node code of another call
 // may have frozen it or moved a process into it meanwhile. The
 // replacement is named by the cookie's other half: the cgroup replaced may
-// be one made for this box, still being removed.
-func (b *box) refit(cmd *exec.Cmd) {
+// be one made for this box, still being removed. Where no other can be
+// made, the start fails.
+func (b *box) refit(cmd *exec.Cmd) error {
 	why := b.cg.Unusable()
 	if why == "" {
-		return
+		return nil
 	}
-	b.kept.discard(b.cg, why)
-	g, err := b.kept.newCgroup(b.cookie[16:])
+	g := b.cg
+	b.cg = nil
+	b.kept.discard(g, why)
+	next, err := b.kept.newCgroup(b.cookie[16:])
 	if err != nil {
-		b.log.Warn("could not make the call's cgroup; it is contained by its process group and cookie", "error", err)
-		b.cg = nil
-		if cmd.SysProcAttr != nil {
-			cmd.SysProcAttr.UseCgroupFD = false
-		}
-		return
+		return fmt.Errorf("the call's cgroup %s could not take the runner (%s), and no other could be made: %w", g.Dir(), why, err)
 	}
-	b.cg = g
-	g.Prepare(cmd)
+	b.cg = next
+	next.Prepare(cmd)
+	return nil
 }
 
 // startInto starts cmd, straight into the box's cgroup where runners are
