@@ -19,8 +19,8 @@ import (
 )
 
 // freezerNode freezes every cgroup of its worker's calls (named as its
-// own is), writes its own cgroup's path to the file it is given, and
-// freezes itself.
+// own is) where others is true, writes its own cgroup's path to the file
+// it is given, and freezes itself.
 const freezerNode = `import os, time
 def own_cgroup():
     rel = [l[3:].strip() for l in open("/proc/self/cgroup") if l.startswith("0::")][0]
@@ -29,10 +29,10 @@ def own_cgroup():
             return base + rel
     raise RuntimeError("no cgroup v2 directory for " + rel)
 
-def f(mark):
+def f(mark, others):
     own = own_cgroup()
     parent, name = os.path.split(own)
-    for n in os.listdir(parent):
+    for n in os.listdir(parent) if others else []:
         d = os.path.join(parent, n)
         if n != name and n.startswith(name[:-16]) and os.path.isdir(d):
             try:
@@ -94,10 +94,10 @@ func testFrozenCgroups(t *testing.T, warm string) {
 	answers("fill-", 3)
 
 	// frozen starts a freezer node and waits until its own cgroup is frozen.
-	frozen := func(id string) *enginetest.Call {
+	frozen := func(id string, others bool) *enginetest.Call {
 		t.Helper()
 		mark := filepath.Join(t.TempDir(), "cgroup")
-		c := startNode(t, wk, nodeRun(id, freezerNode, "f", map[string]any{"mark": mark}))
+		c := startNode(t, wk, nodeRun(id, freezerNode, "f", map[string]any{"mark": mark, "others": others}))
 		var dir []byte
 		eventually(t, 30*time.Second, "the node to freeze its cgroup", func() bool {
 			dir, _ = os.ReadFile(mark)
@@ -107,7 +107,7 @@ func testFrozenCgroups(t *testing.T, warm string) {
 		return c
 	}
 
-	c := frozen("freezer")
+	c := frozen("freezer", true)
 	// Every cgroup the node could reach was frozen: later calls run anyway.
 	answers("after-", 3)
 	if err := wk.Cancel("freezer"); err != nil {
@@ -121,7 +121,9 @@ func testFrozenCgroups(t *testing.T, warm string) {
 	answer.Decode(&out)
 	nodeError(t, out, "NodeCancelled")
 
-	c = frozen("stopped")
+	// Its own cgroup only: one that froze the cgroup of a call still
+	// ending would hold that call for the grace, SIGKILL its only way out.
+	c = frozen("stopped", false)
 	w.signal(syscall.SIGTERM)
 	answer, _, err = c.WaitTimeout(30 * time.Second)
 	if err != nil {
