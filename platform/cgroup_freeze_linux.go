@@ -15,12 +15,20 @@ import (
 // signals the call's processes (so that SIGTERM lets them clean up and
 // answer), and a start into a cgroup is bounded by its caller.
 
-// Frozen reports whether the cgroup is frozen, as cgroup.events says (its
-// own cgroup.freeze or an ancestor's). Processes being frozen may still run
-// a moment before it says so.
+// Frozen reports whether the cgroup is frozen (cgroup.events says so, by
+// its own cgroup.freeze or an ancestor's) or being frozen: its
+// cgroup.freeze says 1, and its processes stop at their next step, which
+// on a loaded machine may be a while after the write.
 func (g *CallCgroup) Frozen() bool {
 	var buf [128]byte
-	return keyedValueOf(g.read(g.events, "cgroup.events", buf[:]), "frozen") > 0
+	if keyedValueOf(g.read(g.events, "cgroup.events", buf[:]), "frozen") > 0 {
+		return true
+	}
+	if g.handedOn.Load() {
+		return false
+	}
+	b, _ := os.ReadFile(filepath.Join(g.dir, "cgroup.freeze"))
+	return len(b) > 0 && b[0] == '1'
 }
 
 // Thaw writes 0 to cgroup.freeze, so that the processes in the cgroup run
