@@ -157,13 +157,39 @@ func isOwnWrite(name []byte) bool {
 
 // Reusable reports whether the cgroup may serve another call: calls'
 // cgroups are reused here (no memory controller for them, inotify
-// available), it is empty, and nothing of its call changed it. The
-// caller keeps it for a later call (Reuse), or removes it.
-func (g *CallCgroup) Reusable() bool {
-	if g.handedOn.Load() || g.watch < 0 || g.fd < 0 || g.events == nil || g.cpuStat == nil || g.Populated() {
-		return false
+// available), it is empty, not frozen, and nothing of its call changed
+// it. The caller keeps it for a later call (Reuse), or removes it.
+func (g *CallCgroup) Reusable() bool { return g.Unfit() == "" }
+
+// Unfit says why the cgroup may not serve another call, or "" where it
+// may (Reusable). A cgroup kept for a later call is asked again when it is
+// handed out: node code of a call that runs meanwhile may have frozen it,
+// changed it, or moved a process into it.
+func (g *CallCgroup) Unfit() string {
+	switch {
+	case g.handedOn.Load():
+		return "it was handed to another call"
+	case g.watch < 0 || g.fd < 0 || g.events == nil || g.cpuStat == nil:
+		return "it is not watched for changes"
 	}
-	return g.watcher.unchanged(g.watch)
+	return g.Unusable()
+}
+
+// Unusable says why the cgroup, made or kept for a runner not started
+// yet, may not take it, or "" where it may: a process is in it, it is
+// frozen, or it was changed (where it is watched).
+func (g *CallCgroup) Unusable() string {
+	var buf [128]byte
+	events := g.read(g.events, "cgroup.events", buf[:])
+	switch {
+	case keyedValueOf(events, "populated") > 0:
+		return "a process is in it"
+	case keyedValueOf(events, "frozen") > 0:
+		return "it is frozen (cgroup.freeze)"
+	case g.watch >= 0 && !g.watcher.unchanged(g.watch):
+		return "it was changed (a limit or cgroup.freeze written, a cgroup made in it, a file's owner or mode)"
+	}
+	return ""
 }
 
 // Reuse hands a cgroup Reusable said may serve another call on: it returns

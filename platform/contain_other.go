@@ -79,6 +79,10 @@ func (g *CallCgroup) Remove(wait time.Duration) error          { return nil }
 func (g *CallCgroup) PeakMemory() int64                        { return 0 }
 func (g *CallCgroup) CPU() time.Duration                       { return 0 }
 func (g *CallCgroup) Reusable() bool                           { return false }
+func (g *CallCgroup) Unfit() string                            { return "cgroups are Linux's" }
+func (g *CallCgroup) Unusable() string                         { return "" }
+func (g *CallCgroup) Frozen() bool                             { return false }
+func (g *CallCgroup) Thaw() error                              { return nil }
 func (g *CallCgroup) Reuse() *CallCgroup                       { return g }
 
 // OOMWatch finds nothing: there is no memory cgroup to read here.

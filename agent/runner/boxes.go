@@ -13,6 +13,7 @@ package runner
 
 import (
 	"log/slog"
+	"slices"
 	"sync"
 )
 
@@ -94,8 +95,35 @@ func (a *boxesAhead) discard() {
 	}
 }
 
-// discardBox removes a box nothing ran in.
+// sweep discards the boxes made ahead whose cgroup may no longer take a
+// runner: node code of a call may freeze it, or move a process into it,
+// out of its call's reach. Every call's end sweeps (the end of the call
+// whose process moved is one).
+func (a *boxesAhead) sweep() {
+	var unfit []madeBox
+	a.mu.Lock()
+	a.ready = slices.DeleteFunc(a.ready, func(m madeBox) bool {
+		if m.box.cg != nil && m.box.cg.Unusable() != "" {
+			unfit = append(unfit, m)
+			return true
+		}
+		return false
+	})
+	a.mu.Unlock()
+	for _, m := range unfit {
+		discardBox(m)
+	}
+}
+
+// discardBox removes a box nothing ran in; what node code moved into its
+// cgroup is killed.
 func discardBox(m madeBox) {
+	if g := m.box.cg; g != nil {
+		if why := g.Unusable(); why != "" {
+			m.box.cg = nil
+			m.box.kept.discard(g, why)
+		}
+	}
 	m.box.teardown()
 	if err := m.dir.remove(); err != nil {
 		m.box.log.Warn("could not remove a call directory made ahead", "dir", m.dir.path, "error", err)

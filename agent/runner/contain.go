@@ -175,7 +175,12 @@ func (b *box) makeAhead() {
 // reaping orphans leaves it to os/exec, and raises its oom_score_adj.
 func (b *box) start(cmd *exec.Cmd) error {
 	platform.NewProcessGroup(cmd)
-	if err := platform.StartContained(cmd); err != nil {
+	if b.cg != nil {
+		if err := b.refit(cmd); err != nil {
+			return err
+		}
+	}
+	if err := b.startInto(cmd); err != nil {
 		if b.cg != nil {
 			b.cg.Remove(0)
 			b.cg = nil
@@ -188,6 +193,10 @@ func (b *box) start(cmd *exec.Cmd) error {
 			b.log.Warn("could not move the runner into the call's cgroup; it is contained by its process group and cookie", "cgroup", b.cg.Dir(), "error", err)
 			b.cg.Remove(0)
 			b.cg = nil
+		} else if err := b.frozenIn(); err != nil {
+			cmd.Wait()
+			platform.Forget(cmd.Process.Pid)
+			return err
 		}
 	}
 	b.oom = platform.WatchOOM(b.cg) // in its call's cgroup, or the worker's
@@ -196,6 +205,87 @@ func (b *box) start(cmd *exec.Cmd) error {
 	}
 	b.pid = cmd.Process.Pid
 	return nil
+}
+
+// refit replaces the box's cgroup, made or kept ahead of the start, where
+// it may no longer take the runner (Unusable): node code of another call
+// may have frozen it or moved a process into it meanwhile. The
+// replacement is named by the cookie's other half: the cgroup replaced may
+// be one made for this box, still being removed. Where no other can be
+// made, the start fails.
+func (b *box) refit(cmd *exec.Cmd) error {
+	why := b.cg.Unusable()
+	if why == "" {
+		return nil
+	}
+	g := b.cg
+	b.cg = nil
+	b.kept.discard(g, why)
+	next, err := b.kept.newCgroup(b.cookie[16:])
+	if err != nil {
+		return fmt.Errorf("the call's cgroup %s could not take the runner (%s), and no other could be made: %w", g.Dir(), why, err)
+	}
+	b.cg = next
+	next.Prepare(cmd)
+	return nil
+}
+
+// startInto starts cmd, straight into the box's cgroup where runners are
+// started so, within the pool's startWithin. A process started into a
+// frozen cgroup (node code of another call can freeze it after it was
+// checked) stops before it execs, and its parent waits in the clone for
+// the exec, holding the lock every start of this process takes: past the
+// bound, everything in the cgroup is killed, which ends the clone, and the
+// start fails, the cgroup discarded.
+func (b *box) startInto(cmd *exec.Cmd) error {
+	if b.cg == nil || !cgroups.CloneInto() {
+		return platform.StartContained(cmd)
+	}
+	var mu sync.Mutex
+	started, late := false, false
+	bound := time.AfterFunc(b.kept.startWithin, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !started {
+			late = true
+			b.cg.Kill()
+		}
+	})
+	err := platform.StartContained(cmd)
+	bound.Stop()
+	mu.Lock()
+	started = true
+	mu.Unlock()
+	if !late {
+		return err
+	}
+	if err == nil {
+		cmd.Wait()
+		platform.Forget(cmd.Process.Pid)
+	}
+	why := "it did not start"
+	if b.cg.Frozen() {
+		why = "its cgroup is frozen (cgroup.freeze; node code of another call can write it)"
+	}
+	g := b.cg
+	b.cg = nil
+	b.kept.discard(g, why)
+	return fmt.Errorf("the runner did not start within %s in its call's cgroup %s: %s; it was killed and the cgroup removed, and the call may be sent again", b.kept.startWithin, g.Dir(), why)
+}
+
+// frozenIn fails the start of a runner just moved into the box's cgroup
+// where the cgroup is frozen: the runner would wait, frozen, for its call.
+// It kills the runner and discards the cgroup; the caller waits for the
+// runner.
+func (b *box) frozenIn() error {
+	if !b.cg.Frozen() {
+		return nil
+	}
+	g := b.cg
+	b.cg = nil
+	g.Kill()
+	b.kept.discard(g, "it is frozen (cgroup.freeze)")
+	return fmt.Errorf("the call's cgroup %s was frozen as the runner moved into it (node code of another call can write it); the runner was killed and the cgroup removed, and the call may be sent again", g.Dir())
 }
 
 // reaped records the runner's end; os/exec has waited for it.
@@ -270,6 +360,11 @@ func (b *box) signalAll(sig syscall.Signal) bool {
 	found := platform.SignalGroup(b.pid, sig)
 	switch {
 	case b.cg != nil:
+		// A frozen process gets no signal but SIGKILL until it is thawed:
+		// node code may have frozen its own call's cgroup.
+		if b.cg.Frozen() {
+			b.cg.Thaw()
+		}
 		// Nothing leaves a cgroup it cannot write: no cookie to look for.
 		found = b.cg.Signal(sig, b.pid) || found
 	case b.cookie != "":

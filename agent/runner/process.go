@@ -87,7 +87,7 @@ func NewPool(cfg Config) *Pool {
 	p := &Pool{cfg: cfg}
 	p.cfg.dirs = &callDirs{}
 	if cgroups != nil {
-		p.cfg.cgroups = &callCgroups{}
+		p.cfg.cgroups = newCallCgroups(p.cfg.Log)
 	}
 	p.warm = newWarmPool(&p.cfg)
 	p.boxes = &boxesAhead{cfg: &p.cfg, behind: &p.behind}
@@ -458,6 +458,7 @@ func (p *Process) End(answered bool) Usage {
 	reuse := p.box.emptied()
 	p.behind.Go(func() {
 		p.box.teardown()
+		p.boxes.sweep()
 		if err := p.cfg.dirs.recycle(p.dir, reuse); err != nil {
 			p.log.Warn("could not remove the call's directory", "dir", p.dir.path, "error", err)
 		}

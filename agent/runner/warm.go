@@ -225,6 +225,9 @@ func (p *warmPool) claimLocked(we *warmEnv) *spare {
 		if why == "" && (closed(s.exited) || s.forked.HasExited()) {
 			why = "it died" // a dead spare is never handed a call
 		}
+		if why == "" && s.box.cg != nil && s.box.cg.Frozen() {
+			why = "its cgroup is frozen (cgroup.freeze; node code can write it)"
+		}
 		p.mu.Lock()
 		if why != "" {
 			s.box.log.Debug("spare runner not used; stopping it", "reason", why)

@@ -213,7 +213,12 @@ func (z *zygote) fork(s *spare, forCall bool) error {
 	if s.box.cg != nil {
 		// Before the request is written: the runner waits for it, so no
 		// node code runs outside the call's cgroup.
-		if err := s.box.cg.Move(pid); err != nil {
+		err := s.box.cg.Move(pid)
+		if err == nil && s.box.cg.Frozen() {
+			// It would wait, frozen, for its call.
+			err = errors.New("the call's cgroup is frozen (cgroup.freeze; node code of another call can write it)")
+		}
+		if err != nil {
 			// Nothing of a call ran in it yet: it goes, and the call starts cold.
 			platform.SignalGroup(pid, syscall.SIGKILL)
 			z.waitRunner(pid, report, watch)

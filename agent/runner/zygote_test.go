@@ -44,8 +44,8 @@ var containedChild bool
 // inContainedChild runs the test again in a child process with a cgroup per
 // call, and reports true in that child: only there does the test go on.
 // It skips where zygotes cannot be used (not root, no writable cgroup v2,
-// no /usr/bin/python3).
-func inContainedChild(t *testing.T) bool {
+// no /usr/bin/python3). env is added to the child's environment.
+func inContainedChild(t *testing.T, env ...string) bool {
 	t.Helper()
 	if containedChild {
 		if !forksHere() {
@@ -65,7 +65,7 @@ func inContainedChild(t *testing.T) bool {
 		args = append(args, "-test.timeout="+(time.Until(deadline)*9/10).String())
 	}
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), containedEnv+"=1")
+	cmd.Env = append(append(os.Environ(), containedEnv+"=1"), env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("the contained test process failed: %v\n%s", err, out)
