@@ -188,7 +188,14 @@ func (c *call) answer(ctx context.Context, p *runner.Process, end runner.Output)
 		c.errType, c.errMsg = protocol.TypeNodeCancelled, msgConnectionLost
 		return
 	}
+	var own ownAnswer
 	switch {
+	case errors.As(context.Cause(c.ctx), &own):
+		// Whatever the runner answered to the stop ("the call was
+		// cancelled" says the engine asked), the engine must hear why.
+		c.outcome = metrics.OutcomeCancelled
+		c.errType, c.errMsg = protocol.TypeNodeCancelled, own.stop.Error()
+		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeNodeCancelled, own.stop.Error()))
 	case end.Answer != nil:
 		c.outcome = answerOutcome(end.Answer)
 		if c.outcome != metrics.OutcomeOK {
@@ -330,6 +337,19 @@ func (c *call) stoppedBeforeStart(ctx context.Context, stop *runner.StopError) {
 func (c *call) stop(reason string) {
 	c.cancel(&runner.StopError{Reason: reason})
 }
+
+// stopAnswering stops the call as stop does, and answers it NodeCancelled
+// with reason whatever the runner answers: the worker stopped it on its own
+// account, and the engine is to hear why.
+func (c *call) stopAnswering(reason string) {
+	c.cancel(ownAnswer{&runner.StopError{Reason: reason}})
+}
+
+// ownAnswer is the cause of a stop whose answer is the worker's own.
+type ownAnswer struct{ stop *runner.StopError }
+
+func (o ownAnswer) Error() string { return o.stop.Error() }
+func (o ownAnswer) Unwrap() error { return o.stop }
 
 // kill stops the runner's processes at once, for a worker told twice to
 // stop.

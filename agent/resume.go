@@ -249,7 +249,7 @@ func (a *Agent) continueHeld(at *attachment, c *call, after int64) {
 				c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeRemoteError, msgCannotReplay+": "+err.Error()))
 				return
 			}
-			c.stop(msgCannotReplay + ": " + err.Error())
+			c.stopAnswering(msgCannotReplay + ": " + err.Error())
 		}
 	}()
 }

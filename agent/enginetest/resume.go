@@ -21,6 +21,7 @@ type resumeState struct {
 	mu     sync.Mutex
 	calls  map[string]*Call // by worker name and call id
 	cancel map[string]bool  // call ids to answer cancel
+	at     map[string]int64 // call ids to answer continue after this seq, whatever the engine has
 }
 
 func callKey(name, id string) string { return name + "\x00" + id }
@@ -69,6 +70,31 @@ func (e *Engine) CancelOnResume(ids ...string) {
 	}
 }
 
+// ContinueAt makes the engine answer continue after seq for the call id,
+// whatever it received: an engine that asks for frames the worker cannot
+// serve.
+func (e *Engine) ContinueAt(id string, seq int64) {
+	e.resume.mu.Lock()
+	defer e.resume.mu.Unlock()
+	if e.resume.at == nil {
+		e.resume.at = map[string]int64{}
+	}
+	e.resume.at[id] = seq
+}
+
+// GoDown drops every connection and stops listening, until ComeBack: an
+// engine outage whose end the test chooses.
+func (e *Engine) GoDown() {
+	e.stopServing()
+	e.DropAll()
+}
+
+// ComeBack listens again on the engine's address after GoDown.
+func (e *Engine) ComeBack() error {
+	_, err := e.listen(e.addr)
+	return err
+}
+
 // resumeMessage answers a worker's resume message; it reports false for a
 // frame that is not one.
 func (e *Engine) resumeMessage(w *Worker, raw []byte) bool {
@@ -87,7 +113,11 @@ func (e *Engine) resumeMessage(w *Worker, raw []byte) bool {
 			verdicts = append(verdicts, protocol.ResumeVerdict{CallID: held.CallID, Action: protocol.ResumeCancel})
 			w.adopt(c)
 		default:
-			verdicts = append(verdicts, protocol.ResumeVerdict{CallID: held.CallID, Action: protocol.ResumeContinue, Seq: c.Seq()})
+			seq, forced := e.resume.at[held.CallID]
+			if !forced {
+				seq = c.Seq()
+			}
+			verdicts = append(verdicts, protocol.ResumeVerdict{CallID: held.CallID, Action: protocol.ResumeContinue, Seq: seq})
 			w.adopt(c)
 		}
 	}

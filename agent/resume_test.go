@@ -1,0 +1,117 @@
+package agent_test
+
+// The resume extension (RESUME.md) from the engine's side, in this
+// process: the fake engine accepts it, and the worker serving it holds its
+// calls through outages the test makes.
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluksio/fluksio-worker/agent/enginetest"
+	"github.com/fluksio/fluksio-worker/agent/protocol"
+)
+
+// resumeNodes: paced yields i = 0 .. n-1, one every pace_ms, then returns n.
+const resumeNodes = `
+import time
+from fluksio import Port, node
+
+@node(requires=[Port("n", "int"), Port("pace_ms", "int")],
+      provides=[Port("i", "int", stream=True), Port("count", "int")])
+def paced(n, pace_ms):
+    for i in range(n):
+        yield {"i": i}
+        time.sleep(pace_ms / 1000.0)
+    return n
+`
+
+func pacedCall(id string, n, paceMS int) map[string]any {
+	return sourceCall(resumeNodes, "resume_nodes.py", id, "paced", map[string]any{"n": n, "pace_ms": paceMS})
+}
+
+// startResumeSession is a session whose engine accepts the extension with
+// grace; it has read the worker's first resume message (a fresh worker
+// holds nothing).
+func startResumeSession(t *testing.T, grace time.Duration, extra ...string) *session {
+	t.Helper()
+	s := startSessionWith(t, enginetest.Options{Resume: grace}, extra...)
+	held := resumedOn(t, s.wk)
+	if len(held.Calls) != 0 {
+		t.Fatalf("a fresh worker says it holds %+v", held.Calls)
+	}
+	return s
+}
+
+// resumedOn is the worker's resume message on wk.
+func resumedOn(t *testing.T, wk *enginetest.Worker) protocol.ResumeHello {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), attachTimeout)
+	defer cancel()
+	msg, err := wk.Resumed(ctx)
+	if err != nil {
+		t.Fatalf("no resume message after an accepting welcome: %v", err)
+	}
+	return msg
+}
+
+// nextWorker waits for the worker to attach again.
+func (s *session) nextWorker(t *testing.T, timeout time.Duration) *enginetest.Worker {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	wk, err := s.eng.NextWorker(ctx)
+	if err != nil {
+		t.Fatalf("the worker did not attach again: %v", err)
+	}
+	return wk
+}
+
+// streamed waits for the call's next stream event.
+func streamed(t *testing.T, c *enginetest.Call) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	for {
+		m, err := c.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.IsAnswer() {
+			t.Fatalf("the call ended early: %s", m.Raw)
+		}
+		if m.Event == "stream" {
+			return
+		}
+	}
+}
+
+// A continue the worker cannot serve (the engine claims frames the call
+// never sent) stops the call, and its answer is the error RESUME.md
+// documents, not the runtime's answer to the stop.
+func TestUnservableContinueIsAnsweredWithTheReason(t *testing.T) {
+	s := startResumeSession(t, 10*time.Minute)
+	c, err := s.wk.Run(pacedCall("far", 100000, 50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	streamed(t, c)
+	s.eng.ContinueAt("far", 1<<40)
+	if err := s.eng.Restart(100 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	wk := s.nextWorker(t, attachTimeout)
+	if held := resumedOn(t, wk); len(held.Calls) != 1 || held.Calls[0].CallID != "far" || held.Calls[0].Done {
+		t.Fatalf("the worker says it holds %+v; want the running call far", held.Calls)
+	}
+	answer, _, err := c.WaitTimeout(callTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "the call's events cannot be replayed from where the engine asks: "
+	if answer.OK || answer.Error == nil || answer.Error.Type != protocol.TypeNodeCancelled || !strings.HasPrefix(answer.Error.Message, want) {
+		t.Fatalf("answer %s; want a NodeCancelled error saying %q...", answer.Raw, want)
+	}
+}
