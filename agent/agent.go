@@ -199,6 +199,10 @@ func (a *Agent) Serve(ctx context.Context) (err error) {
 			wait = rand.N(firstRetrySpread + 1)
 		}
 		backoff = min(backoff*2, backoffMax)
+		if limit := a.heldRetryLimit(); limit > 0 && wait > limit {
+			// An engine back within the grace must find its calls held.
+			wait = limit/2 + rand.N(limit/2+1)
+		}
 		a.log.Warn("disconnected; retrying", "error", err, "retry_in", wait.Round(time.Millisecond).String())
 		a.life.connecting(err.Error())
 		if done, idle := a.waitOffline(ctx, wait); done {

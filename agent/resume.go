@@ -48,6 +48,24 @@ const (
 	msgCancelledHeld = "the engine cancelled the call while it was held through an outage"
 )
 
+// heldRetryMax bounds the wait between attempts to attach while calls are
+// held, whatever their grace: an engine back is found within seconds.
+const heldRetryMax = 5 * time.Second
+
+// heldRetryLimit is the longest wait before the next attempt to attach
+// while calls are held (0 when none is): a tenth of the shortest grace, at
+// most heldRetryMax, so that an engine back within the grace finds its calls
+// still held rather than a worker asleep in a 30 s backoff.
+func (a *Agent) heldRetryLimit() time.Duration {
+	var limit time.Duration
+	for _, c := range a.heldCalls() {
+		if l := min(c.grace/10, heldRetryMax); limit == 0 || l < limit {
+			limit = l
+		}
+	}
+	return limit
+}
+
 // heldDir is where held calls spill their output.
 func (a *Agent) heldDir() string { return filepath.Join(a.stateDir, "held") }
 

@@ -115,3 +115,29 @@ func TestUnservableContinueIsAnsweredWithTheReason(t *testing.T) {
 		t.Fatalf("answer %s; want a NodeCancelled error saying %q...", answer.Raw, want)
 	}
 }
+
+// While calls are held the worker tries to attach again often enough that
+// an engine back within the grace finds them held: not with a backoff that
+// has doubled to 30 s. The engine stays down for five failed attempts (15 s
+// at least with a backoff doubling from 1 s), then comes back; its grace is
+// 24 s.
+func TestEngineBackWithinTheGraceFindsItsCalls(t *testing.T) {
+	s := startResumeSession(t, 24*time.Second)
+	c, err := s.wk.Run(pacedCall("long", 100000, 50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	streamed(t, c)
+	s.eng.GoDown()
+	retries := func() int { return strings.Count(s.log.String(), "disconnected; retrying") }
+	// The lost connection, then five attempts that failed.
+	eventually(t, 2*time.Minute, "five failed attempts to attach after the engine went down", func() bool { return retries() >= 6 })
+	if err := s.eng.ComeBack(); err != nil {
+		t.Fatal(err)
+	}
+	wk := s.nextWorker(t, 2*time.Minute)
+	if held := resumedOn(t, wk); len(held.Calls) != 1 || held.Calls[0].CallID != "long" {
+		t.Fatalf("the worker says it holds %+v; want the call long, within its grace", held.Calls)
+	}
+	streamed(t, c)
+}
