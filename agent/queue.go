@@ -135,6 +135,10 @@ func (q *callQueue) compact() {
 func (a *Agent) runSlot(c *call) {
 	for c != nil {
 		c.run(c.session, c.rt)
+		if c.journal != nil {
+			// The call is over: nothing of it can be asked for again.
+			c.journal.Close()
+		}
 		done := c
 		// A stopping worker answers the waiting calls itself (stopAll); a
 		// lost connection drops them (dropWaiting). Neither starts them.

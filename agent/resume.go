@@ -25,14 +25,15 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/status"
 )
 
-// What one held call may keep. Memory: a few MiB per call, so --parallel
-// calls held at once cost tens of MiB at most; the rest spills to the state
-// directory. Disk: 1 GiB per call bounds what an outage can write (a call
-// with more output pauses: its runner waits on its pipe until the engine is
-// back). Retain: frames already written to a connection that dies may not
-// have reached the engine: the socket's send buffer, a few MiB at most,
-// holds that much.
-var holdLimits = hold.Limits{Memory: 4 << 20, Disk: 1 << 30, Retain: 4 << 20}
+// What one call's journal may keep: the frames it sent until the engine
+// says it has them (they may still be in the worker's queue or either
+// socket's buffers, tens of MiB, when the connection dies) and, while
+// held, the frames it produces. Memory: a few MiB per call, so --parallel
+// calls cost tens of MiB at most; the rest spills to the state directory.
+// Disk: 1 GiB per call bounds what an outage can write (a held call with
+// more output pauses: its runner waits on its pipe until the engine is
+// back); past it, the oldest frames already sent go first.
+var holdLimits = hold.Limits{Memory: 4 << 20, Disk: 1 << 30}
 
 // resumeAnswerTimeout bounds the wait for the engine's resume answer, as
 // the welcome's wait is bounded: held calls are then unclaimed.

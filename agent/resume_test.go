@@ -6,6 +6,10 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -140,4 +144,72 @@ func TestEngineBackWithinTheGraceFindsItsCalls(t *testing.T) {
 		t.Fatalf("the worker says it holds %+v; want the call long, within its grace", held.Calls)
 	}
 	streamed(t, c)
+}
+
+// bulkNodes: bulk yields i = 0 .. n-1 with size bytes of padding each,
+// writing how many it yielded to the file progress after each.
+const bulkNodes = `
+from fluksio import Port, node
+
+@node(requires=[Port("n", "int"), Port("size", "int"), Port("progress", "str")],
+      provides=[Port("i", "int", stream=True), Port("pad", "str", stream=True), Port("count", "int")])
+def bulk(n, size, progress):
+    pad = "x" * size
+    for i in range(n):
+        yield {"i": i, "pad": pad}
+        with open(progress, "w") as f:
+            f.write(str(i + 1))
+    return n
+`
+
+// An engine that stops reading (hung) while a call writes far more than
+// 4 MiB, then restarts: what it never read was in the worker's queue and
+// the sockets' buffers when the connection died, and the worker still has
+// all of it. The engine gets every value once, in order, and the answer.
+func TestHungEngineGetsEverythingInFlight(t *testing.T) {
+	const n, size, inFlight = 400, 32 << 10, 300 // 300 frames of 32 KiB: over 9 MiB in flight
+	s := startResumeSession(t, 10*time.Minute)
+	progress := filepath.Join(t.TempDir(), "progress")
+	s.wk.PauseReads(10 * time.Minute)
+	c, err := s.wk.Run(sourceCall(bulkNodes, "bulk_nodes.py", "bulk", "bulk",
+		map[string]any{"n": n, "size": size, "progress": progress}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, callTimeout, fmt.Sprintf("the node to yield %d values the engine does not read", inFlight), func() bool {
+		b, _ := os.ReadFile(progress)
+		got, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		return got >= inFlight
+	})
+	if err := s.eng.Restart(100 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	wk := s.nextWorker(t, attachTimeout)
+	if held := resumedOn(t, wk); len(held.Calls) != 1 || held.Calls[0].CallID != "bulk" {
+		t.Fatalf("the worker says it holds %+v; want the call bulk", held.Calls)
+	}
+	answer, events, err := c.WaitTimeout(callTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !answer.OK {
+		t.Fatalf("answer %.500s; want the node's own (%d values were in flight)", answer.Raw, inFlight)
+	}
+	var got []int
+	for _, m := range events {
+		var v struct {
+			Values struct{ I int } `json:"values"`
+		}
+		if m.Event == "stream" && m.Decode(&v) == nil {
+			got = append(got, v.Values.I)
+		}
+	}
+	for i, v := range got {
+		if v != i {
+			t.Fatalf("value %d is %d: a value was lost, repeated or reordered", i, v)
+		}
+	}
+	if len(got) != n {
+		t.Fatalf("%d values arrived, want %d", len(got), n)
+	}
 }
