@@ -32,9 +32,11 @@ const (
 	ResumeCancel   = "cancel"   // stop the call and answer it NodeCancelled
 )
 
-// ResumeOffer is the header value offering the extension with grace.
+// ResumeOffer is the header value offering the extension with grace, in
+// whole seconds rounded up: a grace under a second is not offered as
+// grace=0, which says nothing is held.
 func ResumeOffer(grace time.Duration) string {
-	return fmt.Sprintf("%d; grace=%d", ResumeVersion, int64(grace/time.Second))
+	return fmt.Sprintf("%d; grace=%d", ResumeVersion, int64((grace+time.Second-1)/time.Second))
 }
 
 // ParseResumeOffer reads an offer header: the grace, and whether it is an

@@ -29,8 +29,17 @@ func TestResumeGrace(t *testing.T) {
 }
 
 func TestResumeOffer(t *testing.T) {
-	if got := ResumeOffer(5 * time.Minute); got != "1; grace=300" {
-		t.Fatalf("offer %q", got)
+	// Whole seconds, rounded up: a grace under a second is still an offer
+	// an engine can accept (grace=0 is none).
+	for grace, want := range map[time.Duration]string{
+		5 * time.Minute:        "1; grace=300",
+		500 * time.Millisecond: "1; grace=1",
+		90*time.Second + 1:     "1; grace=91",
+		time.Second:            "1; grace=1",
+	} {
+		if got := ResumeOffer(grace); got != want {
+			t.Errorf("ResumeOffer(%s) = %q, want %q", grace, got, want)
+		}
 	}
 	for header, want := range map[string]time.Duration{
 		"1; grace=300": 5 * time.Minute,
