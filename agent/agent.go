@@ -498,3 +498,31 @@ func (a *Agent) notify() {
 	default:
 	}
 }
+
+// runnerConfig is what the agent's runners are started with.
+func (a *Agent) runnerConfig() runner.Config {
+	return runner.Config{
+		Python:          a.python,
+		StateDir:        a.stateDir,
+		BaseEnv:         a.baseEnv,
+		CancelGrace:     a.cfg.CancelGrace,
+		MaxLine:         a.cfg.MaxLine,
+		Spares:          a.cfg.WarmSpares(),
+		Preload:         a.cfg.Preload,
+		OutsizedRequest: frame.Outsized,
+		Log:             a.log,
+		Metrics:         a.metrics,
+		NodeLog:         nodeLog(a.cfg.NodeLogLevel),
+	}
+}
+
+// nodeLog reads --node-log-level.
+func nodeLog(level string) runner.NodeLog {
+	switch level {
+	case "off":
+		return runner.NodeLog{Off: true}
+	case "debug":
+		return runner.NodeLog{Level: slog.LevelDebug}
+	}
+	return runner.NodeLog{Level: slog.LevelInfo}
+}

@@ -91,6 +91,15 @@ func newCall(id, op, function string, request []byte, env []string, host callHos
 	return c
 }
 
+// envSize is what the request's env adds to its size.
+func envSize(env []string) int {
+	n := 0
+	for _, kv := range env {
+		n += len(kv)
+	}
+	return n
+}
+
 // Error answers the agent itself sends.
 const (
 	msgStopping = "the worker is stopping"
@@ -219,6 +228,17 @@ func (c *call) answer(ctx context.Context, p *runner.Process, end runner.Output)
 		c.errType, c.errMsg = typ, msg
 		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, typ, msg))
 	}
+}
+
+// answerOutcome is the metrics label of how a runner's answer ended.
+func answerOutcome(answer []byte) string {
+	switch protocol.ReadOutcome(answer) {
+	case protocol.Succeeded:
+		return metrics.OutcomeOK
+	case protocol.Cancelled:
+		return metrics.OutcomeCancelled
+	}
+	return metrics.OutcomeError
 }
 
 // own makes a runner's line its call's, whatever call_id the runner wrote
@@ -357,34 +377,6 @@ func (c *call) kill() {
 	if p := c.proc.Load(); p != nil {
 		p.Kill()
 	}
-}
-
-// runnerConfig is what the agent's runners are started with.
-func (a *Agent) runnerConfig() runner.Config {
-	return runner.Config{
-		Python:          a.python,
-		StateDir:        a.stateDir,
-		BaseEnv:         a.baseEnv,
-		CancelGrace:     a.cfg.CancelGrace,
-		MaxLine:         a.cfg.MaxLine,
-		Spares:          a.cfg.WarmSpares(),
-		Preload:         a.cfg.Preload,
-		OutsizedRequest: frame.Outsized,
-		Log:             a.log,
-		Metrics:         a.metrics,
-		NodeLog:         nodeLog(a.cfg.NodeLogLevel),
-	}
-}
-
-// nodeLog reads --node-log-level.
-func nodeLog(level string) runner.NodeLog {
-	switch level {
-	case "off":
-		return runner.NodeLog{Off: true}
-	case "debug":
-		return runner.NodeLog{Level: slog.LevelDebug}
-	}
-	return runner.NodeLog{Level: slog.LevelInfo}
 }
 
 // maxLoggedError bounds an error message in a call's end record: its

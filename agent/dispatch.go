@@ -224,11 +224,3 @@ func requestEnv(raw json.RawMessage) ([]string, error) {
 	}
 	return env, nil
 }
-
-func envSize(env []string) int {
-	n := 0
-	for _, kv := range env {
-		n += len(kv)
-	}
-	return n
-}
