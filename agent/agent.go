@@ -227,7 +227,7 @@ func (a *Agent) over(err error) bool {
 	if errors.Is(err, errFinished) || m.ending() {
 		return true
 	}
-	return m.declining() && len(a.heldCalls()) == 0
+	return m.declining() && len(a.book.held()) == 0
 }
 
 // finish stops what is still held (nobody can hear it now) and waits for
@@ -287,7 +287,7 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 	a.attemptStarted()
 	// Calls held through an outage are running calls: a drain or reload
 	// waits for them, so the worker attaches again to let them finish.
-	held := len(a.heldCalls()) > 0
+	held := len(a.book.held()) > 0
 	go func() {
 		defer cancelPrepare()
 		for {

@@ -58,8 +58,9 @@ type call struct {
 	journal *hold.Journal      // numbers and keeps its frames; nil without the resume extension
 	grace   time.Duration      // how long it may be held through an outage
 	release context.CancelFunc // ends session, for a held call
-	// Guarded by callBook.mu: while held, the timer that stops it at the end
-	// of its grace, and when the hold began.
+	// Guarded by callBook.mu, and changed only by its hold and unhold:
+	// while held, the timer that stops it at the end of its grace, and when
+	// the hold began.
 	holdTimer *time.Timer
 	heldAt    time.Time
 

@@ -77,7 +77,7 @@ func (a *Agent) health(now time.Time) (bool, string) {
 	if why == "" {
 		why = st.State
 	}
-	if n := len(a.heldCalls()); n > 0 {
+	if n := len(a.book.held()); n > 0 {
 		why = fmt.Sprintf("%d call(s) held through the outage; %s", n, why)
 	}
 	left := a.detachedAt.Load()

@@ -59,7 +59,7 @@ const heldRetryMax = 5 * time.Second
 // still held rather than a worker asleep in a 30 s backoff.
 func (a *Agent) heldRetryLimit() time.Duration {
 	var limit time.Duration
-	for _, c := range a.heldCalls() {
+	for _, c := range a.book.held() {
 		if l := min(c.grace/10, heldRetryMax); limit == 0 || l < limit {
 			limit = l
 		}
@@ -110,57 +110,26 @@ func (c *call) abandon() {
 // is gone. Each is stopped when its grace runs out unless an engine claims
 // it first.
 func (a *Agent) holdCalls() {
-	var held []*call
-	a.book.each(func(c *call) {
-		if c.journal == nil || c.queued || c.holdTimer != nil {
-			return
-		}
-		c.journal.Detach()
-		c.heldAt = time.Now()
-		c.holdTimer = time.AfterFunc(c.grace, func() { a.stopHeld(c, msgOutageGrace) })
-		held = append(held, c)
-	})
+	held := a.book.hold(func(c *call) { a.stopHeld(c, msgOutageGrace) })
 	if len(held) == 0 {
 		return
 	}
 	for _, c := range held {
 		c.log.Warn("call held: it keeps running through the outage, its output kept for the engine",
-			"grace", c.grace.String(), "stopped_at", c.heldAt.Add(c.grace).UTC().Format(time.RFC3339))
+			"grace", c.grace.String(), "stopped_at", c.since.Add(c.grace).UTC().Format(time.RFC3339))
 	}
 	a.publishHeld()
-}
-
-// heldCalls are the calls held now.
-func (a *Agent) heldCalls() []*call {
-	var held []*call
-	a.book.each(func(c *call) {
-		if c.holdTimer != nil {
-			held = append(held, c)
-		}
-	})
-	return held
-}
-
-// release ends c's hold: it reports false when it was not held (any more).
-func (a *Agent) unhold(c *call) bool {
-	held := false
-	a.book.locked(func() {
-		if held = c.holdTimer != nil; held {
-			c.holdTimer.Stop()
-			c.holdTimer = nil
-		}
-	})
-	return held
 }
 
 // stopHeld stops a held call as a lost connection stops a call: nothing is
 // sent, and its kept output is dropped.
 func (a *Agent) stopHeld(c *call, reason string) {
-	if !a.unhold(c) {
+	since, ok := a.book.unhold(c)
+	if !ok {
 		return
 	}
 	c.log.Warn("held call stopped; its kept output is dropped", "reason", reason,
-		"held_for", time.Since(c.heldAt).Round(time.Millisecond).String())
+		"held_for", time.Since(since).Round(time.Millisecond).String())
 	c.journal.Close()
 	c.release()
 	a.metrics.HeldEnded(metrics.HeldStopped)
@@ -169,8 +138,8 @@ func (a *Agent) stopHeld(c *call, reason string) {
 
 // stopAllHeld stops every held call with reason.
 func (a *Agent) stopAllHeld(reason string) {
-	for _, c := range a.heldCalls() {
-		a.stopHeld(c, reason)
+	for _, c := range a.book.held() {
+		a.stopHeld(c.call, reason)
 	}
 }
 
@@ -195,12 +164,12 @@ func (a *Agent) abandonAll(reason string) {
 // tells the engine which calls this worker holds and how far each got, and
 // stops them all if no answer comes.
 func (a *Agent) offerHeld(at *attachment) {
-	held := a.heldCalls()
+	held := a.book.held()
 	msg := protocol.ResumeHello{Op: protocol.OpResume, Calls: make([]protocol.HeldCall, 0, len(held))}
 	for _, c := range held {
 		st := c.journal.Stats()
 		msg.Calls = append(msg.Calls, protocol.HeldCall{CallID: c.id, Seq: st.Seq, Done: st.Answered,
-			HeldFor: time.Since(c.heldAt).Seconds()})
+			HeldFor: time.Since(c.since).Seconds()})
 	}
 	at.conn.SendJSON(msg)
 	if len(held) > 0 {
@@ -210,7 +179,7 @@ func (a *Agent) offerHeld(at *attachment) {
 		if at.ctx.Err() == nil && at.resumed.CompareAndSwap(false, true) {
 			a.log.Warn("the engine did not answer the resume message in time; held calls are stopped", "timeout", resumeAnswerTimeout.String())
 			for _, c := range held {
-				a.stopHeld(c, msgNoAnswer)
+				a.stopHeld(c.call, msgNoAnswer)
 			}
 		}
 	})
@@ -230,15 +199,15 @@ func (a *Agent) resumeAnswered(at *attachment, m protocol.Message) {
 	if err != nil {
 		a.log.Warn("the engine's resume answer is not understood; held calls are stopped", "error", err)
 	}
-	for _, c := range a.heldCalls() {
+	for _, c := range a.book.held() {
 		v, ok := verdicts[c.id]
 		switch {
 		case !ok:
-			a.stopHeld(c, msgUnclaimed)
+			a.stopHeld(c.call, msgUnclaimed)
 		case v.Action == protocol.ResumeCancel:
-			a.cancelHeld(at, c)
+			a.cancelHeld(at, c.call)
 		default:
-			a.continueHeld(at, c, v.Seq)
+			a.continueHeld(at, c.call, v.Seq)
 		}
 	}
 	a.publishHeld()
@@ -246,10 +215,11 @@ func (a *Agent) resumeAnswered(at *attachment, m protocol.Message) {
 
 // continueHeld replays c after the engine's last frame, then it goes on live.
 func (a *Agent) continueHeld(at *attachment, c *call, after int64) {
-	if !a.unhold(c) {
+	since, ok := a.book.unhold(c)
+	if !ok {
 		return
 	}
-	heldFor := time.Since(c.heldAt).Round(time.Millisecond)
+	heldFor := time.Since(since).Round(time.Millisecond)
 	seq := c.journal.Stats().Seq
 	a.metrics.HeldEnded(metrics.HeldResumed)
 	at.calls.Add(1)
@@ -276,7 +246,7 @@ func (a *Agent) continueHeld(at *attachment, c *call, after int64) {
 // cancelHeld stops c for the engine, which cancelled it: its kept output is
 // dropped, and the answer is a cancel.
 func (a *Agent) cancelHeld(at *attachment, c *call) {
-	if !a.unhold(c) {
+	if _, ok := a.book.unhold(c); !ok {
 		return
 	}
 	a.metrics.HeldEnded(metrics.HeldCancelled)
@@ -291,7 +261,7 @@ func (a *Agent) cancelHeld(at *attachment, c *call) {
 
 // publishHeld shows the held calls in the status file and the metrics.
 func (a *Agent) publishHeld() {
-	held := a.heldCalls()
+	held := a.book.held()
 	var mem, disk int64
 	var h *status.Held
 	for _, c := range held {
@@ -299,11 +269,11 @@ func (a *Agent) publishHeld() {
 		mem += st.Memory
 		disk += st.Disk
 		if h == nil {
-			h = &status.Held{Since: c.heldAt, Deadline: c.heldAt.Add(c.grace)}
+			h = &status.Held{Since: c.since, Deadline: c.since.Add(c.grace)}
 		}
 		h.Calls = append(h.Calls, logging.Cut(c.id, maxLoggedID))
-		h.Since = minTime(h.Since, c.heldAt)
-		h.Deadline = minTime(h.Deadline, c.heldAt.Add(c.grace))
+		h.Since = minTime(h.Since, c.since)
+		h.Deadline = minTime(h.Deadline, c.since.Add(c.grace))
 	}
 	if h != nil {
 		slices.Sort(h.Calls)
@@ -334,7 +304,7 @@ func (a *Agent) watchHeld(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			if len(a.heldCalls()) > 0 {
+			if len(a.book.held()) > 0 {
 				a.publishHeld()
 			}
 		}
