@@ -5,42 +5,17 @@ package agent
 // what it cannot use.
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/agent/engine"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
-	"github.com/fluksio/fluksio-worker/agent/runner"
 	"github.com/fluksio/fluksio-worker/agent/status"
 	"github.com/fluksio/fluksio-worker/platform"
 )
-
-// attachment is what one connection's messages are handled with.
-type attachment struct {
-	ctx   context.Context // ends when the connection does
-	conn  *engine.Conn
-	rt    runner.Runtime  // the runner script of this connection's calls
-	calls *sync.WaitGroup // every goroutine serving a call of this connection
-	// noise budgets the log lines about engine messages the worker ignores
-	// or refuses, so an engine that floods them cannot flood the log.
-	noise *logging.Budget
-
-	// With the resume extension (resume.go): whether the engine's resume
-	// answer came (or its wait ended), and the timer of that wait.
-	resumed     atomic.Bool
-	resumeTimer *time.Timer
-}
-
-// engineNoisePerSecond is how many log lines a second the engine's ignored
-// or refused messages may cause; the rest are counted.
-const engineNoisePerSecond = 10
 
 // msgUnreadable answers a call whose request this worker cannot decode
 // although its op and call_id can be read.

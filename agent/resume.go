@@ -84,28 +84,6 @@ func (a *Agent) removeStaleSpills() {
 	}
 }
 
-// adopt makes c a call of at: on a connection that accepted the extension
-// its frames go through a journal and it outlives the connection; on any
-// other, it is the connection's and stops with it.
-func (at *attachment) adopt(a *Agent, c *call) {
-	c.rt = at.rt
-	c.wg = at.calls
-	c.session = at.ctx
-	if grace := at.conn.ResumeGrace(); grace > 0 {
-		c.grace = grace
-		c.journal = hold.New(at.conn, a.heldDir(), holdLimits)
-		c.session, c.release = context.WithCancel(context.Background())
-		c.wg = &a.outliving
-	}
-}
-
-// abandon lets go of what adopt made for a call that is refused.
-func (c *call) abandon() {
-	if c.release != nil {
-		c.release()
-	}
-}
-
 // holdCalls holds every running call that has a journal: the connection
 // is gone. Each is stopped when its grace runs out unless an engine claims
 // it first.
