@@ -23,10 +23,11 @@ import (
 
 // attachment is what one connection's messages are handled with.
 type attachment struct {
-	ctx   context.Context // ends when the connection does
-	conn  *engine.Conn
-	rt    runner.Runtime  // the runner script of this connection's calls
-	calls *sync.WaitGroup // every goroutine serving a call of this connection
+	ctx    context.Context // ends when the connection does
+	cancel context.CancelFunc
+	conn   *engine.Conn
+	rt     runner.Runtime  // the runner script of this connection's calls
+	calls  *sync.WaitGroup // every goroutine serving a call of this connection
 	// noise budgets the log lines about engine messages the worker ignores
 	// or refuses, so an engine that floods them cannot flood the log.
 	noise *logging.Budget
@@ -47,12 +48,31 @@ var errFinished = errors.New("finished")
 // session is one connection: dial, hello, welcome, then calls until the
 // connection is lost or the worker finishes. It reports whether the
 // engine welcomed this worker. Every call started on the connection is
-// stopped and gone when it returns.
+// stopped and gone when it returns, or held (resume.go).
 func (a *Agent) session(ctx context.Context) (attached bool, err error) {
-	// Getting ready to attach gives up as soon as the worker is told to
-	// stop or drain; nothing is running yet that would need to finish.
-	prepare, cancelPrepare := context.WithCancel(ctx)
+	prepare, cancelPrepare := a.preparing(ctx)
 	defer cancelPrepare()
+	conn, rt, err := a.attach(prepare)
+	if err != nil {
+		return false, err
+	}
+	at := a.newAttachment(ctx, conn, rt)
+	defer a.detach(at)
+	if conn.ResumeGrace() > 0 {
+		a.offerHeld(at)
+	} else {
+		a.stopAllHeld(msgNoResume)
+	}
+	at.calls.Add(1)
+	go a.beatWaiting(at)
+	return true, a.serveConnection(ctx, at, a.readEngine(at))
+}
+
+// preparing is the context of getting ready to attach: it gives up as soon
+// as the worker is told to stop or drain, since nothing is running yet that
+// would need to finish.
+func (a *Agent) preparing(ctx context.Context) (context.Context, context.CancelFunc) {
+	prepare, cancelPrepare := context.WithCancel(ctx)
 	a.attemptStarted()
 	// Calls held through an outage are running calls: a drain or reload
 	// waits for them, so the worker attaches again to let them finish.
@@ -71,10 +91,16 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 			}
 		}
 	}()
+	return prepare, cancelPrepare
+}
+
+// attach makes the runner script ready, says hello and waits for the
+// welcome; the worker is then attached.
+func (a *Agent) attach(prepare context.Context) (*engine.Conn, runtime.Script, error) {
 	began := time.Now()
 	rt, err := runtime.Ensure(prepare, a.cfg, a.stateDir, a.log)
 	if err != nil {
-		return false, err
+		return nil, rt, err
 	}
 	helloAt := time.Now()
 	hello := a.hello(prepare)
@@ -86,7 +112,7 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 	conn, name, err := engine.Attach(prepare, a.cfg, hello)
 	if err != nil {
 		a.log.Debug("attach failed", "dial_ms", time.Since(dialAt).Milliseconds(), "error", err)
-		return false, err
+		return nil, rt, err
 	}
 	since := time.Now()
 	a.log.Debug("welcomed", "dial_hello_welcome_ms", since.Sub(dialAt).Milliseconds(), "total_ms", since.Sub(began).Milliseconds())
@@ -95,34 +121,43 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 		"runtime", rt.Source, "runtime_hash", rt.Hash[:12])
 	a.life.attached(name, since)
 	a.book.restartIdle() // a fresh connection starts the idle clock
+	return conn, rt, nil
+}
 
-	callsCtx, cancelCalls := context.WithCancel(ctx)
-	var calls sync.WaitGroup
-	at := &attachment{ctx: callsCtx, conn: conn, calls: &calls,
+// newAttachment is what conn's messages and calls are handled with.
+func (a *Agent) newAttachment(ctx context.Context, conn *engine.Conn, rt runtime.Script) *attachment {
+	at := &attachment{conn: conn, calls: &sync.WaitGroup{},
 		rt:    runner.Runtime{Path: rt.Path, Embedded: rt.Source == "embedded"},
 		noise: logging.NewBudget(a.log, "log lines about ignored or refused engine messages were dropped", engineNoisePerSecond)}
-	defer func() {
-		cancelCalls()
-		a.dropWaiting()
-		calls.Wait()
-		at.noise.Close()
-		conn.Abort()
-		if at.resumeTimer != nil {
-			at.resumeTimer.Stop()
-		}
-		a.holdCalls()
-	}()
-	if conn.ResumeGrace() > 0 {
-		a.offerHeld(at)
-	} else {
-		a.stopAllHeld(msgNoResume)
+	at.ctx, at.cancel = context.WithCancel(ctx)
+	return at
+}
+
+// detach ends the attachment, in this order: its calls are told the
+// connection is gone (those that cannot outlive it stop), the calls
+// waiting for a slot are dropped (the engine reschedules them), then every
+// goroutine of the connection is waited for, so that nothing of it writes
+// to the socket or the log any more; the socket goes; and last, the calls
+// that outlive it are held, once nothing of this connection sends them.
+func (a *Agent) detach(at *attachment) {
+	at.cancel()
+	a.dropWaiting()
+	at.calls.Wait()
+	at.noise.Close()
+	at.conn.Abort()
+	if at.resumeTimer != nil {
+		at.resumeTimer.Stop()
 	}
-	calls.Add(1)
-	go a.beatWaiting(at)
+	a.holdCalls()
+}
+
+// readEngine reads the engine's messages and handles each, until the
+// connection is lost: the error comes on the channel returned.
+func (a *Agent) readEngine(at *attachment) <-chan error {
 	lost := make(chan error, 1)
 	go func() {
 		for {
-			data, err := conn.Read()
+			data, err := at.conn.Read()
 			if err != nil {
 				lost <- err
 				return
@@ -134,7 +169,13 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 			}
 		}
 	}()
+	return lost
+}
 
+// serveConnection follows the worker's mode, its calls and its idle clock
+// while the connection lives, until it is lost or the worker finishes on
+// it (errFinished).
+func (a *Agent) serveConnection(ctx context.Context, at *attachment, lost <-chan error) error {
 	ctxDone := ctx.Done()
 	// seen is the mode this loop has acted on; the first pass acts on
 	// the mode the worker is in already.
@@ -154,7 +195,7 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 	for {
 		select {
 		case err := <-lost:
-			return true, fmt.Errorf("connection lost: %w", err)
+			return fmt.Errorf("connection lost: %w", err)
 		case <-ctxDone:
 			ctxDone, stopped = nil, true
 			a.stopAll(msgStopping)
@@ -167,7 +208,7 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 			seen = now
 			switch now {
 			case modeKilling:
-				return true, errFinished
+				return errFinished
 			case modeStopping:
 				if stopped {
 					break
@@ -189,14 +230,14 @@ func (a *Agent) session(ctx context.Context) (attached bool, err error) {
 			if a.running() == 0 && time.Now().After(a.idleDeadline()) {
 				a.endBecause("nothing ran for --max-idle")
 				a.log.Info("nothing ran for --max-idle; stopping", "max_idle", a.cfg.MaxIdle.String())
-				conn.Close()
-				return true, errFinished
+				at.conn.Close()
+				return errFinished
 			}
 			a.armIdle(idle)
 		}
 		if (stopped || seen.declining()) && a.running() == 0 {
-			conn.Close()
-			return true, errFinished
+			at.conn.Close()
+			return errFinished
 		}
 	}
 }
