@@ -64,7 +64,9 @@ type call struct {
 	holdTimer *time.Timer
 	heldAt    time.Time
 
-	// Set by the call's own goroutine, read by callEnded and logEnd on it.
+	// Set by the call's own goroutine (or, for a call that never ran, by
+	// the one that answers it), read by callEnded and logEnd on it; the
+	// end's fields only through setEnd.
 	begun   time.Time // when run began
 	outcome string    // metrics.OutcomeOK, OutcomeError or OutcomeCancelled
 	// A failed or cancelled call's error type and short message, for its
@@ -133,13 +135,9 @@ func (c *call) run(ctx context.Context, rt runner.Runtime) {
 		Send:    func(frame []byte) { c.sendEvent(c.own(frame)) },
 	})
 	request = nil
-	var stop *runner.StopError
-	switch {
-	case errors.As(err, &stop):
-		c.stoppedBeforeStart(ctx, stop)
-		return
-	case err != nil:
-		c.fail(err)
+	if err != nil {
+		c.notStarted(ctx, err)
+		c.host.ended(c)
 		return
 	}
 	c.proc.Store(p)
@@ -194,8 +192,7 @@ func (c *call) answer(ctx context.Context, p *runner.Process, end runner.Output)
 	if ctx.Err() != nil {
 		// The connection is gone and nobody hears an answer; the worker
 		// stopped the call, so it counts as cancelled.
-		c.outcome, c.lost = metrics.OutcomeCancelled, true
-		c.errType, c.errMsg = protocol.TypeNodeCancelled, msgConnectionLost
+		c.endLost()
 		return
 	}
 	var own ownAnswer
@@ -203,32 +200,48 @@ func (c *call) answer(ctx context.Context, p *runner.Process, end runner.Output)
 	case errors.As(context.Cause(c.ctx), &own):
 		// Whatever the runner answered to the stop ("the call was
 		// cancelled" says the engine asked), the engine must hear why.
-		c.outcome = metrics.OutcomeCancelled
-		c.errType, c.errMsg = protocol.TypeNodeCancelled, own.stop.Error()
-		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeNodeCancelled, own.stop.Error()))
+		c.answerError(protocol.TypeNodeCancelled, own.stop.Error())
 	case end.Answer != nil:
-		c.outcome = answerOutcome(end.Answer)
-		if c.outcome != metrics.OutcomeOK {
-			c.errType, c.errMsg = protocol.ReadError(end.Answer)
+		outcome, typ, msg := answerOutcome(end.Answer), "", ""
+		if outcome != metrics.OutcomeOK {
+			typ, msg = protocol.ReadError(end.Answer)
 		}
+		c.setEnd(outcome, typ, msg, false)
 		c.host.metrics.AnswerRelayed(len(end.Answer))
 		c.sendAnswer(c.own(end.Answer))
 	case end.Err != nil:
-		c.outcome = metrics.OutcomeError
-		c.errType, c.errMsg = protocol.TypeRemoteError, end.Err.Error()
-		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeRemoteError, end.Err.Error()))
+		c.answerError(protocol.TypeRemoteError, end.Err.Error())
 	default:
-		typ, msg := protocol.TypeRemoteError, ""
-		c.outcome = metrics.OutcomeError
 		if stop := runner.Stopped(c.ctx); stop != nil {
-			typ, c.outcome = protocol.TypeNodeCancelled, metrics.OutcomeCancelled
-			msg = stop.Error()
+			c.answerError(protocol.TypeNodeCancelled, stop.Error())
 		} else {
-			msg = p.DeathMessage()
+			c.answerError(protocol.TypeRemoteError, p.DeathMessage())
 		}
-		c.errType, c.errMsg = typ, msg
-		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, typ, msg))
 	}
+}
+
+// setEnd records how the call ended, for its end record and the metrics:
+// the one place its outcome, error and loss are set. lost: the connection
+// to the engine was lost and nobody heard an answer.
+func (c *call) setEnd(outcome, errType, errMsg string, lost bool) {
+	c.outcome, c.errType, c.errMsg, c.lost = outcome, errType, errMsg, lost
+}
+
+// answerError ends the call with the worker's own error answer: cancelled
+// when typ is NodeCancelled, failed otherwise.
+func (c *call) answerError(typ, msg string) {
+	outcome := metrics.OutcomeError
+	if typ == protocol.TypeNodeCancelled {
+		outcome = metrics.OutcomeCancelled
+	}
+	c.setEnd(outcome, typ, msg, false)
+	c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, typ, msg))
+}
+
+// endLost ends a call stopped because its connection was lost: nobody
+// hears its answer, and it counts as cancelled.
+func (c *call) endLost() {
+	c.setEnd(metrics.OutcomeCancelled, protocol.TypeNodeCancelled, msgConnectionLost, true)
 }
 
 // answerOutcome is the metrics label of how a runner's answer ended.
@@ -330,25 +343,20 @@ func (c *call) sendAnswerJSON(v any) {
 	c.sendAnswer(b)
 }
 
-// fail answers a call whose process could not be started.
-func (c *call) fail(err error) {
-	c.outcome = metrics.OutcomeError
-	c.errType, c.errMsg = protocol.TypeRemoteError, "the call could not start: "+err.Error()
-	c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeRemoteError, err.Error()))
-	c.host.ended(c)
-}
-
-// stoppedBeforeStart answers a call stopped before its runner started
-// (between leaving the queue and starting): nothing of it ran.
-func (c *call) stoppedBeforeStart(ctx context.Context, stop *runner.StopError) {
-	c.outcome = metrics.OutcomeCancelled
-	c.errType, c.errMsg = protocol.TypeNodeCancelled, stop.Error()
-	if ctx.Err() == nil { // else nobody hears an answer
-		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeNodeCancelled, stop.Error()))
-	} else {
-		c.lost, c.errMsg = true, msgConnectionLost
+// notStarted answers a call whose runner did not start: it was stopped
+// before (between leaving the queue and starting; nothing of it ran), or
+// its process could not be started.
+func (c *call) notStarted(ctx context.Context, err error) {
+	var stop *runner.StopError
+	switch {
+	case !errors.As(err, &stop):
+		c.setEnd(metrics.OutcomeError, protocol.TypeRemoteError, "the call could not start: "+err.Error(), false)
+		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeRemoteError, err.Error()))
+	case ctx.Err() != nil: // nobody hears an answer
+		c.endLost()
+	default:
+		c.answerError(protocol.TypeNodeCancelled, stop.Error())
 	}
-	c.host.ended(c)
 }
 
 // stop stops the call's runner: SIGTERM to everything of it, then SIGKILL

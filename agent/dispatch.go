@@ -135,8 +135,7 @@ func (a *Agent) cancel(at *attachment, id string) {
 			a.log.Info("cancel for a call that is not running here", "call_id", logging.Cut(id, maxLoggedID))
 		}
 	case waiting:
-		c.outcome, c.errType, c.errMsg = metrics.OutcomeCancelled, protocol.TypeNodeCancelled, msgCancelledWaiting
-		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeNodeCancelled, msgCancelledWaiting))
+		c.answerError(protocol.TypeNodeCancelled, msgCancelledWaiting)
 		a.callEnded(c)
 	default:
 		c.log.Info("cancelling")

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/logging"
-	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 )
 
@@ -188,8 +187,7 @@ func (a *Agent) answerWaiting(reason string) {
 		a.log.Info("answering the calls waiting for a slot; none of them started", "calls", len(waiting), "reason", reason)
 	}
 	for _, c := range waiting {
-		c.outcome, c.errType, c.errMsg = metrics.OutcomeCancelled, protocol.TypeNodeCancelled, reason
-		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeNodeCancelled, reason))
+		c.answerError(protocol.TypeNodeCancelled, reason)
 		a.callEnded(c)
 	}
 }
