@@ -75,6 +75,13 @@ func (b *callBook) admit(c *call) (start bool, no *refusal) {
 	return start, nil
 }
 
+// lookup is the call with id the engine awaits, nil if none.
+func (b *callBook) lookup(id string) *call {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.calls[id]
+}
+
 // full reports whether --max-calls leaves no room for another call: the
 // calls answered and those running (which may yet be answered) fill it.
 func (b *callBook) full() bool {

@@ -148,7 +148,7 @@ func (c *call) run(ctx context.Context, rt runner.Runtime) {
 		// Answered while held: the runner goes now, the answer waits for
 		// the engine to come back (or the hold to end).
 		usage, ended = p.End(end.Answer != nil), true
-		<-c.journal.Delivered()
+		c.awaitDelivery()
 	}
 	c.host.ended(c)
 	// The call is over for the engine; now nothing of it may remain.
@@ -325,6 +325,28 @@ func (c *call) delivered() bool {
 		return true
 	default:
 		return false
+	}
+}
+
+// awaitDelivery waits until the call's answer is delivered: sent to the
+// engine, and acknowledged where the engine acknowledges answers. An answer
+// the live connection's engine has not acknowledged within the call's grace
+// is let go, as if it had been; while the call is held, its hold's end
+// decides.
+func (c *call) awaitDelivery() {
+	wait := time.NewTimer(c.grace)
+	defer wait.Stop()
+	for {
+		select {
+		case <-c.journal.Delivered():
+			return
+		case <-wait.C:
+			if c.journal.Ack() {
+				c.log.Warn("the engine did not acknowledge the call's answer within the grace; the call is over", "grace", c.grace.String())
+				return
+			}
+			wait.Reset(c.grace)
+		}
 	}
 }
 

@@ -58,6 +58,8 @@ func (a *Agent) handle(at *attachment, data []byte) {
 		a.cancel(at, m.CallID)
 	case protocol.OpResume:
 		a.resumeAnswered(at, m)
+	case protocol.OpAck:
+		a.acked(at, m.CallID)
 	default:
 		if at.noise.Allow() {
 			a.log.Warn("ignoring a message with an unknown op", "op", logging.Cut(m.Op, maxLoggedID))

@@ -199,6 +199,7 @@ func (a *Agent) continueHeld(at *attachment, c *call, after int64) {
 	}
 	heldFor := time.Since(since).Round(time.Millisecond)
 	seq := c.journal.Stats().Seq
+	c.journal.SetAck(at.conn.ResumeAck())
 	a.metrics.HeldEnded(metrics.HeldResumed)
 	at.calls.Add(1)
 	go func() {
@@ -229,12 +230,26 @@ func (a *Agent) cancelHeld(at *attachment, c *call) {
 	}
 	a.metrics.HeldEnded(metrics.HeldCancelled)
 	c.log.Info("the engine cancelled a held call; its kept output is dropped")
+	c.journal.SetAck(at.conn.ResumeAck())
 	if c.journal.Discard(at.conn) {
 		// It had answered while held; that answer is gone with the rest.
 		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeNodeCancelled, msgCancelledHeld))
 		return
 	}
 	c.stop(msgCancelledHeld)
+}
+
+// acked is the engine's acknowledgement of a call's answer: the call is
+// over for the worker once it is. One for a call it does not hold, or
+// before the answer went out, is ignored.
+func (a *Agent) acked(at *attachment, id string) {
+	c := a.book.lookup(id)
+	if c != nil && c.journal != nil && at.conn.ResumeAck() && c.journal.Ack() {
+		return
+	}
+	if at.noise.Allow() {
+		a.log.Info("ignoring an acknowledgement of no answer this worker waits on", "call_id", logging.Cut(id, maxLoggedID))
+	}
 }
 
 // publishHeld shows the held calls in the status file and the metrics.

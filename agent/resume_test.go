@@ -16,6 +16,7 @@ import (
 
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
+	"github.com/fluksio/fluksio-worker/platform"
 )
 
 // resumeNodes: paced yields i = 0 .. n-1, one every pace_ms, then returns n.
@@ -146,6 +147,20 @@ func TestEngineBackWithinTheGraceFindsItsCalls(t *testing.T) {
 	streamed(t, c)
 }
 
+// valuesOf is the "i" of each stream event, in the order they came.
+func valuesOf(events []enginetest.Message) []int {
+	var got []int
+	for _, m := range events {
+		var v struct {
+			Values struct{ I int } `json:"values"`
+		}
+		if m.Event == "stream" && m.Decode(&v) == nil {
+			got = append(got, v.Values.I)
+		}
+	}
+	return got
+}
+
 // bulkNodes: bulk yields i = 0 .. n-1 with size bytes of padding each,
 // writing how many it yielded to the file progress after each.
 const bulkNodes = `
@@ -195,15 +210,7 @@ func TestHungEngineGetsEverythingInFlight(t *testing.T) {
 	if !answer.OK {
 		t.Fatalf("answer %.500s; want the node's own (%d values were in flight)", answer.Raw, inFlight)
 	}
-	var got []int
-	for _, m := range events {
-		var v struct {
-			Values struct{ I int } `json:"values"`
-		}
-		if m.Event == "stream" && m.Decode(&v) == nil {
-			got = append(got, v.Values.I)
-		}
-	}
+	got := valuesOf(events)
 	for i, v := range got {
 		if v != i {
 			t.Fatalf("value %d is %d: a value was lost, repeated or reordered", i, v)
@@ -211,5 +218,73 @@ func TestHungEngineGetsEverythingInFlight(t *testing.T) {
 	}
 	if len(got) != n {
 		t.Fatalf("%d values arrived, want %d", len(got), n)
+	}
+}
+
+// pidNodes: quick writes its pid to the file pidfile, yields i = 0 .. n-1
+// and returns n.
+const pidNodes = `
+import os
+from fluksio import Port, node
+
+@node(requires=[Port("n", "int"), Port("pidfile", "str")],
+      provides=[Port("i", "int", stream=True), Port("count", "int")])
+def quick(n, pidfile):
+    with open(pidfile, "w") as f:
+        f.write(str(os.getpid()))
+    for i in range(n):
+        yield {"i": i}
+    return n
+`
+
+// An engine that asks for acknowledged answers gets an answer exactly once
+// even when the connection it was written to dies before the engine read
+// it: the worker keeps the call, lists it done, and replays its answer; the
+// engine's acknowledgement ends it.
+func TestAcknowledgedAnswerSurvivesItsConnection(t *testing.T) {
+	s := startSessionWith(t, enginetest.Options{Resume: 10 * time.Minute, ResumeAck: true})
+	if held := resumedOn(t, s.wk); len(held.Calls) != 0 {
+		t.Fatalf("a fresh worker says it holds %+v", held.Calls)
+	}
+	pidfile := filepath.Join(t.TempDir(), "pid")
+	s.wk.PauseReads(10 * time.Minute) // the engine never reads the answer on this connection
+	c, err := s.wk.Run(sourceCall(pidNodes, "pid_nodes.py", "acked", "quick", map[string]any{"n": 5, "pidfile": pidfile}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The runner goes once the answer went to the connection.
+	eventually(t, callTimeout, "the call's runner to answer and be gone", func() bool {
+		b, err := os.ReadFile(pidfile)
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && pid > 0 && !platform.ProcessAlive(pid)
+	})
+	if err := s.eng.Restart(100 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	wk := s.nextWorker(t, attachTimeout)
+	held := resumedOn(t, wk)
+	if len(held.Calls) != 1 || held.Calls[0].CallID != "acked" || !held.Calls[0].Done {
+		t.Fatalf("the worker says it holds %+v; want the call acked, done, its answer unacknowledged", held.Calls)
+	}
+	answer, events, err := c.WaitTimeout(callTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !answer.OK {
+		t.Fatalf("answer %s", answer.Raw)
+	}
+	got := valuesOf(events)
+	if fmt.Sprint(got) != "[0 1 2 3 4]" {
+		t.Fatalf("values %v; want each of 0 .. 4 once, in order", got)
+	}
+	// Acknowledged, the call is over: the next connection lists nothing.
+	eventually(t, callTimeout, "the acknowledged call to end", func() bool {
+		return strings.Contains(s.log.String(), "call ended")
+	})
+	if err := s.eng.Restart(100 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if held := resumedOn(t, s.nextWorker(t, attachTimeout)); len(held.Calls) != 0 {
+		t.Fatalf("after the acknowledgement the worker still holds %+v", held.Calls)
 	}
 }

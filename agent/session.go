@@ -252,6 +252,7 @@ func (at *attachment) adopt(a *Agent, c *call) {
 	if grace := at.conn.ResumeGrace(); grace > 0 {
 		c.grace = grace
 		c.journal = hold.New(at.conn, a.heldDir(), holdLimits)
+		c.journal.SetAck(at.conn.ResumeAck())
 		c.session, c.release = context.WithCancel(context.Background())
 		c.wg = &a.outliving
 	}

@@ -35,8 +35,17 @@ func (e *Engine) acceptResume(r *http.Request, welcome map[string]any) bool {
 	if _, ok := protocol.ParseResumeOffer(r.Header.Get(protocol.ResumeHeader)); !ok {
 		return false
 	}
-	welcome["resume"] = protocol.WelcomeResume{Version: protocol.ResumeVersion, Grace: e.opts.Resume.Seconds()}
+	welcome["resume"] = protocol.WelcomeResume{Version: protocol.ResumeVersion, Grace: e.opts.Resume.Seconds(), Ack: e.opts.ResumeAck}
 	return true
+}
+
+// acknowledge acknowledges a call's answer the engine read, when its
+// welcome asked for acknowledged answers.
+func (w *Worker) acknowledge(id string) {
+	if w.engine == nil || !w.engine.opts.ResumeAck {
+		return
+	}
+	go w.Send(map[string]any{"op": protocol.OpAck, "call_id": id}) // not from the read loop, as resumeMessage
 }
 
 // keep remembers a call sent to w, so a later connection of the same

@@ -112,6 +112,7 @@ type Journal struct {
 	heldSince time.Time
 	answer    int64 // sequence number of the call's answer, 0 until appended
 	delivered chan struct{}
+	ack       bool // the engine acknowledges answers: delivered waits for Ack
 	closed    bool
 
 	peakMemory int64
@@ -160,7 +161,7 @@ func (j *Journal) Append(data []byte, answer bool) {
 				j.detachLocked(s)
 				return
 			}
-			if j.answer != 0 && f.seq >= j.answer {
+			if !j.ack && j.answer != 0 && f.seq >= j.answer {
 				j.deliveredLocked()
 			}
 			return
@@ -472,6 +473,9 @@ func (j *Journal) Replay(s Sender, after int64) error {
 		j.mu.Unlock()
 		return err
 	}
+	if j.answer != 0 && after >= j.answer {
+		j.deliveredLocked() // the engine has the answer: nothing is left to send
+	}
 	// What the engine does not have goes out again, before what was kept.
 	j.sent, j.cur = after, cursor{}
 	j.live, j.replaying = s, true
@@ -509,7 +513,7 @@ func (j *Journal) Replay(s Sender, after int64) error {
 			return ErrLost
 		}
 		j.mu.Lock()
-		if j.answer != 0 && f.seq >= j.answer {
+		if !j.ack && j.answer != 0 && f.seq >= j.answer {
 			j.deliveredLocked()
 		}
 		j.mu.Unlock()
@@ -554,8 +558,30 @@ func (j *Journal) Close() {
 	j.room.Broadcast()
 }
 
-// Delivered is closed once the call's answer went to a live connection, or
-// the journal was closed.
+// SetAck says whether the engine of the live connection (the next one,
+// while held) acknowledges answers: the answer is then delivered once Ack
+// says the engine has it, not once it is sent.
+func (j *Journal) SetAck(ack bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.ack = ack
+}
+
+// Ack is the engine's acknowledgement of the call's answer: it reports
+// false, and does nothing, unless the answer went to the live connection.
+func (j *Journal) Ack() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.answer == 0 || j.sent < j.answer || j.live == nil || j.replaying {
+		return false
+	}
+	j.deliveredLocked()
+	return true
+}
+
+// Delivered is closed once the call's answer went to a live connection
+// (and, when the engine acknowledges answers, was acknowledged), or the
+// journal was closed.
 func (j *Journal) Delivered() <-chan struct{} { return j.delivered }
 
 // Live is the connection frames go to, nil while held (or replaying).

@@ -317,3 +317,55 @@ func TestRetainedFramesStayWithinTheBounds(t *testing.T) {
 		t.Fatalf("a replay of the last 10 frames: %v, %d frames", err, len(second.got()))
 	}
 }
+
+// Where the engine acknowledges answers, an answer sent is delivered only
+// once acknowledged; one that went to a connection that died is delivered
+// by a replay from a number that includes it, or by the acknowledgement of
+// its replay.
+func TestAcknowledgedAnswer(t *testing.T) {
+	delivered := func(j *Journal) bool {
+		select {
+		case <-j.Delivered():
+			return true
+		default:
+			return false
+		}
+	}
+	first := &conn{}
+	j := New(first, t.TempDir(), Limits{Memory: 1 << 20, Disk: 1 << 20})
+	defer j.Close()
+	j.SetAck(true)
+	if j.Ack() {
+		t.Fatal("an acknowledgement before the answer was taken")
+	}
+	j.Append(line(0), false)
+	j.Append([]byte(`{"call_id":"c","ok":true}`), true)
+	if delivered(j) {
+		t.Fatal("delivered before the engine acknowledged it")
+	}
+	j.Detach()
+	if j.Ack() || delivered(j) {
+		t.Fatal("an acknowledgement taken while held")
+	}
+	second := &conn{}
+	if err := j.Replay(second, 1); err != nil {
+		t.Fatal(err)
+	}
+	if len(second.got()) != 1 || delivered(j) {
+		t.Fatalf("after the replay of the answer: %q, delivered %v; want the answer, not delivered", second.got(), delivered(j))
+	}
+	if !j.Ack() || !delivered(j) {
+		t.Fatal("the acknowledgement of the replayed answer was not taken")
+	}
+
+	// A replay from the answer's number: the engine has it.
+	k := New(&conn{}, t.TempDir(), Limits{Memory: 1 << 20, Disk: 1 << 20})
+	defer k.Close()
+	k.SetAck(true)
+	k.Append([]byte(`{"call_id":"c","ok":true}`), true)
+	k.Detach()
+	third := &conn{}
+	if err := k.Replay(third, 1); err != nil || len(third.got()) != 0 || !delivered(k) {
+		t.Fatalf("a replay after the answer: %v, %q, delivered %v; want nothing sent, delivered", err, third.got(), delivered(k))
+	}
+}

@@ -91,3 +91,22 @@ func TestParseResumeAnswer(t *testing.T) {
 		t.Error("an answer without calls was read as one that claims nothing")
 	}
 }
+
+// Acknowledged answers are asked for with a JSON true in an accepting
+// welcome's resume object, and nowhere else.
+func TestResumeAck(t *testing.T) {
+	for welcome, want := range map[string]bool{
+		`{"op":"welcome","resume":{"version":1,"grace":60,"ack":true}}`:   true,
+		`{"op":"welcome","resume":{"version":1,"grace":60}}`:              false,
+		`{"op":"welcome","resume":{"version":1,"grace":60,"ack":false}}`:  false,
+		`{"op":"welcome","resume":{"version":1,"grace":60,"ack":"true"}}`: false,
+		`{"op":"welcome","resume":{"version":1,"grace":60,"ack":1}}`:      false,
+		`{"op":"welcome","resume":{"version":2,"grace":60,"ack":true}}`:   false,
+		`{"op":"welcome","resume":{"version":1,"ack":true}}`:              false,
+		`{"op":"welcome","ack":true}`:                                     false,
+	} {
+		if got := ResumeAck([]byte(welcome)); got != want {
+			t.Errorf("ResumeAck(%s) = %v, want %v", welcome, got, want)
+		}
+	}
+}
