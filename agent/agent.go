@@ -323,10 +323,17 @@ func (a *Agent) idleDeadline() time.Time {
 func (a *Agent) running() int { return a.book.running() }
 
 // stopAll stops every running call and answers every waiting one, each
-// with reason; no waiting call is started.
+// with reason; no waiting call is started. An answer sent that waits for
+// the engine's acknowledgement (resume.go) waits no more: a stopping
+// worker keeps nothing for later.
 func (a *Agent) stopAll(reason string) {
 	a.answerWaiting(reason)
-	a.book.each(func(c *call) { c.stop(reason) })
+	a.book.each(func(c *call) {
+		c.stop(reason)
+		if c.journal != nil {
+			c.journal.Ack()
+		}
+	})
 }
 
 // notify wakes the session loop after a call started or ended.

@@ -288,3 +288,25 @@ func TestAcknowledgedAnswerSurvivesItsConnection(t *testing.T) {
 		t.Fatalf("after the acknowledgement the worker still holds %+v", held.Calls)
 	}
 }
+
+// A worker told to stop does not wait for acknowledgements an engine
+// withholds: it stops as it would without them.
+func TestStopDoesNotWaitForAcknowledgements(t *testing.T) {
+	s := startSessionWith(t, enginetest.Options{Resume: 10 * time.Minute, ResumeAck: true})
+	resumedOn(t, s.wk)
+	s.eng.WithholdAcks()
+	c, err := s.wk.Run(pacedCall("unacked", 2, 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if answer, _, err := c.WaitTimeout(callTimeout); err != nil || !answer.OK {
+		t.Fatalf("answer %s, %v", answer.Raw, err)
+	}
+	s.stop()
+	select {
+	case err := <-s.served:
+		s.served <- err // for the cleanup
+	case <-time.After(goneTimeout):
+		t.Fatalf("Serve did not return within %s of Stop: it waits for an acknowledgement", goneTimeout)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"sync"
+	"sync/atomic"
 
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 )
@@ -22,6 +23,7 @@ type resumeState struct {
 	calls  map[string]*Call // by worker name and call id
 	cancel map[string]bool  // call ids to answer cancel
 	at     map[string]int64 // call ids to answer continue after this seq, whatever the engine has
+	noAcks atomic.Bool      // WithholdAcks
 }
 
 func callKey(name, id string) string { return name + "\x00" + id }
@@ -39,10 +41,14 @@ func (e *Engine) acceptResume(r *http.Request, welcome map[string]any) bool {
 	return true
 }
 
+// WithholdAcks makes an engine that asks for acknowledged answers (Options.
+// ResumeAck) never send one: a broken engine.
+func (e *Engine) WithholdAcks() { e.resume.noAcks.Store(true) }
+
 // acknowledge acknowledges a call's answer the engine read, when its
 // welcome asked for acknowledged answers.
 func (w *Worker) acknowledge(id string) {
-	if w.engine == nil || !w.engine.opts.ResumeAck {
+	if w.engine == nil || !w.engine.opts.ResumeAck || w.engine.resume.noAcks.Load() {
 		return
 	}
 	go w.Send(map[string]any{"op": protocol.OpAck, "call_id": id}) // not from the read loop, as resumeMessage
