@@ -93,24 +93,33 @@ func streamed(t *testing.T, c *enginetest.Call) {
 	}
 }
 
+// heldThroughRestart runs a long paced call with id, restarts the engine
+// once it streams, and returns the call and the worker's next connection,
+// whose resume message says it holds the call, running.
+func (s *session) heldThroughRestart(t *testing.T, id string) (*enginetest.Call, *enginetest.Worker) {
+	t.Helper()
+	c, err := s.wk.Run(pacedCall(id, 100000, 50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	streamed(t, c)
+	if err := s.eng.Restart(100 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	wk := s.nextWorker(t, attachTimeout)
+	if held := resumedOn(t, wk); len(held.Calls) != 1 || held.Calls[0].CallID != id || held.Calls[0].Done {
+		t.Fatalf("the worker says it holds %+v; want the running call %s", held.Calls, id)
+	}
+	return c, wk
+}
+
 // A continue the worker cannot serve (the engine claims frames the call
 // never sent) stops the call, and its answer is the error RESUME.md
 // documents, not the runtime's answer to the stop.
 func TestUnservableContinueIsAnsweredWithTheReason(t *testing.T) {
 	s := startResumeSession(t, 10*time.Minute)
-	c, err := s.wk.Run(pacedCall("far", 100000, 50))
-	if err != nil {
-		t.Fatal(err)
-	}
-	streamed(t, c)
 	s.eng.ContinueAt("far", 1<<40)
-	if err := s.eng.Restart(100 * time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	wk := s.nextWorker(t, attachTimeout)
-	if held := resumedOn(t, wk); len(held.Calls) != 1 || held.Calls[0].CallID != "far" || held.Calls[0].Done {
-		t.Fatalf("the worker says it holds %+v; want the running call far", held.Calls)
-	}
+	c, _ := s.heldThroughRestart(t, "far")
 	answer, _, err := c.WaitTimeout(callTimeout)
 	if err != nil {
 		t.Fatal(err)
@@ -308,5 +317,23 @@ func TestStopDoesNotWaitForAcknowledgements(t *testing.T) {
 		s.served <- err // for the cleanup
 	case <-time.After(goneTimeout):
 		t.Fatalf("Serve did not return within %s of Stop: it waits for an acknowledgement", goneTimeout)
+	}
+}
+
+// A held call keeps its call_id: a run with the same id on the next
+// connection is refused as a duplicate, as RESUME.md says.
+func TestCallIDOfAHeldCallIsTaken(t *testing.T) {
+	s := startResumeSession(t, 10*time.Minute)
+	_, wk := s.heldThroughRestart(t, "same")
+	again, err := wk.Run(pacedCall("same", 1, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, _, err := again.WaitTimeout(callTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if answer.OK || answer.Error == nil || answer.Error.Type != protocol.TypeRemoteError || !strings.Contains(answer.Error.Message, "is already running on this worker") {
+		t.Fatalf("answer %s; want the duplicate refused", answer.Raw)
 	}
 }
