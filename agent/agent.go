@@ -12,13 +12,11 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/config"
-	"github.com/fluksio/fluksio-worker/agent/engine"
 	"github.com/fluksio/fluksio-worker/agent/frame"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 	"github.com/fluksio/fluksio-worker/agent/runner"
-	"github.com/fluksio/fluksio-worker/agent/runtime"
 	"github.com/fluksio/fluksio-worker/agent/status"
 	"github.com/fluksio/fluksio-worker/platform"
 )
@@ -207,6 +205,10 @@ func (a *Agent) Serve(ctx context.Context) (err error) {
 			wait = rand.N(firstRetrySpread + 1)
 		}
 		backoff = min(backoff*2, backoffMax)
+		if limit := a.heldRetryLimit(); limit > 0 && wait > limit {
+			// An engine back within the grace must find its calls held.
+			wait = limit/2 + rand.N(limit/2+1)
+		}
 		a.retrying(attached, err, wait)
 		if done, idle := a.waitOffline(ctx, wait); done {
 			if idle && !a.everWelcomed.Load() {
@@ -230,7 +232,7 @@ func (a *Agent) over(err error) bool {
 	if errors.Is(err, errFinished) || m.ending() {
 		return true
 	}
-	return m.declining() && len(a.heldCalls()) == 0
+	return m.declining() && len(a.book.held()) == 0
 }
 
 // finish stops what is still held (nobody can hear it now) and waits for
@@ -271,166 +273,6 @@ func (a *Agent) waitOffline(ctx context.Context, wait time.Duration) (done, idle
 		case <-modeC:
 		case <-ctx.Done():
 			return true, false
-		}
-	}
-}
-
-// errFinished ends a session on purpose: stopped, drained or idle.
-var errFinished = errors.New("finished")
-
-// session is one connection: dial, hello, welcome, then calls until the
-// connection is lost or the worker finishes. It reports whether the
-// engine welcomed this worker. Every call started on the connection is
-// stopped and gone when it returns.
-func (a *Agent) session(ctx context.Context) (attached bool, err error) {
-	// Getting ready to attach gives up as soon as the worker is told to
-	// stop or drain; nothing is running yet that would need to finish.
-	prepare, cancelPrepare := context.WithCancel(ctx)
-	defer cancelPrepare()
-	a.attemptStarted()
-	// Calls held through an outage are running calls: a drain or reload
-	// waits for them, so the worker attaches again to let them finish.
-	held := len(a.heldCalls()) > 0
-	go func() {
-		defer cancelPrepare()
-		for {
-			m, modeC := a.life.watch()
-			if m.ending() || m.declining() && !held {
-				return
-			}
-			select {
-			case <-modeC:
-			case <-prepare.Done():
-				return
-			}
-		}
-	}()
-	began := time.Now()
-	rt, err := runtime.Ensure(prepare, a.cfg, a.stateDir, a.log)
-	if err != nil {
-		return false, err
-	}
-	helloAt := time.Now()
-	hello := a.hello(prepare)
-	dialAt := time.Now()
-	// Most of the seconds before the first attach are pip freeze, run for
-	// the hello's venv_digest; the debug line says so, with the numbers.
-	a.log.Debug("hello ready; dialing", "runtime_ms", helloAt.Sub(began).Milliseconds(),
-		"hello_ms", dialAt.Sub(helloAt).Milliseconds(), "note", "the first hello_ms is mostly pip freeze, hashed as venv_digest; later ones reuse it")
-	conn, name, err := engine.Attach(prepare, a.cfg, hello)
-	if err != nil {
-		a.log.Debug("attach failed", "dial_ms", time.Since(dialAt).Milliseconds(), "error", err)
-		return false, err
-	}
-	since := time.Now()
-	a.log.Debug("welcomed", "dial_hello_welcome_ms", since.Sub(dialAt).Milliseconds(), "total_ms", since.Sub(began).Milliseconds())
-	a.welcomed()
-	a.log.Info("attached", append([]any{"engine", logging.ShownURL(a.cfg.URL), "name", name, "labels", hello.Labels,
-		advertised(hello), "runtime", rt.Source, "runtime_hash", rt.Hash[:12]}, a.reattached(since)...)...)
-	a.life.attached(name, since)
-	a.book.restartIdle() // a fresh connection starts the idle clock
-
-	callsCtx, cancelCalls := context.WithCancel(ctx)
-	var calls sync.WaitGroup
-	at := &attachment{ctx: callsCtx, conn: conn, calls: &calls,
-		rt:    runner.Runtime{Path: rt.Path, Embedded: rt.Source == "embedded"},
-		noise: logging.NewBudget(a.log, "log lines about ignored or refused engine messages were dropped", engineNoisePerSecond)}
-	defer func() {
-		cancelCalls()
-		a.dropWaiting()
-		calls.Wait()
-		at.noise.Close()
-		conn.Abort()
-		if at.resumeTimer != nil {
-			at.resumeTimer.Stop()
-		}
-		a.holdCalls()
-	}()
-	if conn.ResumeGrace() > 0 {
-		a.offerHeld(at)
-	} else {
-		a.stopAllHeld(msgNoResume)
-	}
-	calls.Add(1)
-	go a.beatWaiting(at)
-	lost := make(chan error, 1)
-	go func() {
-		for {
-			data, err := conn.Read()
-			if err != nil {
-				lost <- err
-				return
-			}
-			a.handle(at, data)
-			if len(data) >= frame.Outsized {
-				data = nil
-				frame.Release()
-			}
-		}
-	}()
-
-	ctxDone := ctx.Done()
-	// seen is the mode this loop has acted on; the first pass acts on
-	// the mode the worker is in already.
-	seen, stopped := modeServing, false
-	first := make(chan struct{})
-	close(first)
-	var modeC <-chan struct{} = first
-	reload := a.newReloadWait()
-	defer reload.stop()
-	idle := time.NewTimer(time.Hour)
-	defer idle.Stop()
-	var idleC <-chan time.Time // nil without --max-idle: never idle
-	if a.cfg.MaxIdle > 0 {
-		idleC = idle.C
-		a.armIdle(idle)
-	}
-	for {
-		select {
-		case err := <-lost:
-			return true, fmt.Errorf("connection lost: %w", err)
-		case <-ctxDone:
-			ctxDone, stopped = nil, true
-			a.stopAll(msgStopping)
-		case <-modeC:
-			var now mode
-			now, modeC = a.life.watch()
-			if now == seen {
-				break
-			}
-			seen = now
-			switch now {
-			case modeKilling:
-				return true, errFinished
-			case modeStopping:
-				if stopped {
-					break
-				}
-				stopped = true
-				a.log.Info("stopping: running calls are being stopped")
-				a.stopAll(msgStopping)
-			case modeDraining:
-				a.log.Info("draining: running calls finish, new calls are refused")
-			case modeReloading:
-				reload.begin()
-			}
-		case <-reload.expired:
-			reload.expire()
-		case <-a.changed:
-			a.armIdle(idle)
-			reload.changed()
-		case <-idleC:
-			if a.running() == 0 && time.Now().After(a.idleDeadline()) {
-				a.endBecause("nothing ran for --max-idle")
-				a.log.Info("nothing ran for --max-idle; stopping", "max_idle", a.cfg.MaxIdle.String())
-				conn.Close()
-				return true, errFinished
-			}
-			a.armIdle(idle)
-		}
-		if (stopped || seen.declining()) && a.running() == 0 {
-			conn.Close()
-			return true, errFinished
 		}
 	}
 }
@@ -488,10 +330,17 @@ func (a *Agent) idleDeadline() time.Time {
 func (a *Agent) running() int { return a.book.running() }
 
 // stopAll stops every running call and answers every waiting one, each
-// with reason; no waiting call is started.
+// with reason; no waiting call is started. An answer sent that waits for
+// the engine's acknowledgement (resume.go) waits no more: a stopping
+// worker keeps nothing for later.
 func (a *Agent) stopAll(reason string) {
 	a.answerWaiting(reason)
-	a.book.each(func(c *call) { c.stop(reason) })
+	a.book.each(func(c *call) {
+		c.stop(reason)
+		if c.journal != nil {
+			c.journal.Ack()
+		}
+	})
 }
 
 // notify wakes the session loop after a call started or ended.
@@ -500,4 +349,32 @@ func (a *Agent) notify() {
 	case a.changed <- struct{}{}:
 	default:
 	}
+}
+
+// runnerConfig is what the agent's runners are started with.
+func (a *Agent) runnerConfig() runner.Config {
+	return runner.Config{
+		Python:          a.python,
+		StateDir:        a.stateDir,
+		BaseEnv:         a.baseEnv,
+		CancelGrace:     a.cfg.CancelGrace,
+		MaxLine:         a.cfg.MaxLine,
+		Spares:          a.cfg.WarmSpares(),
+		Preload:         a.cfg.Preload,
+		OutsizedRequest: frame.Outsized,
+		Log:             a.log,
+		Metrics:         a.metrics,
+		NodeLog:         nodeLog(a.cfg.NodeLogLevel),
+	}
+}
+
+// nodeLog reads --node-log-level.
+func nodeLog(level string) runner.NodeLog {
+	switch level {
+	case "off":
+		return runner.NodeLog{Off: true}
+	case "debug":
+		return runner.NodeLog{Level: slog.LevelDebug}
+	}
+	return runner.NodeLog{Level: slog.LevelInfo}
 }

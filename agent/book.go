@@ -10,7 +10,10 @@ package agent
 //   - a call ends once: end counts it done only while the book holds it;
 //   - with --max-calls, answered + running never exceeds it, since a call
 //     is admitted only while there is room (full) and an ending call moves
-//     from running to answered at most.
+//     from running to answered at most;
+//   - a call is held through an outage (resume.go) at most once at a time,
+//     and only while the book holds it: hold and unhold decide, and each
+//     hold's grace timer stops it unless unhold wins.
 //
 // The book decides; the caller sends answers, logs and publishes counts
 // outside the lock.
@@ -70,6 +73,13 @@ func (b *callBook) admit(c *call) (start bool, no *refusal) {
 	}
 	b.calls[c.id] = c
 	return start, nil
+}
+
+// lookup is the call with id the engine awaits, nil if none.
+func (b *callBook) lookup(id string) *call {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.calls[id]
 }
 
 // full reports whether --max-calls leaves no room for another call: the
@@ -226,9 +236,53 @@ func (b *callBook) eachLive(fn func(*call)) {
 	}
 }
 
-// locked runs fn under the book's lock, for a call's fields it guards.
-func (b *callBook) locked(fn func()) {
+// heldCall is a call held through an outage, and when its hold began.
+type heldCall struct {
+	*call
+	since time.Time
+}
+
+// hold holds every call that outlives its connection (it has a journal),
+// runs and is not held already: each is stopped by expire when its grace
+// runs out, unless unhold comes first. It returns the calls it held.
+func (b *callBook) hold(expire func(*call)) []heldCall {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	fn()
+	var held []heldCall
+	for _, c := range b.calls {
+		if c.journal == nil || c.queued || c.holdTimer != nil {
+			continue
+		}
+		c.journal.Detach()
+		c.heldAt = time.Now()
+		c.holdTimer = time.AfterFunc(c.grace, func() { expire(c) })
+		held = append(held, heldCall{c, c.heldAt})
+	}
+	return held
+}
+
+// unhold ends c's hold, and says when it began; ok is false when c was
+// not held (any more): another unhold won.
+func (b *callBook) unhold(c *call) (since time.Time, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c.holdTimer == nil {
+		return time.Time{}, false
+	}
+	c.holdTimer.Stop()
+	c.holdTimer = nil
+	return c.heldAt, true
+}
+
+// held lists the calls held now (ordered by nothing).
+func (b *callBook) held() []heldCall {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var held []heldCall
+	for _, c := range b.calls {
+		if c.holdTimer != nil {
+			held = append(held, heldCall{c, c.heldAt})
+		}
+	}
+	return held
 }

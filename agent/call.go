@@ -58,12 +58,15 @@ type call struct {
 	journal *hold.Journal      // numbers and keeps its frames; nil without the resume extension
 	grace   time.Duration      // how long it may be held through an outage
 	release context.CancelFunc // ends session, for a held call
-	// Guarded by callBook.mu: while held, the timer that stops it at the end
-	// of its grace, and when the hold began.
+	// Guarded by callBook.mu, and changed only by its hold and unhold:
+	// while held, the timer that stops it at the end of its grace, and when
+	// the hold began.
 	holdTimer *time.Timer
 	heldAt    time.Time
 
-	// Set by the call's own goroutine, read by callEnded and logEnd on it.
+	// Set by the call's own goroutine (or, for a call that never ran, by
+	// the one that answers it), read by callEnded and logEnd on it; the
+	// end's fields only through setEnd.
 	begun   time.Time // when run began
 	outcome string    // metrics.OutcomeOK, OutcomeError or OutcomeCancelled
 	// A failed or cancelled call's error type and short message, for its
@@ -92,6 +95,15 @@ func newCall(id, op, function string, request []byte, env []string, host callHos
 	// hold on to it; run stops the call when the connection is lost.
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
 	return c
+}
+
+// envSize is what the request's env adds to its size.
+func envSize(env []string) int {
+	n := 0
+	for _, kv := range env {
+		n += len(kv)
+	}
+	return n
 }
 
 // Error answers the agent itself sends.
@@ -131,13 +143,9 @@ func (c *call) run(ctx context.Context, rt runner.Runtime) {
 		Send:    func(frame []byte) { c.sendEvent(c.own(frame)) },
 	})
 	request = nil
-	var stop *runner.StopError
-	switch {
-	case errors.As(err, &stop):
-		c.stoppedBeforeStart(ctx, stop)
-		return
-	case err != nil:
-		c.fail(err)
+	if err != nil {
+		c.notStarted(ctx, err)
+		c.host.ended(c)
 		return
 	}
 	c.proc.Store(p)
@@ -148,7 +156,7 @@ func (c *call) run(ctx context.Context, rt runner.Runtime) {
 		// Answered while held: the runner goes now, the answer waits for
 		// the engine to come back (or the hold to end).
 		usage, ended = p.End(end.Answer != nil), true
-		<-c.journal.Delivered()
+		c.awaitDelivery()
 	}
 	c.host.ended(c)
 	// The call is over for the engine; now nothing of it may remain.
@@ -193,39 +201,71 @@ func (c *call) answer(ctx context.Context, p *runner.Process, end runner.Output)
 	if ctx.Err() != nil {
 		// The connection is gone and nobody hears an answer; the worker
 		// stopped the call, so it counts as cancelled.
-		c.outcome, c.lost = metrics.OutcomeCancelled, true
-		c.errType, c.errMsg = protocol.TypeNodeCancelled, msgConnectionLost
+		c.endLost()
 		return
 	}
+	var own ownAnswer
 	switch {
+	case errors.As(context.Cause(c.ctx), &own):
+		// Whatever the runner answered to the stop ("the call was
+		// cancelled" says the engine asked), the engine must hear why.
+		c.answerError(protocol.TypeNodeCancelled, own.stop.Error())
 	case end.Answer != nil && runner.Stopped(c.ctx) == nil && protocol.ReadOutcome(end.Answer) == protocol.Cancelled:
 		// Only a cancel is a cancel.
 		frame.Put(end.Answer)
-		c.outcome, c.errType, c.errMsg = metrics.OutcomeError, protocol.TypeRemoteError, msgNotCancelled
-		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeRemoteError, msgNotCancelled))
+		c.answerError(protocol.TypeRemoteError, msgNotCancelled)
 	case end.Answer != nil:
-		c.outcome = answerOutcome(end.Answer)
-		if c.outcome != metrics.OutcomeOK {
-			c.errType, c.errMsg = protocol.ReadError(end.Answer)
+		outcome, typ, msg := answerOutcome(end.Answer), "", ""
+		if outcome != metrics.OutcomeOK {
+			typ, msg = protocol.ReadError(end.Answer)
 		}
+		c.setEnd(outcome, typ, msg, false)
 		c.host.metrics.AnswerRelayed(len(end.Answer))
 		c.sendAnswer(c.own(end.Answer))
 	case end.Err != nil:
-		c.outcome = metrics.OutcomeError
-		c.errType, c.errMsg = protocol.TypeRemoteError, end.Err.Error()
-		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeRemoteError, end.Err.Error()))
+		c.answerError(protocol.TypeRemoteError, end.Err.Error())
 	default:
-		typ, msg := protocol.TypeRemoteError, ""
-		c.outcome = metrics.OutcomeError
 		if stop := runner.Stopped(c.ctx); stop != nil {
-			typ, c.outcome = protocol.TypeNodeCancelled, metrics.OutcomeCancelled
-			msg = stop.Error()
+			c.answerError(protocol.TypeNodeCancelled, stop.Error())
 		} else {
-			msg = p.DeathMessage()
+			c.answerError(protocol.TypeRemoteError, p.DeathMessage())
 		}
-		c.errType, c.errMsg = typ, msg
-		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, typ, msg))
 	}
+}
+
+// setEnd records how the call ended, for its end record and the metrics:
+// the one place its outcome, error and loss are set. lost: the connection
+// to the engine was lost and nobody heard an answer.
+func (c *call) setEnd(outcome, errType, errMsg string, lost bool) {
+	c.outcome, c.errType, c.errMsg, c.lost = outcome, errType, errMsg, lost
+}
+
+// answerError ends the call with the worker's own error answer: cancelled
+// when typ is NodeCancelled, failed otherwise.
+func (c *call) answerError(typ, msg string) {
+	outcome := metrics.OutcomeError
+	if typ == protocol.TypeNodeCancelled {
+		outcome = metrics.OutcomeCancelled
+	}
+	c.setEnd(outcome, typ, msg, false)
+	c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, typ, msg))
+}
+
+// endLost ends a call stopped because its connection was lost: nobody
+// hears its answer, and it counts as cancelled.
+func (c *call) endLost() {
+	c.setEnd(metrics.OutcomeCancelled, protocol.TypeNodeCancelled, msgConnectionLost, true)
+}
+
+// answerOutcome is the metrics label of how a runner's answer ended.
+func answerOutcome(answer []byte) string {
+	switch protocol.ReadOutcome(answer) {
+	case protocol.Succeeded:
+		return metrics.OutcomeOK
+	case protocol.Cancelled:
+		return metrics.OutcomeCancelled
+	}
+	return metrics.OutcomeError
 }
 
 // own makes a runner's line its call's, whatever call_id the runner wrote
@@ -301,6 +341,28 @@ func (c *call) delivered() bool {
 	}
 }
 
+// awaitDelivery waits until the call's answer is delivered: sent to the
+// engine, and acknowledged where the engine acknowledges answers. An answer
+// the live connection's engine has not acknowledged within the call's grace
+// is let go, as if it had been; while the call is held, its hold's end
+// decides.
+func (c *call) awaitDelivery() {
+	wait := time.NewTimer(c.grace)
+	defer wait.Stop()
+	for {
+		select {
+		case <-c.journal.Delivered():
+			return
+		case <-wait.C:
+			if c.journal.Ack() {
+				c.log.Warn("the engine did not acknowledge the call's answer within the grace; the call is over", "grace", c.grace.String())
+				return
+			}
+			wait.Reset(c.grace)
+		}
+	}
+}
+
 // wasAnswered says whether the engine was sent the call's answer.
 func (c *call) wasAnswered() bool {
 	c.sendMu.Lock()
@@ -316,25 +378,20 @@ func (c *call) sendAnswerJSON(v any) {
 	c.sendAnswer(b)
 }
 
-// fail answers a call whose process could not be started.
-func (c *call) fail(err error) {
-	c.outcome = metrics.OutcomeError
-	c.errType, c.errMsg = protocol.TypeRemoteError, "the call could not start: "+err.Error()
-	c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeRemoteError, err.Error()))
-	c.host.ended(c)
-}
-
-// stoppedBeforeStart answers a call stopped before its runner started
-// (between leaving the queue and starting): nothing of it ran.
-func (c *call) stoppedBeforeStart(ctx context.Context, stop *runner.StopError) {
-	c.outcome = metrics.OutcomeCancelled
-	c.errType, c.errMsg = protocol.TypeNodeCancelled, stop.Error()
-	if ctx.Err() == nil { // else nobody hears an answer
-		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeNodeCancelled, stop.Error()))
-	} else {
-		c.lost, c.errMsg = true, msgConnectionLost
+// notStarted answers a call whose runner did not start: it was stopped
+// before (between leaving the queue and starting; nothing of it ran), or
+// its process could not be started.
+func (c *call) notStarted(ctx context.Context, err error) {
+	var stop *runner.StopError
+	switch {
+	case !errors.As(err, &stop):
+		c.setEnd(metrics.OutcomeError, protocol.TypeRemoteError, "the call could not start: "+err.Error(), false)
+		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeRemoteError, err.Error()))
+	case ctx.Err() != nil: // nobody hears an answer
+		c.endLost()
+	default:
+		c.answerError(protocol.TypeNodeCancelled, stop.Error())
 	}
-	c.host.ended(c)
 }
 
 // stop stops the call's runner: SIGTERM to everything of it, then SIGKILL
@@ -345,40 +402,25 @@ func (c *call) stop(reason string) {
 	c.cancel(&runner.StopError{Reason: reason})
 }
 
+// stopAnswering stops the call as stop does, and answers it NodeCancelled
+// with reason whatever the runner answers: the worker stopped it on its own
+// account, and the engine is to hear why.
+func (c *call) stopAnswering(reason string) {
+	c.cancel(ownAnswer{&runner.StopError{Reason: reason}})
+}
+
+// ownAnswer is the cause of a stop whose answer is the worker's own.
+type ownAnswer struct{ stop *runner.StopError }
+
+func (o ownAnswer) Error() string { return o.stop.Error() }
+func (o ownAnswer) Unwrap() error { return o.stop }
+
 // kill stops the runner's processes at once, for a worker told twice to
 // stop.
 func (c *call) kill() {
 	if p := c.proc.Load(); p != nil {
 		p.Kill()
 	}
-}
-
-// runnerConfig is what the agent's runners are started with.
-func (a *Agent) runnerConfig() runner.Config {
-	return runner.Config{
-		Python:          a.python,
-		StateDir:        a.stateDir,
-		BaseEnv:         a.baseEnv,
-		CancelGrace:     a.cfg.CancelGrace,
-		MaxLine:         a.cfg.MaxLine,
-		Spares:          a.cfg.WarmSpares(),
-		Preload:         a.cfg.Preload,
-		OutsizedRequest: frame.Outsized,
-		Log:             a.log,
-		Metrics:         a.metrics,
-		NodeLog:         nodeLog(a.cfg.NodeLogLevel),
-	}
-}
-
-// nodeLog reads --node-log-level.
-func nodeLog(level string) runner.NodeLog {
-	switch level {
-	case "off":
-		return runner.NodeLog{Off: true}
-	case "debug":
-		return runner.NodeLog{Level: slog.LevelDebug}
-	}
-	return runner.NodeLog{Level: slog.LevelInfo}
 }
 
 // maxLoggedError bounds an error message in a call's end record: its

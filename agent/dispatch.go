@@ -5,44 +5,17 @@ package agent
 // what it cannot use.
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/fluksio/fluksio-worker/agent/engine"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
-	"github.com/fluksio/fluksio-worker/agent/runner"
 	"github.com/fluksio/fluksio-worker/agent/status"
 	"github.com/fluksio/fluksio-worker/platform"
 )
-
-// attachment is what one connection's messages are handled with.
-type attachment struct {
-	ctx   context.Context // ends when the connection does
-	conn  *engine.Conn
-	rt    runner.Runtime  // the runner script of this connection's calls
-	calls *sync.WaitGroup // every goroutine serving a call of this connection
-	// noise budgets the log lines about engine messages the worker ignores
-	// or refuses, so an engine that floods them cannot flood the log.
-	noise *logging.Budget
-
-	// With the resume extension (resume.go): whether the engine's resume
-	// answer came (or its wait ended), and the timer of that wait.
-	resumed     atomic.Bool
-	resumeTimer *time.Timer
-
-	pending pendingCalls // calls whose pre-call hook runs (callpolicy.go)
-}
-
-// engineNoisePerSecond is how many log lines a second the engine's ignored
-// or refused messages may cause; the rest are counted.
-const engineNoisePerSecond = 10
 
 // msgUnreadable answers a call whose request this worker cannot decode
 // although its op and call_id can be read.
@@ -85,6 +58,8 @@ func (a *Agent) handle(at *attachment, data []byte) {
 		a.cancel(at, m.CallID)
 	case protocol.OpResume:
 		a.resumeAnswered(at, m)
+	case protocol.OpAck:
+		a.acked(at, m.CallID)
 	default:
 		if at.noise.Allow() {
 			a.log.Warn("ignoring a message with an unknown op", "op", logging.Cut(m.Op, maxLoggedID))
@@ -187,8 +162,7 @@ func (a *Agent) cancel(at *attachment, id string) {
 			a.log.Info("cancel for a call that is not running here", "call_id", logging.Cut(id, maxLoggedID))
 		}
 	case waiting:
-		c.outcome, c.errType, c.errMsg = metrics.OutcomeCancelled, protocol.TypeNodeCancelled, msgCancelledWaiting
-		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeNodeCancelled, msgCancelledWaiting))
+		c.answerError(protocol.TypeNodeCancelled, msgCancelledWaiting)
 		a.callEnded(c)
 	default:
 		c.log.Info("cancelling")
@@ -250,12 +224,4 @@ func requestEnv(raw json.RawMessage) ([]string, error) {
 		env = append(env, k+"="+value)
 	}
 	return env, nil
-}
-
-func envSize(env []string) int {
-	n := 0
-	for _, kv := range env {
-		n += len(kv)
-	}
-	return n
 }

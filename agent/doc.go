@@ -1,8 +1,10 @@
 // Package agent is the worker's session with the engine and the commands
 // that run it. It owns:
 //
-//   - the Agent and its session loop (agent.go): attach, reconnect with
-//     backoff, stop, drain, go idle, and the hello it sends;
+//   - the Agent and its loop (agent.go): reconnect with backoff, stop,
+//     drain, go idle, and the hello it sends;
+//   - one connection, from the dial to its end, and its attachment: what
+//     its messages and calls are handled with (session.go);
 //   - the worker's state in one value (mode.go): its mode, serving,
 //     reloading, draining, stopping or killing, and which request wins when
 //     they meet, with its connection (connecting, attached, refused,

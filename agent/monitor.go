@@ -11,7 +11,6 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
-	"github.com/fluksio/fluksio-worker/agent/protocol"
 	"github.com/fluksio/fluksio-worker/agent/status"
 )
 
@@ -78,7 +77,7 @@ func (a *Agent) health(now time.Time) (bool, string) {
 	if why == "" {
 		why = st.State
 	}
-	if n := len(a.heldCalls()); n > 0 {
+	if n := len(a.book.held()); n > 0 {
 		why = fmt.Sprintf("%d call(s) held through the outage; %s", n, why)
 	}
 	left := a.detachedAt.Load()
@@ -142,15 +141,4 @@ func (a *Agent) ListenMonitoring() (*metrics.Server, error) {
 	}
 	a.status.Update(func(s *status.Status) { s.Listen = srv.Addr() })
 	return srv, nil
-}
-
-// answerOutcome is the metrics label of how a runner's answer ended.
-func answerOutcome(answer []byte) string {
-	switch protocol.ReadOutcome(answer) {
-	case protocol.Succeeded:
-		return metrics.OutcomeOK
-	case protocol.Cancelled:
-		return metrics.OutcomeCancelled
-	}
-	return metrics.OutcomeError
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/logging"
-	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 )
 
@@ -136,6 +135,10 @@ func (a *Agent) runSlot(c *call) {
 	for c != nil {
 		c.run(c.session, c.rt)
 		a.afterCall(c) // the post-call hook, in the slot and within its bound
+		if c.journal != nil {
+			// The call is over: nothing of it can be asked for again.
+			c.journal.Close()
+		}
 		done := c
 		// A stopping worker answers the waiting calls itself (stopAll); a
 		// lost connection drops them (dropWaiting). Neither starts them.
@@ -185,8 +188,7 @@ func (a *Agent) answerWaiting(reason string) {
 		a.log.Info("answering the calls waiting for a slot; none of them started", "calls", len(waiting), "reason", reason)
 	}
 	for _, c := range waiting {
-		c.outcome, c.errType, c.errMsg = metrics.OutcomeCancelled, protocol.TypeNodeCancelled, reason
-		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeNodeCancelled, reason))
+		c.answerError(protocol.TypeNodeCancelled, reason)
 		a.callEnded(c)
 	}
 }

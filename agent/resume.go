@@ -25,14 +25,15 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/status"
 )
 
-// What one held call may keep. Memory: a few MiB per call, so --parallel
-// calls held at once cost tens of MiB at most; the rest spills to the state
-// directory. Disk: 1 GiB per call bounds what an outage can write (a call
-// with more output pauses: its runner waits on its pipe until the engine is
-// back). Retain: frames already written to a connection that dies may not
-// have reached the engine: the socket's send buffer, a few MiB at most,
-// holds that much.
-var holdLimits = hold.Limits{Memory: 4 << 20, Disk: 1 << 30, Retain: 4 << 20}
+// What one call's journal may keep: the frames it sent until the engine
+// says it has them (they may still be in the worker's queue or either
+// socket's buffers, tens of MiB, when the connection dies) and, while
+// held, the frames it produces. Memory: a few MiB per call, so --parallel
+// calls cost tens of MiB at most; the rest spills to the state directory.
+// Disk: 1 GiB per call bounds what an outage can write (a held call with
+// more output pauses: its runner waits on its pipe until the engine is
+// back); past it, the oldest frames already sent go first.
+var holdLimits = hold.Limits{Memory: 4 << 20, Disk: 1 << 30}
 
 // resumeAnswerTimeout bounds the wait for the engine's resume answer, as
 // the welcome's wait is bounded: held calls are then unclaimed.
@@ -47,6 +48,24 @@ const (
 	msgCannotReplay  = "the call's events cannot be replayed from where the engine asks"
 	msgCancelledHeld = "the engine cancelled the call while it was held through an outage"
 )
+
+// heldRetryMax bounds the wait between attempts to attach while calls are
+// held, whatever their grace: an engine back is found within seconds.
+const heldRetryMax = 5 * time.Second
+
+// heldRetryLimit is the longest wait before the next attempt to attach
+// while calls are held (0 when none is): a tenth of the shortest grace, at
+// most heldRetryMax, so that an engine back within the grace finds its calls
+// still held rather than a worker asleep in a 30 s backoff.
+func (a *Agent) heldRetryLimit() time.Duration {
+	var limit time.Duration
+	for _, c := range a.book.held() {
+		if l := min(c.grace/10, heldRetryMax); limit == 0 || l < limit {
+			limit = l
+		}
+	}
+	return limit
+}
 
 // heldDir is where held calls spill their output.
 func (a *Agent) heldDir() string { return filepath.Join(a.stateDir, "held") }
@@ -65,83 +84,30 @@ func (a *Agent) removeStaleSpills() {
 	}
 }
 
-// adopt makes c a call of at: on a connection that accepted the extension
-// its frames go through a journal and it outlives the connection; on any
-// other, it is the connection's and stops with it.
-func (at *attachment) adopt(a *Agent, c *call) {
-	c.rt = at.rt
-	c.wg = at.calls
-	c.session = at.ctx
-	if grace := at.conn.ResumeGrace(); grace > 0 {
-		c.grace = grace
-		c.journal = hold.New(at.conn, a.heldDir(), holdLimits)
-		c.session, c.release = context.WithCancel(context.Background())
-		c.wg = &a.outliving
-	}
-}
-
-// abandon lets go of what adopt made for a call that is refused.
-func (c *call) abandon() {
-	if c.release != nil {
-		c.release()
-	}
-}
-
 // holdCalls holds every running call that has a journal: the connection
 // is gone. Each is stopped when its grace runs out unless an engine claims
 // it first.
 func (a *Agent) holdCalls() {
-	var held []*call
-	a.book.each(func(c *call) {
-		if c.journal == nil || c.queued || c.holdTimer != nil {
-			return
-		}
-		c.journal.Detach()
-		c.heldAt = time.Now()
-		c.holdTimer = time.AfterFunc(c.grace, func() { a.stopHeld(c, msgOutageGrace) })
-		held = append(held, c)
-	})
+	held := a.book.hold(func(c *call) { a.stopHeld(c, msgOutageGrace) })
 	if len(held) == 0 {
 		return
 	}
 	for _, c := range held {
 		c.log.Warn("call held: it keeps running through the outage, its output kept for the engine",
-			"grace", c.grace.String(), "stopped_at", c.heldAt.Add(c.grace).UTC().Format(time.RFC3339))
+			"grace", c.grace.String(), "stopped_at", c.since.Add(c.grace).UTC().Format(time.RFC3339))
 	}
 	a.publishHeld()
-}
-
-// heldCalls are the calls held now.
-func (a *Agent) heldCalls() []*call {
-	var held []*call
-	a.book.each(func(c *call) {
-		if c.holdTimer != nil {
-			held = append(held, c)
-		}
-	})
-	return held
-}
-
-// release ends c's hold: it reports false when it was not held (any more).
-func (a *Agent) unhold(c *call) bool {
-	held := false
-	a.book.locked(func() {
-		if held = c.holdTimer != nil; held {
-			c.holdTimer.Stop()
-			c.holdTimer = nil
-		}
-	})
-	return held
 }
 
 // stopHeld stops a held call as a lost connection stops a call: nothing is
 // sent, and its kept output is dropped.
 func (a *Agent) stopHeld(c *call, reason string) {
-	if !a.unhold(c) {
+	since, ok := a.book.unhold(c)
+	if !ok {
 		return
 	}
 	c.log.Warn("held call stopped; its kept output is dropped", "reason", reason,
-		"held_for", time.Since(c.heldAt).Round(time.Millisecond).String())
+		"held_for", time.Since(since).Round(time.Millisecond).String())
 	c.journal.Close()
 	c.release()
 	a.metrics.HeldEnded(metrics.HeldStopped)
@@ -150,8 +116,8 @@ func (a *Agent) stopHeld(c *call, reason string) {
 
 // stopAllHeld stops every held call with reason.
 func (a *Agent) stopAllHeld(reason string) {
-	for _, c := range a.heldCalls() {
-		a.stopHeld(c, reason)
+	for _, c := range a.book.held() {
+		a.stopHeld(c.call, reason)
 	}
 }
 
@@ -176,12 +142,12 @@ func (a *Agent) abandonAll(reason string) {
 // tells the engine which calls this worker holds and how far each got, and
 // stops them all if no answer comes.
 func (a *Agent) offerHeld(at *attachment) {
-	held := a.heldCalls()
+	held := a.book.held()
 	msg := protocol.ResumeHello{Op: protocol.OpResume, Calls: make([]protocol.HeldCall, 0, len(held))}
 	for _, c := range held {
 		st := c.journal.Stats()
 		msg.Calls = append(msg.Calls, protocol.HeldCall{CallID: c.id, Seq: st.Seq, Done: st.Answered,
-			HeldFor: time.Since(c.heldAt).Seconds()})
+			HeldFor: time.Since(c.since).Seconds()})
 	}
 	at.conn.SendJSON(msg)
 	if len(held) > 0 {
@@ -191,7 +157,7 @@ func (a *Agent) offerHeld(at *attachment) {
 		if at.ctx.Err() == nil && at.resumed.CompareAndSwap(false, true) {
 			a.log.Warn("the engine did not answer the resume message in time; held calls are stopped", "timeout", a.resumeWait.String())
 			for _, c := range held {
-				a.stopHeld(c, msgNoAnswer)
+				a.stopHeld(c.call, msgNoAnswer)
 			}
 		}
 	})
@@ -211,15 +177,15 @@ func (a *Agent) resumeAnswered(at *attachment, m protocol.Message) {
 	if err != nil {
 		a.log.Warn("the engine's resume answer is not understood; held calls are stopped", "error", err)
 	}
-	for _, c := range a.heldCalls() {
+	for _, c := range a.book.held() {
 		v, ok := verdicts[c.id]
 		switch {
 		case !ok:
-			a.stopHeld(c, msgUnclaimed)
+			a.stopHeld(c.call, msgUnclaimed)
 		case v.Action == protocol.ResumeCancel:
-			a.cancelHeld(at, c)
+			a.cancelHeld(at, c.call)
 		default:
-			a.continueHeld(at, c, v.Seq)
+			a.continueHeld(at, c.call, v.Seq)
 		}
 	}
 	a.publishHeld()
@@ -227,11 +193,13 @@ func (a *Agent) resumeAnswered(at *attachment, m protocol.Message) {
 
 // continueHeld replays c after the engine's last frame, then it goes on live.
 func (a *Agent) continueHeld(at *attachment, c *call, after int64) {
-	if !a.unhold(c) {
+	since, ok := a.book.unhold(c)
+	if !ok {
 		return
 	}
-	heldFor := time.Since(c.heldAt).Round(time.Millisecond)
+	heldFor := time.Since(since).Round(time.Millisecond)
 	seq := c.journal.Stats().Seq
+	c.journal.SetAck(at.conn.ResumeAck())
 	a.metrics.HeldEnded(metrics.HeldResumed)
 	at.calls.Add(1)
 	go func() {
@@ -249,7 +217,7 @@ func (a *Agent) continueHeld(at *attachment, c *call, after int64) {
 				c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeRemoteError, msgCannotReplay+": "+err.Error()))
 				return
 			}
-			c.stop(msgCannotReplay + ": " + err.Error())
+			c.stopAnswering(msgCannotReplay + ": " + err.Error())
 		}
 	}()
 }
@@ -257,11 +225,12 @@ func (a *Agent) continueHeld(at *attachment, c *call, after int64) {
 // cancelHeld stops c for the engine, which cancelled it: its kept output is
 // dropped, and the answer is a cancel.
 func (a *Agent) cancelHeld(at *attachment, c *call) {
-	if !a.unhold(c) {
+	if _, ok := a.book.unhold(c); !ok {
 		return
 	}
 	a.metrics.HeldEnded(metrics.HeldCancelled)
 	c.log.Info("the engine cancelled a held call; its kept output is dropped")
+	c.journal.SetAck(at.conn.ResumeAck())
 	if c.journal.Discard(at.conn) {
 		// It had answered while held; that answer is gone with the rest.
 		c.sendAnswerJSON(protocol.NewErrorAnswer(c.id, protocol.TypeNodeCancelled, msgCancelledHeld))
@@ -270,9 +239,22 @@ func (a *Agent) cancelHeld(at *attachment, c *call) {
 	c.stop(msgCancelledHeld)
 }
 
+// acked is the engine's acknowledgement of a call's answer: the call is
+// over for the worker once it is. One for a call it does not hold, or
+// before the answer went out, is ignored.
+func (a *Agent) acked(at *attachment, id string) {
+	c := a.book.lookup(id)
+	if c != nil && c.journal != nil && at.conn.ResumeAck() && c.journal.Ack() {
+		return
+	}
+	if at.noise.Allow() {
+		a.log.Info("ignoring an acknowledgement of no answer this worker waits on", "call_id", logging.Cut(id, maxLoggedID))
+	}
+}
+
 // publishHeld shows the held calls in the status file and the metrics.
 func (a *Agent) publishHeld() {
-	held := a.heldCalls()
+	held := a.book.held()
 	var mem, disk int64
 	var h *status.Held
 	for _, c := range held {
@@ -280,11 +262,11 @@ func (a *Agent) publishHeld() {
 		mem += st.Memory
 		disk += st.Disk
 		if h == nil {
-			h = &status.Held{Since: c.heldAt, Deadline: c.heldAt.Add(c.grace)}
+			h = &status.Held{Since: c.since, Deadline: c.since.Add(c.grace)}
 		}
 		h.Calls = append(h.Calls, logging.Cut(c.id, maxLoggedID))
-		h.Since = minTime(h.Since, c.heldAt)
-		h.Deadline = minTime(h.Deadline, c.heldAt.Add(c.grace))
+		h.Since = minTime(h.Since, c.since)
+		h.Deadline = minTime(h.Deadline, c.since.Add(c.grace))
 	}
 	if h != nil {
 		slices.Sort(h.Calls)
@@ -315,7 +297,7 @@ func (a *Agent) watchHeld(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			if len(a.heldCalls()) > 0 {
+			if len(a.book.held()) > 0 {
 				a.publishHeld()
 			}
 		}

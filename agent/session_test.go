@@ -82,11 +82,19 @@ type session struct {
 // extra options come after the session's own, so they win.
 func startSession(t *testing.T, extra ...string) *session {
 	t.Helper()
+	return startSessionWith(t, enginetest.Options{}, extra...)
+}
+
+// startSessionWith is startSession with an engine started with opts (its
+// Tokens are the session's).
+func startSessionWith(t *testing.T, opts enginetest.Options, extra ...string) *session {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), attachTimeout)
 	defer cancel()
 	given, python := findPython(ctx, t)
 
-	eng, err := enginetest.Start(enginetest.Options{Tokens: []string{sessionToken}})
+	opts.Tokens = []string{sessionToken}
+	eng, err := enginetest.Start(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -163,30 +163,31 @@ func bodySnippet(resp *http.Response) string {
 // not stop the worker for good.
 //
 // It also returns the grace of the resume extension when the worker offered
-// it (offered) and the welcome accepted it, else 0.
-func greet(ws *websocket.Conn, hello protocol.Hello, offered bool) (name string, grace time.Duration, err error) {
+// it (offered) and the welcome accepted it, else 0, and whether the welcome
+// asked for acknowledged answers.
+func greet(ws *websocket.Conn, hello protocol.Hello, offered bool) (name string, grace time.Duration, ack bool, err error) {
 	b, _ := json.Marshal(hello)
 	ws.SetWriteDeadline(time.Now().Add(handshakeTimeout))
 	if err := ws.WriteMessage(websocket.TextMessage, b); err != nil {
-		return "", 0, fmt.Errorf("sending hello: %w", err)
+		return "", 0, false, fmt.Errorf("sending hello: %w", err)
 	}
 	ws.SetReadDeadline(time.Now().Add(handshakeTimeout))
 	_, data, err := ws.ReadMessage()
 	if err != nil {
-		return "", 0, fmt.Errorf("waiting for the engine's welcome: %w", err)
+		return "", 0, false, fmt.Errorf("waiting for the engine's welcome: %w", err)
 	}
 	name, err = protocol.ParseWelcome(data)
 	if err != nil {
-		return "", 0, err
+		return "", 0, false, err
 	}
 	if name == "" {
 		name = hello.Name // an engine that does not say keeps ours
 	}
 	if offered {
-		grace = protocol.ResumeGrace(data)
+		grace, ack = protocol.ResumeGrace(data), protocol.ResumeAck(data)
 	}
 	ws.SetWriteDeadline(time.Time{})
-	return name, grace, nil
+	return name, grace, ack, nil
 }
 
 // Attach dials the engine, says hello and waits for the welcome: the
@@ -201,13 +202,14 @@ func Attach(ctx context.Context, cfg config.Config, hello protocol.Hello) (*Conn
 	if err != nil {
 		return nil, "", err
 	}
-	name, grace, err := greet(ws, hello, cfg.OutageGrace > 0)
+	name, grace, ack, err := greet(ws, hello, cfg.OutageGrace > 0)
 	if err != nil {
 		ws.Close()
 		return nil, "", ScrubError(cfg.Token, err)
 	}
 	c := newConn(ws, raw)
 	c.resumeGrace = min(grace, cfg.OutageGrace)
+	c.resumeAck = c.resumeGrace > 0 && ack
 	return c, name, nil
 }
 
@@ -219,7 +221,7 @@ func CheckAttach(ctx context.Context, cfg config.Config, hello protocol.Hello) e
 		return err
 	}
 	defer ws.Close()
-	if _, _, err := greet(ws, hello, false); err != nil {
+	if _, _, _, err := greet(ws, hello, false); err != nil {
 		// Callers print it: the engine's reason may quote the token.
 		return ScrubError(cfg.Token, err)
 	}
@@ -240,12 +242,18 @@ type Conn struct {
 	closeMu sync.Once
 
 	resumeGrace time.Duration // the resume extension's grace, 0 when not in use
+	resumeAck   bool          // with it, the engine acknowledges answers
 }
 
 // ResumeGrace is how long calls of this connection may be held through an
 // outage: the lesser of --outage-grace and what the engine's welcome
 // allowed; 0 when the extension is not in use on this connection.
 func (c *Conn) ResumeGrace() time.Duration { return c.resumeGrace }
+
+// ResumeAck says whether the engine acknowledges answers on this
+// connection (the resume extension's option): a call's answer then waits
+// for its acknowledgement.
+func (c *Conn) ResumeAck() bool { return c.resumeAck }
 
 func newConn(ws *websocket.Conn, raw *batchConn) *Conn {
 	c := &Conn{

@@ -63,6 +63,9 @@ type Options struct {
 	// Resume, when above 0, accepts the resume extension from workers that
 	// offer it, allowing this grace (see resume.go).
 	Resume time.Duration
+	// ResumeAck, with Resume, asks for acknowledged answers: the engine
+	// acknowledges each call's answer once it has read it.
+	ResumeAck bool
 }
 
 // Engine is a running fake engine.

@@ -24,6 +24,8 @@ type resumeState struct {
 	mu     sync.Mutex
 	calls  map[string]*Call // by worker name and call id
 	cancel map[string]bool  // call ids to answer cancel
+	at     map[string]int64 // call ids to answer continue after this seq, whatever the engine has
+	noAcks atomic.Bool      // WithholdAcks
 }
 
 func callKey(name, id string) string { return name + "\x00" + id }
@@ -37,8 +39,21 @@ func (e *Engine) acceptResume(r *http.Request, welcome map[string]any) bool {
 	if _, ok := protocol.ParseResumeOffer(r.Header.Get(protocol.ResumeHeader)); !ok {
 		return false
 	}
-	welcome["resume"] = protocol.WelcomeResume{Version: protocol.ResumeVersion, Grace: e.opts.Resume.Seconds()}
+	welcome["resume"] = protocol.WelcomeResume{Version: protocol.ResumeVersion, Grace: e.opts.Resume.Seconds(), Ack: e.opts.ResumeAck}
 	return true
+}
+
+// WithholdAcks makes an engine that asks for acknowledged answers (Options.
+// ResumeAck) never send one: a broken engine.
+func (e *Engine) WithholdAcks() { e.resume.noAcks.Store(true) }
+
+// acknowledge acknowledges a call's answer the engine read, when its
+// welcome asked for acknowledged answers.
+func (w *Worker) acknowledge(id string) {
+	if w.engine == nil || !w.engine.opts.ResumeAck || w.engine.resume.noAcks.Load() {
+		return
+	}
+	go w.Send(map[string]any{"op": protocol.OpAck, "call_id": id}) // not from the read loop, as resumeMessage
 }
 
 // keep remembers a call sent to w, so a later connection of the same
@@ -76,6 +91,31 @@ func (e *Engine) CancelOnResume(ids ...string) {
 	}
 }
 
+// ContinueAt makes the engine answer continue after seq for the call id,
+// whatever it received: an engine that asks for frames the worker cannot
+// serve.
+func (e *Engine) ContinueAt(id string, seq int64) {
+	e.resume.mu.Lock()
+	defer e.resume.mu.Unlock()
+	if e.resume.at == nil {
+		e.resume.at = map[string]int64{}
+	}
+	e.resume.at[id] = seq
+}
+
+// GoDown drops every connection and stops listening, until ComeBack: an
+// engine outage whose end the test chooses.
+func (e *Engine) GoDown() {
+	e.stopServing()
+	e.DropAll()
+}
+
+// ComeBack listens again on the engine's address after GoDown.
+func (e *Engine) ComeBack() error {
+	_, err := e.listen(e.addr)
+	return err
+}
+
 // resumeMessage answers a worker's resume message; it reports false for a
 // frame that is not one.
 func (e *Engine) resumeMessage(w *Worker, raw []byte) bool {
@@ -101,7 +141,11 @@ func (e *Engine) resumeMessage(w *Worker, raw []byte) bool {
 			verdicts = append(verdicts, protocol.ResumeVerdict{CallID: held.CallID, Action: protocol.ResumeCancel})
 			w.adopt(c)
 		default:
-			verdicts = append(verdicts, protocol.ResumeVerdict{CallID: held.CallID, Action: protocol.ResumeContinue, Seq: c.Seq()})
+			seq, forced := e.resume.at[held.CallID]
+			if !forced {
+				seq = c.Seq()
+			}
+			verdicts = append(verdicts, protocol.ResumeVerdict{CallID: held.CallID, Action: protocol.ResumeContinue, Seq: seq})
 			w.adopt(c)
 		}
 	}

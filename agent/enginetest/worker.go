@@ -140,6 +140,9 @@ func (w *Worker) readLoop() {
 			continue
 		}
 		c.deliver(m)
+		if m.IsAnswer() {
+			w.acknowledge(m.CallID)
+		}
 	}
 }
 

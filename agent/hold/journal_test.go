@@ -1,6 +1,7 @@
 package hold
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -48,7 +49,7 @@ func spillFiles(t *testing.T, dir string) int {
 func TestHeldFramesReplayOnceInOrder(t *testing.T) {
 	dir := t.TempDir() + "/held"
 	first := &conn{}
-	j := New(first, dir, Limits{Memory: 1000, Disk: 1 << 20, Retain: 200})
+	j := New(first, dir, Limits{Memory: 1000, Disk: 1 << 20})
 	for i := 0; i < 10; i++ {
 		j.Append(line(i), false)
 	}
@@ -61,7 +62,7 @@ func TestHeldFramesReplayOnceInOrder(t *testing.T) {
 	}
 	j.Append([]byte(`{"call_id":"c","ok":true}`), true)
 	st := j.Stats()
-	if !st.Held || st.Disk == 0 || st.Memory > 1000+200+100 {
+	if !st.Held || st.Disk == 0 || st.Memory > 1000+100 {
 		t.Fatalf("held journal: %+v; want held, spilled, memory within its bounds", st)
 	}
 	if spillFiles(t, dir) != 1 {
@@ -95,8 +96,14 @@ func TestHeldFramesReplayOnceInOrder(t *testing.T) {
 	default:
 		t.Fatal("the answer went out but the journal does not say delivered")
 	}
+	// What was replayed stays retained until the engine says it has it,
+	// or the journal closes.
+	if spillFiles(t, dir) == 0 {
+		t.Fatal("the replayed frames are no longer retained")
+	}
+	j.Close()
 	if n := spillFiles(t, dir); n != 0 {
-		t.Fatalf("%d spill files left after the replay", n)
+		t.Fatalf("%d spill files left after Close", n)
 	}
 }
 
@@ -105,7 +112,7 @@ func TestHeldFramesReplayOnceInOrder(t *testing.T) {
 func TestFullDiskPausesAppend(t *testing.T) {
 	dir := t.TempDir()
 	c := &conn{}
-	j := New(c, dir, Limits{Memory: 100, Disk: 500, Retain: 0})
+	j := New(c, dir, Limits{Memory: 100, Disk: 500})
 	j.Detach()
 	done := make(chan struct{})
 	go func() {
@@ -145,11 +152,12 @@ func TestFullDiskPausesAppend(t *testing.T) {
 	}
 }
 
-// An engine that asks for frames older than what is retained, or claims
-// frames never sent, is told so and nothing is sent.
+// An engine that asks for frames older than what is retained (the bounds
+// made room for newer ones), or claims frames never sent, is told so and
+// nothing is sent.
 func TestReplayRefusesWhatItCannotServe(t *testing.T) {
 	c := &conn{}
-	j := New(c, t.TempDir(), Limits{Memory: 1 << 20, Disk: 1 << 20, Retain: 100})
+	j := New(c, t.TempDir(), Limits{Memory: 100, Disk: 300})
 	for i := 0; i < 50; i++ {
 		j.Append(line(i), false)
 	}
@@ -169,7 +177,7 @@ func TestReplayRefusesWhatItCannotServe(t *testing.T) {
 // A cancelled call's kept frames are dropped; its spill file goes too.
 func TestDiscardDropsEverything(t *testing.T) {
 	dir := t.TempDir()
-	j := New(&conn{}, dir, Limits{Memory: 10, Disk: 1 << 20, Retain: 10})
+	j := New(&conn{}, dir, Limits{Memory: 10, Disk: 1 << 20})
 	j.Detach()
 	for i := 0; i < 20; i++ {
 		j.Append(line(i), false)
@@ -204,7 +212,7 @@ func (c *cutAfter) Send(b []byte) bool {
 // A connection lost in the middle of a replay leaves the journal held with
 // nothing dropped: the next replay, from what the engine got, completes it.
 func TestReplayCutShortResumesAgain(t *testing.T) {
-	j := New(&conn{}, t.TempDir(), Limits{Memory: 500, Disk: 1 << 20, Retain: 1 << 20})
+	j := New(&conn{}, t.TempDir(), Limits{Memory: 500, Disk: 1 << 20})
 	j.Detach()
 	for i := 0; i < 100; i++ {
 		j.Append(line(i), false)
@@ -239,5 +247,125 @@ func TestReplayCutShortResumesAgain(t *testing.T) {
 	case <-j.Delivered():
 	default:
 		t.Fatal("the answer went out but is not delivered")
+	}
+}
+
+// Frames sent on a connection that dies are retained past the memory bound,
+// on disk: an engine that read only the first of thousands gets all the
+// others again, once each and in order, whatever was in flight.
+func TestSentFramesAreRetainedOnDisk(t *testing.T) {
+	dir := t.TempDir() + "/held"
+	first := &conn{}
+	j := New(first, dir, Limits{Memory: 1000, Disk: 1 << 20})
+	defer j.Close()
+	for i := 0; i < 2000; i++ {
+		j.Append(line(i), false)
+	}
+	if len(first.got()) != 2000 {
+		t.Fatalf("%d frames went out live, want 2000", len(first.got()))
+	}
+	if st := j.Stats(); st.Memory > 1000+100 || st.Disk == 0 {
+		t.Fatalf("live journal: %+v; want memory within its bound, the rest on disk", st)
+	}
+	j.Detach()
+	j.Append(line(2000), false)
+	second := &conn{}
+	if err := j.Replay(second, 1); err != nil {
+		t.Fatal(err)
+	}
+	got := second.got()
+	if len(got) != 2000 {
+		t.Fatalf("replayed %d frames, want 2000", len(got))
+	}
+	for k, g := range got {
+		if g != string(line(k+1)) {
+			t.Fatalf("replayed frame %d is %s, want %s", k, g, line(k+1))
+		}
+	}
+	// The engine has frames up to 1500 now: a second outage replays the rest.
+	j.Detach()
+	third := &conn{}
+	if err := j.Replay(third, 1500); err != nil {
+		t.Fatal(err)
+	}
+	if got := third.got(); len(got) != 501 || got[0] != string(line(1500)) || got[500] != string(line(2000)) {
+		t.Fatalf("the second replay sent %d frames", len(got))
+	}
+}
+
+// Past the disk bound a live journal lets its oldest sent frames go rather
+// than hold up the call, and keeps its spill files within the bound.
+func TestRetainedFramesStayWithinTheBounds(t *testing.T) {
+	dir := t.TempDir()
+	j := New(&conn{}, dir, Limits{Memory: 500, Disk: 4000})
+	defer j.Close()
+	for i := 0; i < 5000; i++ {
+		j.Append(line(i), false)
+		if st := j.Stats(); st.Disk > 4000 || st.Memory > 500+100 {
+			t.Fatalf("after frame %d: %+v; over the bounds", i, st)
+		}
+	}
+	if n := spillFiles(t, dir); n == 0 || n > 5 {
+		t.Fatalf("%d spill files", n)
+	}
+	j.Detach()
+	if err := j.Replay(&conn{}, 10); !errors.Is(err, ErrGone) {
+		t.Fatalf("a replay of frames long gone: %v, want ErrGone", err)
+	}
+	second := &conn{}
+	if err := j.Replay(second, 4990); err != nil || len(second.got()) != 10 {
+		t.Fatalf("a replay of the last 10 frames: %v, %d frames", err, len(second.got()))
+	}
+}
+
+// Where the engine acknowledges answers, an answer sent is delivered only
+// once acknowledged; one that went to a connection that died is delivered
+// by a replay from a number that includes it, or by the acknowledgement of
+// its replay.
+func TestAcknowledgedAnswer(t *testing.T) {
+	delivered := func(j *Journal) bool {
+		select {
+		case <-j.Delivered():
+			return true
+		default:
+			return false
+		}
+	}
+	first := &conn{}
+	j := New(first, t.TempDir(), Limits{Memory: 1 << 20, Disk: 1 << 20})
+	defer j.Close()
+	j.SetAck(true)
+	if j.Ack() {
+		t.Fatal("an acknowledgement before the answer was taken")
+	}
+	j.Append(line(0), false)
+	j.Append([]byte(`{"call_id":"c","ok":true}`), true)
+	if delivered(j) {
+		t.Fatal("delivered before the engine acknowledged it")
+	}
+	j.Detach()
+	if j.Ack() || delivered(j) {
+		t.Fatal("an acknowledgement taken while held")
+	}
+	second := &conn{}
+	if err := j.Replay(second, 1); err != nil {
+		t.Fatal(err)
+	}
+	if len(second.got()) != 1 || delivered(j) {
+		t.Fatalf("after the replay of the answer: %q, delivered %v; want the answer, not delivered", second.got(), delivered(j))
+	}
+	if !j.Ack() || !delivered(j) {
+		t.Fatal("the acknowledgement of the replayed answer was not taken")
+	}
+
+	// A replay from the answer's number: the engine has it.
+	k := New(&conn{}, t.TempDir(), Limits{Memory: 1 << 20, Disk: 1 << 20})
+	defer k.Close()
+	k.SetAck(true)
+	k.Append([]byte(`{"call_id":"c","ok":true}`), true)
+	k.Detach()
+	third := &conn{}
+	if err := k.Replay(third, 1); err != nil || len(third.got()) != 0 || !delivered(k) {
+		t.Fatalf("a replay after the answer: %v, %q, delivered %v; want nothing sent, delivered", err, third.got(), delivered(k))
 	}
 }

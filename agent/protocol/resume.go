@@ -26,15 +26,22 @@ const ResumeVersion = 1
 // do with each).
 const OpResume = "resume"
 
+// OpAck is the engine's acknowledgement of a call's answer, on a
+// connection whose welcome asked for acknowledged answers: {"op": "ack",
+// "call_id": ID}.
+const OpAck = "ack"
+
 // Actions in the engine's resume answer.
 const (
 	ResumeContinue = "continue" // replay after seq, then go on live
 	ResumeCancel   = "cancel"   // stop the call and answer it NodeCancelled
 )
 
-// ResumeOffer is the header value offering the extension with grace.
+// ResumeOffer is the header value offering the extension with grace, in
+// whole seconds rounded up: a grace under a second is not offered as
+// grace=0, which says nothing is held.
 func ResumeOffer(grace time.Duration) string {
-	return fmt.Sprintf("%d; grace=%d", ResumeVersion, int64(grace/time.Second))
+	return fmt.Sprintf("%d; grace=%d", ResumeVersion, int64((grace+time.Second-1)/time.Second))
 }
 
 // ParseResumeOffer reads an offer header: the grace, and whether it is an
@@ -57,10 +64,12 @@ func ParseResumeOffer(v string) (time.Duration, bool) {
 	return 0, false
 }
 
-// WelcomeResume is the welcome's "resume" field: {"version": 1, "grace": S}.
+// WelcomeResume is the welcome's "resume" field: {"version": 1, "grace": S},
+// with "ack": true when the engine acknowledges answers.
 type WelcomeResume struct {
 	Version int     `json:"version"`
-	Grace   float64 `json:"grace"` // seconds the engine keeps a lost worker's calls
+	Grace   float64 `json:"grace"`         // seconds the engine keeps a lost worker's calls
+	Ack     bool    `json:"ack,omitempty"` // the engine acknowledges answers (OpAck)
 }
 
 // ResumeGrace reads a welcome's acceptance of the extension: the grace the
@@ -80,6 +89,21 @@ func ResumeGrace(welcome []byte) time.Duration {
 		return 0
 	}
 	return time.Duration(min(r.Grace, 7*24*3600) * float64(time.Second))
+}
+
+// ResumeAck reads whether a welcome that accepted the extension (ResumeGrace
+// above 0) asked for acknowledged answers: "ack": true in its "resume"
+// field, a JSON true and nothing else.
+func ResumeAck(welcome []byte) bool {
+	if ResumeGrace(welcome) == 0 {
+		return false
+	}
+	var w struct {
+		Resume struct {
+			Ack json.RawMessage `json:"ack"`
+		} `json:"resume"`
+	}
+	return json.Unmarshal(welcome, &w) == nil && string(w.Resume.Ack) == "true"
 }
 
 // HeldCall is one call the worker holds, in its resume message.

@@ -29,8 +29,17 @@ func TestResumeGrace(t *testing.T) {
 }
 
 func TestResumeOffer(t *testing.T) {
-	if got := ResumeOffer(5 * time.Minute); got != "1; grace=300" {
-		t.Fatalf("offer %q", got)
+	// Whole seconds, rounded up: a grace under a second is still an offer
+	// an engine can accept (grace=0 is none).
+	for grace, want := range map[time.Duration]string{
+		5 * time.Minute:        "1; grace=300",
+		500 * time.Millisecond: "1; grace=1",
+		90*time.Second + 1:     "1; grace=91",
+		time.Second:            "1; grace=1",
+	} {
+		if got := ResumeOffer(grace); got != want {
+			t.Errorf("ResumeOffer(%s) = %q, want %q", grace, got, want)
+		}
 	}
 	for header, want := range map[string]time.Duration{
 		"1; grace=300": 5 * time.Minute,
@@ -80,5 +89,24 @@ func TestParseResumeAnswer(t *testing.T) {
 	json.Unmarshal([]byte(`{"op":"resume"}`), &bare)
 	if _, err := ParseResumeAnswer(bare); err == nil {
 		t.Error("an answer without calls was read as one that claims nothing")
+	}
+}
+
+// Acknowledged answers are asked for with a JSON true in an accepting
+// welcome's resume object, and nowhere else.
+func TestResumeAck(t *testing.T) {
+	for welcome, want := range map[string]bool{
+		`{"op":"welcome","resume":{"version":1,"grace":60,"ack":true}}`:   true,
+		`{"op":"welcome","resume":{"version":1,"grace":60}}`:              false,
+		`{"op":"welcome","resume":{"version":1,"grace":60,"ack":false}}`:  false,
+		`{"op":"welcome","resume":{"version":1,"grace":60,"ack":"true"}}`: false,
+		`{"op":"welcome","resume":{"version":1,"grace":60,"ack":1}}`:      false,
+		`{"op":"welcome","resume":{"version":2,"grace":60,"ack":true}}`:   false,
+		`{"op":"welcome","resume":{"version":1,"ack":true}}`:              false,
+		`{"op":"welcome","ack":true}`:                                     false,
+	} {
+		if got := ResumeAck([]byte(welcome)); got != want {
+			t.Errorf("ResumeAck(%s) = %v, want %v", welcome, got, want)
+		}
 	}
 }
