@@ -141,7 +141,12 @@ func installGoreleaser(t *testing.T) string {
 // a temporary dist, so the repository's own dist/ is never touched.
 func snapshot(t *testing.T, goreleaser, root, version string) release {
 	t.Helper()
-	dir := t.TempDir()
+	return snapshotIn(t, goreleaser, root, version, t.TempDir())
+}
+
+// snapshotIn is snapshot into dir/dist.
+func snapshotIn(t *testing.T, goreleaser, root, version, dir string) release {
+	t.Helper()
 	dist := filepath.Join(dir, "dist")
 	config, err := os.ReadFile(filepath.Join(root, ".goreleaser.yaml"))
 	if err != nil {
