@@ -90,7 +90,9 @@ fetch() {
 	elif command -v wget >/dev/null 2>&1; then
 		wget -q -O "$2" "$1"
 	elif [ -x /usr/lib/apt/apt-helper ]; then
-		/usr/lib/apt/apt-helper -q download-file "$1" "$2" >/dev/null
+		# As root, into our private directory: apt's _apt user could not
+		# write there (apt would say so, then do the same).
+		/usr/lib/apt/apt-helper -o APT::Sandbox::User=root -q download-file "$1" "$2" >/dev/null
 	else
 		false
 	fi || die "could not download $1: is $repo reachable from here? (FLUKSIO_REPO_URL names a mirror)"

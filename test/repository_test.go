@@ -253,6 +253,7 @@ func TestInstallScriptFromRepositoryUnderSystemd(t *testing.T) {
 	// As `curl -fsSL URL/install.sh | sh` runs it: the script on stdin.
 	installScript := "FLUKSIO_REPO_URL=" + srv.URL + " sh </root/install.sh 2>&1"
 	out := sh(installScript)
+	t.Logf("install.sh:\n%s", out)
 	if !strings.Contains(out, "sudo fluksio-worker install --url wss://ENGINE/api/v1/workers/attach --token -") {
 		t.Errorf("install.sh does not print the next command:\n%s", out)
 	}
@@ -338,6 +339,10 @@ func TestInstallScriptFromRepositoryUnderSystemd(t *testing.T) {
 		t.Fatalf("no 1.0.1 entry to alter in Packages:\n%s", index)
 	}
 	writeIndex(t, dir, altered)
+	// The InRelease is the same, so a machine that already has this
+	// release's lists fetches nothing; a machine new to the repository (its
+	// lists cleared here) fetches the altered index.
+	sh("rm -f /var/lib/apt/lists/127.0.0.1*")
 	out, err = m.Exec(ctx, "apt-get update -q 2>&1")
 	if err == nil {
 		t.Errorf("apt-get update accepted a Packages altered after signing:\n%s", out)
@@ -345,6 +350,7 @@ func TestInstallScriptFromRepositoryUnderSystemd(t *testing.T) {
 	if policy := sh("apt-cache policy fluksio-worker"); strings.Contains(policy, "9.9.9") {
 		t.Errorf("apt offers the altered index's version:\n%s\napt-get update said:\n%s", policy, out)
 	}
+	t.Logf("apt-get update, Packages altered after signing:\n%s", out)
 	step("a Packages altered after signing")
 }
 
