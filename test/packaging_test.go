@@ -44,7 +44,7 @@ func TestPackages(t *testing.T) {
 	t.Logf("goreleaser check: %v", time.Since(start).Round(time.Millisecond))
 
 	start = time.Now()
-	v1 := snapshot(t, goreleaser, root, "1.0.0")
+	v1 := sharedSnapshot(t, "1.0.0")
 	t.Logf("goreleaser release --snapshot (4 binaries, 4 archives, deb, rpm): %v", time.Since(start).Round(time.Millisecond))
 
 	t.Run("binaries", func(t *testing.T) { checkBinaries(t, v1) })
@@ -57,7 +57,7 @@ func TestPackages(t *testing.T) {
 	t.Run("image", func(t *testing.T) { checkImage(t, v1.dist, v1.version) })
 	t.Run("systemd", func(t *testing.T) {
 		start := time.Now()
-		v2 := snapshot(t, goreleaser, root, "1.0.1")
+		v2 := sharedSnapshot(t, "1.0.1")
 		t.Logf("second snapshot build (the upgrade): %v", time.Since(start).Round(time.Millisecond))
 		debUnderSystemd(t, v1, v2)
 	})
@@ -137,14 +137,9 @@ func installGoreleaser(t *testing.T) string {
 	return exe
 }
 
-// snapshot runs `goreleaser release --snapshot` with the given version into
-// a temporary dist, so the repository's own dist/ is never touched.
-func snapshot(t *testing.T, goreleaser, root, version string) release {
-	t.Helper()
-	return snapshotIn(t, goreleaser, root, version, t.TempDir())
-}
-
-// snapshotIn is snapshot into dir/dist.
+// snapshotIn runs `goreleaser release --snapshot` with the given version
+// into dir/dist, so the repository's own dist/ is never touched
+// (sharedSnapshot: once per test binary).
 func snapshotIn(t *testing.T, goreleaser, root, version, dir string) release {
 	t.Helper()
 	dist := filepath.Join(dir, "dist")
