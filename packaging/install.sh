@@ -3,8 +3,8 @@
 #
 #   curl -fsSL https://packages.fluksio.io/install.sh | sh
 #
-# What it does, each step only when not already done (a second run changes
-# nothing):
+# What it does (a file is written only where it differs, and apt and dnf
+# install only what is missing or older, so a second run changes nothing):
 #   apt (Debian, Ubuntu): the repository's public key into
 #     /etc/apt/keyrings/fluksio-worker.asc, the source into
 #     /etc/apt/sources.list.d/fluksio-worker.list (signed-by= that key only),
@@ -19,9 +19,7 @@
 # server); the default is below. What it downloads (the key) is only ever
 # written to a file, never run.
 #
-# The manual equivalent, on Debian or Ubuntu:
-#   curl -fsSL https://packages.fluksio.io/fluksio-worker.asc | sudo tee /etc/apt/keyrings/fluksio-worker.asc >/dev/null
-#   echo 'deb [signed-by=/etc/apt/keyrings/fluksio-worker.asc] https://packages.fluksio.io/deb stable main' | sudo tee /etc/apt/sources.list.d/fluksio-worker.list && sudo apt-get update && sudo apt-get install fluksio-worker
+# The manual equivalent, for apt and for dnf/yum: docs/releasing.md.
 set -eu
 
 repo=${FLUKSIO_REPO_URL:-https://packages.fluksio.io}
