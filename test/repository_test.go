@@ -102,6 +102,35 @@ func TestRepositoryFromRelease(t *testing.T) {
 	}
 }
 
+// TestReleaseSHA256SUMSSigned: a release's SHA256SUMS is signed with the
+// release key (SHA256SUMS.asc), as docs/releasing.md has a user check a
+// download: gpg verifies the signature, then sha256sum the files.
+func TestReleaseSHA256SUMSSigned(t *testing.T) {
+	needTool(t, "gpgv")
+	v1 := sharedSnapshot(t, "1.0.0")
+	sums := filepath.Join(v1.dist, "SHA256SUMS")
+	if _, err := os.Stat(sums + ".asc"); err != nil {
+		t.Fatalf("the release has no SHA256SUMS.asc: %v", err)
+	}
+	runTool(t, v1.dist, nil, "gpgv", "--keyring", v1.publicKey, "SHA256SUMS.asc", "SHA256SUMS")
+	out := runTool(t, v1.dist, nil, "sha256sum", "--ignore-missing", "-c", "SHA256SUMS")
+	if !strings.Contains(out, fmt.Sprintf("fluksio-worker_%s_linux_amd64.tar.gz: OK", v1.version)) {
+		t.Errorf("sha256sum -c SHA256SUMS checked no linux amd64 archive:\n%s", out)
+	}
+	// A SHA256SUMS altered after signing fails the check.
+	altered := filepath.Join(t.TempDir(), "SHA256SUMS")
+	b, err := os.ReadFile(sums)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(altered, append(b, []byte(strings.Repeat("0", 64)+"  extra\n")...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("gpgv", "--keyring", v1.publicKey, sums+".asc", altered).CombinedOutput(); err == nil {
+		t.Errorf("gpgv accepted a SHA256SUMS altered after signing:\n%s", out)
+	}
+}
+
 // TestRepositoryForDnf reads the rpm repository with Debian's dnf, as a
 // Fedora or RHEL machine would: the metadata only with its signature
 // (repo_gpgcheck), both architectures listed; a repomd.xml altered after
@@ -380,14 +409,23 @@ func newSigningKey(t *testing.T) signingKey {
 	for _, tool := range []string{"gpg", "gpgv", "apt-ftparchive", "createrepo_c", "rpmsign", "rpmkeys"} {
 		needTool(t, tool)
 	}
-	home := t.TempDir()
+	k := genSigningKey(t, t.TempDir())
+	t.Cleanup(k.stopAgent)
+	return k
+}
+
+// stopAgent ends the gpg-agent gpg started for the key's GNUPGHOME.
+func (k signingKey) stopAgent() {
+	cmd := exec.Command("gpgconf", "--kill", "all")
+	cmd.Env = append(os.Environ(), "GNUPGHOME="+k.home)
+	cmd.Run()
+}
+
+// genSigningKey makes a key in the GNUPGHOME home.
+func genSigningKey(t *testing.T, home string) signingKey {
+	t.Helper()
 	k := signingKey{home: home, root: moduleRoot(t)}
 	env := []string{"GNUPGHOME=" + home}
-	t.Cleanup(func() {
-		cmd := exec.Command("gpgconf", "--kill", "all")
-		cmd.Env = append(os.Environ(), env...)
-		cmd.Run()
-	})
 	runTool(t, home, env, "gpg", "--batch", "--passphrase", "", "--quick-gen-key", "fluksio-worker test key <test@fluksio.invalid>", "ed25519", "sign", "never")
 	out := runTool(t, home, env, "gpg", "--batch", "--with-colons", "--list-secret-keys")
 	if m := regexp.MustCompile(`(?m)^fpr:+([0-9A-F]{40}):`).FindStringSubmatch(out); m != nil {
@@ -452,9 +490,21 @@ func sharedSnapshot(t *testing.T, version string) release {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
+		// The release signs its SHA256SUMS: with a throwaway key here,
+		// whose public half stays beside the build.
+		needTool(t, "gpg")
+		home := filepath.Join(dir, "gnupg")
+		if err := os.Mkdir(home, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		key := genSigningKey(t, home)
+		defer key.stopAgent()
 		start := time.Now()
-		s.r = snapshotIn(t, goreleaser, moduleRoot(t), version, dir)
+		r := snapshotIn(t, goreleaser, moduleRoot(t), version, dir, []string{"GNUPGHOME=" + home, "FLUKSIO_SIGNING_KEY=" + key.fingerprint})
 		t.Logf("goreleaser release --snapshot %s: %v", version, time.Since(start).Round(time.Millisecond))
+		r.publicKey = filepath.Join(dir, "release-key.gpg")
+		runTool(t, dir, []string{"GNUPGHOME=" + home}, "gpg", "--batch", "--output", r.publicKey, "--export", key.fingerprint)
+		s.r = r
 	})
 	if s.r.dist == "" {
 		t.Fatalf("the snapshot build of %s failed (in this or an earlier test)", version)
