@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
+	"github.com/fluksio/fluksio-worker/test/nspawn"
 )
 
 // TestRepositoryFromRelease publishes a release into the apt and dnf
@@ -257,7 +258,7 @@ func TestInstallScriptRefusesUnknownSystems(t *testing.T) {
 // finishes and the worker reloads in place; a Packages file altered after
 // signing is refused by apt.
 func TestInstallScriptFromRepositoryUnderSystemd(t *testing.T) {
-	needTool(t, "systemd-nspawn")
+	nspawn.Require(t)
 	v1 := sharedSnapshot(t, "1.0.0")
 	v2 := sharedSnapshot(t, "1.0.1")
 	key := newSigningKey(t)
