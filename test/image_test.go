@@ -32,13 +32,13 @@ import (
 const imageLayout = "fluksio-worker_oci"
 
 // TestImage checks the image of a snapshot someone built by hand into the
-// repository's dist/ (goreleaser release --snapshot --clean --skip=publish).
+// repository's dist/ (goreleaser release --snapshot --clean --skip=publish,sign).
 // CI builds no dist/ there: TestPackages checks the image of the snapshot it
 // builds anyway (TestPackages/image), so the release is built once.
 func TestImage(t *testing.T) {
 	dist := filepath.Join(moduleRoot(t), "dist")
 	if _, err := os.Stat(filepath.Join(dist, imageLayout, "index.json")); err != nil {
-		t.Skipf("no image in %s (%v); run `goreleaser release --snapshot --clean --skip=publish` to check one here; "+
+		t.Skipf("no image in %s (%v); run `goreleaser release --snapshot --clean --skip=publish,sign` to check one here; "+
 			"TestPackages/image checks the one its own snapshot build makes", dist, err)
 	}
 	checkImage(t, dist, "")

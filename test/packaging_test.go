@@ -44,7 +44,7 @@ func TestPackages(t *testing.T) {
 	t.Logf("goreleaser check: %v", time.Since(start).Round(time.Millisecond))
 
 	start = time.Now()
-	v1 := snapshot(t, goreleaser, root, "1.0.0")
+	v1 := sharedSnapshot(t, "1.0.0")
 	t.Logf("goreleaser release --snapshot (4 binaries, 4 archives, deb, rpm): %v", time.Since(start).Round(time.Millisecond))
 
 	t.Run("binaries", func(t *testing.T) { checkBinaries(t, v1) })
@@ -57,7 +57,7 @@ func TestPackages(t *testing.T) {
 	t.Run("image", func(t *testing.T) { checkImage(t, v1.dist, v1.version) })
 	t.Run("systemd", func(t *testing.T) {
 		start := time.Now()
-		v2 := snapshot(t, goreleaser, root, "1.0.1")
+		v2 := sharedSnapshot(t, "1.0.1")
 		t.Logf("second snapshot build (the upgrade): %v", time.Since(start).Round(time.Millisecond))
 		debUnderSystemd(t, v1, v2)
 	})
@@ -68,6 +68,7 @@ type release struct {
 	version   string
 	dist      string
 	artifacts []artifact
+	publicKey string // the key that signed SHA256SUMS, as a keyring gpgv reads
 }
 
 // artifact is an entry of GoReleaser's dist/artifacts.json.
@@ -137,11 +138,11 @@ func installGoreleaser(t *testing.T) string {
 	return exe
 }
 
-// snapshot runs `goreleaser release --snapshot` with the given version into
-// a temporary dist, so the repository's own dist/ is never touched.
-func snapshot(t *testing.T, goreleaser, root, version string) release {
+// snapshotIn runs `goreleaser release --snapshot` with the given version
+// into dir/dist, so the repository's own dist/ is never touched
+// (sharedSnapshot: once per test binary).
+func snapshotIn(t *testing.T, goreleaser, root, version, dir string, env []string) release {
 	t.Helper()
-	dir := t.TempDir()
 	dist := filepath.Join(dir, "dist")
 	config, err := os.ReadFile(filepath.Join(root, ".goreleaser.yaml"))
 	if err != nil {
@@ -154,7 +155,7 @@ func snapshot(t *testing.T, goreleaser, root, version string) release {
 	if err := os.WriteFile(tmpConfig, append(config, []byte("\ndist: "+dist+"\n")...), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	runTool(t, root, []string{"FLUKSIO_SNAPSHOT_VERSION=" + version},
+	runTool(t, root, append([]string{"FLUKSIO_SNAPSHOT_VERSION=" + version}, env...),
 		goreleaser, "release", "--snapshot", "--clean", "--skip=publish", "--config", tmpConfig)
 	b, err := os.ReadFile(filepath.Join(dist, "artifacts.json"))
 	if err != nil {
@@ -279,7 +280,7 @@ func tarNames(t *testing.T, path string) []string {
 	}
 }
 
-// checkChecksums: checksums.txt covers every archive and package, and each
+// checkChecksums: SHA256SUMS covers every archive and package, and each
 // sum is right.
 func checkChecksums(t *testing.T, r release) {
 	sums := r.ofType("Checksum")
@@ -302,7 +303,7 @@ func checkChecksums(t *testing.T, r release) {
 	for _, a := range append(r.ofType("Archive"), r.ofType("Linux Package")...) {
 		sum, ok := listed[a.Name]
 		if !ok {
-			t.Errorf("checksums.txt does not list %s", a.Name)
+			t.Errorf("SHA256SUMS does not list %s", a.Name)
 			continue
 		}
 		b, err := os.ReadFile(a.Path)
@@ -311,7 +312,7 @@ func checkChecksums(t *testing.T, r release) {
 		}
 		got := sha256.Sum256(b)
 		if hex.EncodeToString(got[:]) != sum {
-			t.Errorf("checksums.txt: wrong sum for %s", a.Name)
+			t.Errorf("SHA256SUMS: wrong sum for %s", a.Name)
 		}
 	}
 }
