@@ -20,7 +20,7 @@ if out=$(fluksio-worker uninstall); then
 		if [ "$1" = remove ]; then
 			echo "fluksio-worker: kept the config (with the token) in /etc/fluksio-worker and the state in /var/lib/fluksio-worker; 'apt purge fluksio-worker' removes them."
 		else
-			echo "fluksio-worker: kept the config (with the token) in /etc/fluksio-worker and the state in /var/lib/fluksio-worker; rpm has no purge: 'sudo rm -rf /etc/fluksio-worker /var/lib/fluksio-worker' removes them."
+			echo "fluksio-worker: kept the config (with the token) in /etc/fluksio-worker and the state in /var/lib/fluksio-worker; no package command removes them, 'sudo rm -rf /etc/fluksio-worker /var/lib/fluksio-worker' does."
 		fi
 	fi
 else
