@@ -85,34 +85,12 @@ const (
 	spareRetired                    // taken out of the pool unused (final: discarded)
 )
 
-func (st spareState) String() string {
-	switch st {
-	case spareStarting:
-		return "starting"
-	case spareReady:
-		return "ready"
-	case spareClaimed:
-		return "claimed"
-	case spareServing:
-		return "serving"
-	case spareRefused:
-		return "refused"
-	case spareRetired:
-		return "retired"
-	}
-	return "unknown"
-}
-
 // spareMoves is every legal move: from a state, the states it may go to.
 var spareMoves = map[spareState][]spareState{
 	spareStarting: {spareReady, spareRetired},
 	spareReady:    {spareClaimed, spareRetired},
 	spareClaimed:  {spareServing, spareRefused},
 }
-
-// inPool says whether a spare in this state is in its environment's
-// place in the pool: starting or ready.
-func (st spareState) inPool() bool { return st == spareStarting || st == spareReady }
 
 // move changes s's state to, where that is a legal move from its state,
 // and reports whether it did; an illegal move changes nothing. Becoming

@@ -89,3 +89,26 @@ func TestRetireOnlyWhatIsInThePool(t *testing.T) {
 		}
 	}
 }
+
+// String names a state in the tests' messages.
+func (st spareState) String() string {
+	switch st {
+	case spareStarting:
+		return "starting"
+	case spareReady:
+		return "ready"
+	case spareClaimed:
+		return "claimed"
+	case spareServing:
+		return "serving"
+	case spareRefused:
+		return "refused"
+	case spareRetired:
+		return "retired"
+	}
+	return "unknown"
+}
+
+// inPool says whether a spare in this state is in its environment's
+// place in the pool: starting or ready.
+func (st spareState) inPool() bool { return st == spareStarting || st == spareReady }
