@@ -85,6 +85,10 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	// a reload executes.
 	exe, exeErr := Executable()
 	contain := runner.SetupContainment(log, cfg.Containment)
+	if err := runner.SetCallLimits(cfg.CallLimits()); err != nil {
+		log.Error("cannot hold calls to their limits", "error", err)
+		return exiting(log, service, config.ExitUsage, "a per-call limit cannot be had here")
+	}
 	log.Info("starting", "version", Version, "engine", logging.ShownURL(cfg.URL), "python", python,
 		"python_version", pyVersion, "state_dir", stateDir, "parallel", cfg.Parallel, "containment", contain)
 	if cfg.Policy.On() || cfg.PreCallHook != "" || cfg.PostCallHook != "" {

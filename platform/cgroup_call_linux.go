@@ -41,6 +41,8 @@ type CallCgroups struct {
 	// watch says which calls' cgroups were changed, so that the others
 	// may be reused (cgroup_reuse_linux.go); nil where they are not.
 	watch *cgroupWatch
+	// limits are the calls' limits (calllimits_linux.go); nil: none.
+	limits *limitSet
 }
 
 // In a cgroup of its own (a systemd service with Delegate=yes, a user's
@@ -282,6 +284,7 @@ type CallCgroup struct {
 	// cgroup.events several times. nil for a cgroup found, not made (a
 	// leftover): then they are read by path.
 	events, cpuStat *os.File
+	limits          *callLimitCgroups // its limits and v1 cgroups; nil: none
 }
 
 // New makes a call's cgroup.
@@ -299,6 +302,10 @@ func (cc *CallCgroups) New(name string) (*CallCgroup, error) {
 	g.events = openAt(fd, dir, "cgroup.events")
 	g.cpuStat = openAt(fd, dir, "cpu.stat")
 	g.watch = cc.watch.add(dir)
+	if err := cc.applyLimits(g, name); err != nil {
+		g.Remove(0)
+		return nil, err
+	}
 	return g, nil
 }
 
@@ -346,7 +353,7 @@ func (g *CallCgroup) Prepare(cmd *exec.Cmd) {
 // there. It reports whether the runner is in.
 func (g *CallCgroup) Started(pid int) error {
 	if g.cloneInto {
-		return nil
+		return g.enterLimits(pid)
 	}
 	return g.Move(pid)
 }
@@ -357,7 +364,10 @@ func (g *CallCgroup) Move(pid int) error {
 	if g.handedOn.Load() {
 		return errors.New("the cgroup was handed to another call")
 	}
-	return os.WriteFile(filepath.Join(g.dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
+	if err := os.WriteFile(filepath.Join(g.dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+		return err
+	}
+	return g.enterLimits(pid)
 }
 
 func (g *CallCgroup) closeFD() {
@@ -491,7 +501,7 @@ func (g *CallCgroup) Remove(wait time.Duration) error {
 	for {
 		err := os.Remove(g.dir)
 		if err == nil || errors.Is(err, os.ErrNotExist) {
-			return nil
+			return g.removeLimits(time.Until(deadline))
 		}
 		if time.Now().After(deadline) {
 			return err

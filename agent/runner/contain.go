@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 	"github.com/fluksio/fluksio-worker/platform"
 )
@@ -401,6 +402,9 @@ func (b *box) deathCause(exited <-chan struct{}) string {
 	switch {
 	case state.lost:
 		return "it ended, but how is unknown: the zygote it was forked from reaped it and died before it could report its exit status"
+	case ws.Signaled() && ws.Signal() == syscall.SIGKILL && b.oom != nil && b.oom.CallLimit() > 0:
+		return "killed by SIGKILL from the kernel's out-of-memory killer: the call reached its own memory limit of " +
+			logging.FormatBytes(b.oom.CallLimit()) + " (--call-memory-max, set by this worker's owner); the node needs more memory than that limit allows"
 	case ws.Signaled() && ws.Signal() == syscall.SIGKILL && b.oom != nil && b.oom.Killed():
 		// Only the memory controller's count says it was the OOM killer.
 		return "killed by SIGKILL from the kernel's out-of-memory killer (its memory cgroup counts an OOM kill): the node needs more memory than it may use here"

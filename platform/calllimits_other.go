@@ -1,0 +1,14 @@
+//go:build !linux
+
+package platform
+
+import "errors"
+
+// SetLimits fails: there are no cgroups here (SetupCgroups never returns
+// any CallCgroups, so it is not called).
+func (cc *CallCgroups) SetLimits(l CallLimits) error {
+	return errors.New("per-call limits need Linux's cgroups")
+}
+
+// CallLimit is 0: no call has a limit here.
+func (w *OOMWatch) CallLimit() int64 { return 0 }
