@@ -111,17 +111,18 @@ type chartValues struct {
 	CancelGraceSeconds int `json:"cancelGraceSeconds"`
 	Warm               *int
 	Preload            []string
-	CallLimits         struct {
-		MemoryMax string   `json:"memoryMax"`
-		PidsMax   *int     `json:"pidsMax"`
-		CPUMax    *float64 `json:"cpuMax"`
-	} `json:"callLimits"`
-	MinFreeDisk string `json:"minFreeDisk"`
 	Metrics            struct {
 		Port           int
 		ServiceMonitor struct{ Enabled bool } `json:"serviceMonitor"`
 		PrometheusRule struct{ Enabled bool } `json:"prometheusRule"`
 	}
+
+	CallLimits struct {
+		MemoryMax string   `json:"memoryMax"`
+		PidsMax   *int     `json:"pidsMax"`
+		CPUMax    *float64 `json:"cpuMax"`
+	} `json:"callLimits"`
+	MinFreeDisk string `json:"minFreeDisk"`
 }
 
 func readValues(t *testing.T, chart, file string) chartValues {
