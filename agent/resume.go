@@ -29,7 +29,8 @@ import (
 // calls held at once cost tens of MiB at most; the rest spills to the state
 // directory. Disk: 1 GiB per call bounds what an outage can write (a call
 // with more output pauses: its runner waits on its pipe until the engine is
-// back). Retain: frames already written to a connection that dies may not
+// back); all held calls together spill at most --held-disk-max, past which
+// they pause the same way. Retain: frames already written to a connection that dies may not
 // have reached the engine: the socket's send buffer, a few MiB at most,
 // holds that much.
 var holdLimits = hold.Limits{Memory: 4 << 20, Disk: 1 << 30, Retain: 4 << 20}
@@ -74,7 +75,9 @@ func (at *attachment) adopt(a *Agent, c *call) {
 	c.session = at.ctx
 	if grace := at.conn.ResumeGrace(); grace > 0 {
 		c.grace = grace
-		c.journal = hold.New(at.conn, a.heldDir(), holdLimits)
+		lim := holdLimits
+		lim.Shared = a.heldDisk
+		c.journal = hold.New(at.conn, a.heldDir(), lim)
 		c.session, c.release = context.WithCancel(context.Background())
 		c.wg = &a.outliving
 	}

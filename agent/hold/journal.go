@@ -34,6 +34,9 @@ type Limits struct {
 	Memory int64 // bytes of kept frames in memory before the rest spills
 	Disk   int64 // bytes of the spill file before Append blocks
 	Retain int64 // bytes of sent frames retained for a replay
+	// Shared bounds the spill files of all journals given it together
+	// (budget.go); nil: only Disk bounds them.
+	Shared *Budget
 }
 
 // Errors of Replay.
@@ -85,7 +88,8 @@ type Journal struct {
 
 	peakMemory int64
 	peakDisk   int64
-	waiting    bool // an Append waits for room on disk
+	waiting    bool  // an Append waits for room on disk
+	charged    int64 // bytes of the spill file taken from lim.Shared
 }
 
 // New makes a live journal on s. dir is where a spill file goes (created
@@ -119,17 +123,30 @@ func (j *Journal) Append(data []byte, answer bool) {
 			j.peakMemory = max(j.peakMemory, j.keptBytes+j.sentBytes)
 			return
 		}
+		shared, gen := true, uint64(0)
 		if j.spillErr == nil && (j.spillCount == 0 || j.spillEnd-j.spillRead+8+size <= j.lim.Disk) {
-			if j.spillLocked(j.number(answer), data) {
-				return
-			}
-			j.next-- // not written: the number is taken again below
-			if answer {
-				j.answer = 0
+			if shared, gen = j.lim.Shared.take(8 + size); shared {
+				j.charged += 8 + size
+				if j.spillLocked(j.number(answer), data) {
+					return
+				}
+				j.settleLocked()
+				j.next-- // not written: the number is taken again below
+				if answer {
+					j.answer = 0
+				}
 			}
 		}
 		j.waiting = true
-		j.room.Wait()
+		if shared {
+			j.room.Wait()
+		} else {
+			// The held calls' spill files together are at their bound:
+			// room comes from another journal's replay, or this one's.
+			j.mu.Unlock()
+			j.lim.Shared.wait(gen)
+			j.mu.Lock()
+		}
 		j.waiting = false
 	}
 }
@@ -237,6 +254,7 @@ func (j *Journal) takeLocked() (frame, bool, error) {
 	if j.spillCount == 0 {
 		j.removeSpillLocked()
 	}
+	j.settleLocked()
 	return f, true, nil
 }
 
@@ -248,6 +266,22 @@ func (j *Journal) removeSpillLocked() {
 	j.spill.Close()
 	os.Remove(j.spill.Name())
 	j.spill, j.spillRead, j.spillEnd, j.spillCount, j.spillErr = nil, 0, 0, 0, nil
+	j.settleLocked()
+}
+
+// settleLocked gives lim.Shared back what the spill file no longer holds.
+func (j *Journal) settleLocked() {
+	if held := j.spillEnd - j.spillRead; j.charged > held {
+		j.lim.Shared.give(j.charged - held)
+		j.charged = held
+	}
+}
+
+// wakeLocked wakes an Append waiting for room: on this journal, or on the
+// shared bound.
+func (j *Journal) wakeLocked() {
+	j.room.Broadcast()
+	j.lim.Shared.kick()
 }
 
 // Detach holds the journal: the connection is gone, and frames are kept
@@ -322,12 +356,12 @@ func (j *Journal) Replay(s Sender, after int64) error {
 		}
 		if !ok {
 			j.replaying = false
-			j.room.Broadcast()
+			j.wakeLocked()
 			j.mu.Unlock()
 			return nil
 		}
 		j.retainLocked(f)
-		j.room.Broadcast()
+		j.wakeLocked()
 		out := bytes.Clone(f.data)
 		j.mu.Unlock()
 		if !s.Send(out) {
@@ -355,7 +389,7 @@ func (j *Journal) Discard(s Sender) (answered bool) {
 	j.kept, j.keptBytes, j.sent, j.sentBytes = nil, 0, nil, 0
 	j.removeSpillLocked()
 	j.live, j.replaying = s, false
-	j.room.Broadcast()
+	j.wakeLocked()
 	return answered
 }
 
@@ -369,7 +403,7 @@ func (j *Journal) Close() {
 	j.removeSpillLocked()
 	j.live = nil
 	j.deliveredLocked()
-	j.room.Broadcast()
+	j.wakeLocked()
 }
 
 // Delivered is closed once the call's answer went to a live connection, or
