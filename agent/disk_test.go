@@ -5,11 +5,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
+	"github.com/fluksio/fluksio-worker/platform"
 )
 
 // smallDisk mounts a tmpfs of size bytes for the test, private to this
@@ -58,6 +60,15 @@ func TestFullDiskDeclinesCalls(t *testing.T) {
 	}
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
+	}
+	// A process another test forks in this one may hold the file open
+	// until it executes: its space comes back then.
+	for deadline := time.Now().Add(callTimeout); ; time.Sleep(10 * time.Millisecond) {
+		if free, err := platform.FreeBytes(state); err == nil && free >= 16<<20 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("%d bytes free in %s after its filler was removed", free, state)
+		}
 	}
 	if m := call("freed"); !m.OK {
 		t.Errorf("a call after the disk was freed answered %s", m.Raw)
