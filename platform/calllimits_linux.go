@@ -56,6 +56,10 @@ type callLimitCgroups struct {
 	v1  []string // directories, one per v1Limit
 }
 
+// ErrNoController is what SetLimits's error wraps where a limit's
+// controller cannot be had here at all (rather than a value refused).
+var ErrNoController = errors.New("the controller cannot be had here")
+
 // limitFlags name each controller's option, for what SetLimits says.
 var limitFlags = map[string]string{"memory": "--call-memory-max", "pids": "--call-pids-max", "cpu": "--call-cpu-max"}
 
@@ -76,12 +80,12 @@ func (cc *CallCgroups) SetLimits(l CallLimits) error {
 		}
 		parent, ok := own[ctrl]
 		if !ok {
-			return fmt.Errorf("%s: the calls' cgroups (%s) do not get the %s controller, and no cgroup v1 %s hierarchy is mounted; run the worker where it may enable that controller for its cgroup (a systemd unit with Delegate=yes, as 'fluksio-worker install' writes, or root), or leave %s out",
-				limitFlags[ctrl], cc.base, ctrl, ctrl, limitFlags[ctrl])
+			return fmt.Errorf("%s: the calls' cgroups (%s) do not get the %s controller, and no cgroup v1 %s hierarchy is mounted; run the worker where it may enable that controller for its cgroup (a systemd unit with Delegate=yes, as 'fluksio-worker install' writes, or root), or leave %s out (%w)",
+				limitFlags[ctrl], cc.base, ctrl, ctrl, limitFlags[ctrl], ErrNoController)
 		}
 		if err := unix.Access(parent, unix.W_OK); err != nil {
-			return fmt.Errorf("%s: the calls' cgroups (%s) do not get the %s controller, and this worker may not make cgroups in its cgroup v1 %s hierarchy %s (%v); run it as root or in a systemd unit with Delegate=yes, or leave %s out",
-				limitFlags[ctrl], cc.base, ctrl, ctrl, parent, err, limitFlags[ctrl])
+			return fmt.Errorf("%s: the calls' cgroups (%s) do not get the %s controller, and this worker may not make cgroups in its cgroup v1 %s hierarchy %s (%v); run it as root or in a systemd unit with Delegate=yes, or leave %s out (%w)",
+				limitFlags[ctrl], cc.base, ctrl, ctrl, parent, err, limitFlags[ctrl], ErrNoController)
 		}
 		ls.v1 = append(ls.v1, v1Limit{ctrl: ctrl, parent: parent, files: v1})
 		return nil

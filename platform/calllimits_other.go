@@ -12,3 +12,6 @@ func (cc *CallCgroups) SetLimits(l CallLimits) error {
 
 // CallLimit is 0: no call has a limit here.
 func (w *OOMWatch) CallLimit() int64 { return 0 }
+
+// ErrNoController: no limit can be had here.
+var ErrNoController = errors.New("the controller cannot be had here")
