@@ -85,7 +85,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	// a reload executes.
 	exe, exeErr := Executable()
 	contain := runner.SetupContainment(log, cfg.Containment)
-	if err := runner.SetCallLimits(cfg.CallLimits()); err != nil {
+	if err := runner.SetCallLimits(contain, cfg.CallLimits()); err != nil {
 		log.Error("cannot hold calls to their limits", "error", err)
 		return exiting(log, service, config.ExitUsage, "a per-call limit cannot be had here")
 	}

@@ -10,12 +10,13 @@ import (
 // limits (--call-memory-max, --call-pids-max, --call-cpu-max), set on the
 // call's cgroup. It fails, saying what to do, where a limit cannot be had:
 // no cgroup per call (SetupContainment found none), or a controller the
-// calls' cgroups cannot get. A limit asked for is never silently ignored.
-func SetCallLimits(l platform.CallLimits) error {
+// calls' cgroups cannot get. mode is the containment SetupContainment
+// returned. A limit asked for is never silently ignored.
+func SetCallLimits(mode string, l platform.CallLimits) error {
 	if !l.Any() {
 		return nil
 	}
-	if cgroups == nil {
+	if mode != platform.ContainCgroup || cgroups == nil {
 		return errors.New("--call-memory-max, --call-pids-max and --call-cpu-max are set on each call's cgroup, and this worker cannot make cgroups here (--containment subreaper, or no writable cgroup v2): run it as root or in a systemd unit with Delegate=yes (as 'fluksio-worker install' writes), or leave the limits out")
 	}
 	return cgroups.SetLimits(l)

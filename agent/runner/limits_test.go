@@ -24,7 +24,7 @@ func setTestLimits() error {
 	if os.Getenv(limitsEnv) == "" {
 		return nil
 	}
-	err := SetCallLimits(platform.CallLimits{MemoryMax: 64 << 20})
+	err := SetCallLimits(platform.ContainCgroup, platform.CallLimits{MemoryMax: 64 << 20})
 	if errors.Is(err, platform.ErrNoController) {
 		noLimits, err = err, nil
 	}
@@ -58,14 +58,11 @@ func TestCallPastItsMemoryLimitSaysSo(t *testing.T) {
 // Limits cannot be had without a cgroup per call: the worker refuses to
 // start, saying what to do, rather than run calls without them.
 func TestCallLimitsWithoutCgroupsAreRefused(t *testing.T) {
-	if containedChild || cgroups != nil {
-		t.Skip("this process makes cgroups for calls")
-	}
-	err := SetCallLimits(platform.CallLimits{PidsMax: 10})
+	err := SetCallLimits(platform.ContainSubreaper, platform.CallLimits{PidsMax: 10})
 	if err == nil || !strings.Contains(err.Error(), "Delegate=yes") {
 		t.Errorf("SetCallLimits without cgroups = %v; want a refusal saying what to do", err)
 	}
-	if err := SetCallLimits(platform.CallLimits{}); err != nil {
+	if err := SetCallLimits(platform.ContainSubreaper, platform.CallLimits{}); err != nil {
 		t.Errorf("SetCallLimits without limits = %v; want nil", err)
 	}
 }
