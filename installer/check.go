@@ -152,11 +152,14 @@ func check(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 		ram = fmt.Sprintf("%d MiB memory", *inv.RAMMB)
 	}
 	c.ok("inventory", "%d CPUs, %d GPUs, %s", inv.CPUs, inv.GPUs, ram)
-	if mode := runner.ProbeContainment(cfg.Containment); mode == platform.ContainProcessGroup {
+	mode := runner.ProbeContainment(cfg.Containment)
+	if mode == platform.ContainProcessGroup {
 		c.skip("contain", mode+" only: a process that leaves its call's process group may outlive the call")
 	} else {
 		c.ok("contain", "%s: what a node starts is stopped with its call", mode)
 	}
+	checkLimits(c, cfg, mode)
+	checkDisk(c, cfg, getenv)
 	c.ok("policy", "%s", cfg.PolicyText())
 
 	pctx, cancel := context.WithTimeout(ctx, engineCheckTimeout)
@@ -242,6 +245,9 @@ Checks, one item at a time, what a worker needs, and says what to fix:
   runtime    the runner script can be fetched from the engine or unpacked
   inventory  the CPUs, GPUs and memory this machine will advertise
   contain    how a call's processes are kept together (--containment)
+  limits     the per-call limits can be set (--call-memory-max, --call-pids-max,
+             --call-cpu-max)
+  disk       the free space in the state directory (--min-free-disk)
   policy     the code policy and call hooks in force (--allow-module,
              --allow-source, --pre-call-hook, --post-call-hook)
   engine     the engine answers at the URL
