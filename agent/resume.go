@@ -30,9 +30,9 @@ import (
 // directory. Disk: 1 GiB per call bounds what an outage can write (a call
 // with more output pauses: its runner waits on its pipe until the engine is
 // back); all held calls together spill at most --held-disk-max, past which
-// they pause the same way. Retain: frames already written to a connection that dies may not
-// have reached the engine: the socket's send buffer, a few MiB at most,
-// holds that much.
+// they pause the same way. Retain: frames already written to a connection
+// that dies may not have reached the engine: the socket's send buffer, a
+// few MiB at most, holds that much.
 var holdLimits = hold.Limits{Memory: 4 << 20, Disk: 1 << 30, Retain: 4 << 20}
 
 // resumeAnswerTimeout bounds the wait for the engine's resume answer, as
