@@ -71,10 +71,3 @@ func (b *Budget) wait(gen uint64) {
 	}
 	b.mu.Unlock()
 }
-
-// Used is how many bytes the spill files hold together.
-func (b *Budget) Used() int64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.used
-}
