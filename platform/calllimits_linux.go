@@ -132,6 +132,9 @@ func (cc *CallCgroups) SetLimits(l CallLimits) error {
 	return nil
 }
 
+// Limited reports whether the calls' cgroups hold limits (nil: none).
+func (cc *CallCgroups) Limited() bool { return cc != nil && cc.limits != nil }
+
 // controllerEnabled reports whether the cgroups made in base get ctrl.
 func controllerEnabled(base, ctrl string) bool {
 	b, _ := os.ReadFile(filepath.Join(base, "cgroup.subtree_control"))

@@ -15,3 +15,6 @@ func (w *OOMWatch) CallLimit() int64 { return 0 }
 
 // ErrNoController: no limit can be had here.
 var ErrNoController = errors.New("the controller cannot be had here")
+
+// Limited is false: no call has limits here.
+func (cc *CallCgroups) Limited() bool { return false }

@@ -172,6 +172,9 @@ func (b *box) makeAhead() {
 // start starts the runner in its own process group, registered so that
 // reaping orphans leaves it to os/exec, and raises its oom_score_adj.
 func (b *box) start(cmd *exec.Cmd) error {
+	if b.cg == nil && cgroups.Limited() {
+		return errNoLimitedCgroup
+	}
 	platform.NewProcessGroup(cmd)
 	if err := platform.StartContained(cmd); err != nil {
 		if b.cg != nil {

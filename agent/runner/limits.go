@@ -21,3 +21,8 @@ func SetCallLimits(mode string, l platform.CallLimits) error {
 	}
 	return cgroups.SetLimits(l)
 }
+
+// errNoLimitedCgroup: a runner whose call's cgroup could not be made (the
+// log says why) is not started where calls have limits: it would run
+// without them.
+var errNoLimitedCgroup = errors.New("the call's cgroup, which holds it to the per-call limits (--call-memory-max, --call-pids-max, --call-cpu-max), could not be made (the worker's log says why); the call is not run without them")

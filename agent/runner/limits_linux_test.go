@@ -3,7 +3,9 @@ package runner
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -64,5 +66,28 @@ func TestCallLimitsWithoutCgroupsAreRefused(t *testing.T) {
 	}
 	if err := SetCallLimits(platform.ContainSubreaper, platform.CallLimits{}); err != nil {
 		t.Errorf("SetCallLimits without limits = %v; want nil", err)
+	}
+}
+
+// Where calls have limits, a runner whose call's cgroup could not be made
+// is not started: it would run without them.
+func TestLimitedCallWithoutItsCgroupIsNotStarted(t *testing.T) {
+	if !containedChild {
+		t.Setenv(limitsEnv, "1")
+	}
+	if !inContainedChild(t) {
+		return
+	}
+	if noLimits != nil {
+		t.Skipf("the memory limit cannot be had here: %v", noLimits)
+	}
+	// A box made ahead whose cgroup could not be made: a cookie, no cgroup.
+	b := &box{log: slog.New(slog.DiscardHandler), cookie: "0123456789abcdef0123456789abcdef"}
+	cmd := exec.Command("true")
+	if err := b.start(cmd); !errors.Is(err, errNoLimitedCgroup) {
+		t.Errorf("starting a runner without its call's cgroup under limits: %v; want it refused", err)
+	}
+	if cmd.Process != nil {
+		t.Error("the runner was started")
 	}
 }
