@@ -13,6 +13,7 @@ import (
 
 	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/frame"
+	"github.com/fluksio/fluksio-worker/agent/hold"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
@@ -58,6 +59,9 @@ type Agent struct {
 	// outliving counts the goroutines of calls that may outlive their
 	// connection (the resume extension, resume.go); Serve waits for them.
 	outliving sync.WaitGroup
+	// heldDisk bounds the held calls' spill files together
+	// (--held-disk-max); nil (a Config without it) bounds only each.
+	heldDisk *hold.Budget
 	// resumeWait bounds the wait for the engine's resume answer:
 	// resumeAnswerTimeout, shorter in tests (export_test.go).
 	resumeWait time.Duration
@@ -78,6 +82,9 @@ func New(cfg config.Config, log *slog.Logger, python, stateDir string) *Agent {
 		digests:   platform.NewVenvDigests(python),
 
 		resumeWait: resumeAnswerTimeout,
+	}
+	if cfg.HeldDiskMax > 0 {
+		a.heldDisk = hold.NewBudget(cfg.HeldDiskMax)
 	}
 	if cfg.Listen != "" {
 		a.metrics = metrics.New(Version, protocol.Version)

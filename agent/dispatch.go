@@ -112,7 +112,7 @@ func (a *Agent) startCall(at *attachment, m protocol.Message) {
 }
 
 // modeRefusal declines a call the worker takes none of now: it stops,
-// drains, reloads, or its queue is full.
+// drains, reloads, its queue is full, or its disk is (diskRefusal).
 func (a *Agent) modeRefusal() *refusal {
 	switch mode := a.life.mode(); {
 	case mode.ending():
@@ -122,7 +122,7 @@ func (a *Agent) modeRefusal() *refusal {
 	case mode == modeReloading:
 		return &refusal{metrics.DeclinedReloading, protocol.TypeNodeCancelled, msgReloading}
 	}
-	return nil
+	return a.diskRefusal()
 }
 
 // admitCall gives an accepted call a slot, or a place in the queue.

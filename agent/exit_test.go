@@ -192,3 +192,20 @@ func TestFinalStatusLineForSystemd(t *testing.T) {
 		t.Errorf("the status lines systemd got: %q; want the last to be %q", statuses, want)
 	}
 }
+
+// A per-call limit that cannot be had (here: no cgroup per call) stops the
+// worker at start, exit 2, saying what to do; it never runs calls without it.
+func TestCallLimitWithoutCgroupsIsRefusedAtStart(t *testing.T) {
+	eng := startTestEngine(t)
+	code, records := runCommand(t, eng.AttachURL(), "--call-pids-max", "64")
+	exited(t, code, records, config.ExitUsage, "ERROR", "a per-call limit cannot be had here")
+	var said bool
+	for _, r := range records {
+		if e, _ := r["error"].(string); strings.Contains(e, "--call-memory-max, --call-pids-max and --call-cpu-max") && strings.Contains(e, "Delegate=yes") {
+			said = true
+		}
+	}
+	if !said {
+		t.Errorf("the log does not say why the limits cannot be had and what to do: %v", records)
+	}
+}

@@ -69,6 +69,9 @@ func (a *Agent) health(now time.Time) (bool, string) {
 	if ok, why := a.looping(now); !ok {
 		return false, why
 	}
+	if why := a.lowDisk(); why != "" {
+		return false, "declining calls: " + why
+	}
 	st := a.status.Get()
 	if st.Name != "" && st.State != status.StateConnecting {
 		return true, fmt.Sprintf("ok: %s as %q to %s", st.State, st.Name, st.Engine)

@@ -32,7 +32,9 @@ import (
 // calls cost tens of MiB at most; the rest spills to the state directory.
 // Disk: 1 GiB per call bounds what an outage can write (a held call with
 // more output pauses: its runner waits on its pipe until the engine is
-// back); past it, the oldest frames already sent go first.
+// back); past it, the oldest frames already sent go first. All calls'
+// spill files together stay within --held-disk-max, past which a held
+// call pauses the same way.
 var holdLimits = hold.Limits{Memory: 4 << 20, Disk: 1 << 30}
 
 // resumeAnswerTimeout bounds the wait for the engine's resume answer, as

@@ -85,6 +85,13 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	// a reload executes.
 	exe, exeErr := Executable()
 	contain := runner.SetupContainment(log, cfg.Containment)
+	if err := runner.SetCallLimits(contain, cfg.CallLimits()); err != nil {
+		log.Error("cannot hold calls to their limits", "error", err)
+		return exiting(log, service, config.ExitUsage, "a per-call limit cannot be had here")
+	}
+	if l := cfg.CallLimits(); l.Any() {
+		log.Info("each call is held to the machine owner's limits on its cgroup", "memory_max_bytes", l.MemoryMax, "pids_max", l.PidsMax, "cpu_max", l.CPUMax)
+	}
 	log.Info("starting", "version", Version, "engine", logging.ShownURL(cfg.URL), "python", python,
 		"python_version", pyVersion, "state_dir", stateDir, "parallel", cfg.Parallel, "containment", contain,
 		"warm", runner.WarmShown(cfg.WarmSpares()))

@@ -253,7 +253,9 @@ func (at *attachment) adopt(a *Agent, c *call) {
 	c.session = at.ctx
 	if grace := at.conn.ResumeGrace(); grace > 0 {
 		c.grace = grace
-		c.journal = hold.New(at.conn, a.heldDir(), holdLimits)
+		lim := holdLimits
+		lim.Shared = a.heldDisk
+		c.journal = hold.New(at.conn, a.heldDir(), lim)
 		c.journal.SetAck(at.conn.ResumeAck())
 		c.session, c.release = context.WithCancel(context.Background())
 		c.wg = &a.outliving

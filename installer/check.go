@@ -154,6 +154,8 @@ func check(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 	}
 	c.ok("inventory", "%d CPUs, %d GPUs, %s", inv.CPUs, inv.GPUs, ram)
 	checkContainment(c, l, cfg)
+	checkLimits(c, cfg, runner.ProbeContainment(cfg.Containment))
+	checkDisk(c, cfg, getenv)
 	c.ok("policy", "%s", cfg.PolicyText())
 
 	pctx, cancel := context.WithTimeout(ctx, engineCheckTimeout)
@@ -269,6 +271,9 @@ Checks, one item at a time, what a worker needs, and says what to fix:
   inventory  the CPUs, GPUs and memory this machine will advertise
   contain    how a call's processes are kept together (--containment): the
              running service's, from its status; else what this shell gets
+  limits     the per-call limits can be set (--call-memory-max, --call-pids-max,
+             --call-cpu-max)
+  disk       the free space in the state directory (--min-free-disk)
   policy     the code policy and call hooks in force (--allow-module,
              --allow-source, --pre-call-hook, --post-call-hook)
   engine     the engine answers at the URL

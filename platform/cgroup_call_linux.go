@@ -48,6 +48,8 @@ type CallCgroups struct {
 	// leftAlone says which cgroups that may be leftovers were left at
 	// setup, as their owner could not be told gone.
 	leftAlone []string
+	// limits are the calls' limits (calllimits_linux.go); nil: none.
+	limits *limitSet
 }
 
 // LeftAlone says, one line each, which cgroups that may be a gone
@@ -259,6 +261,7 @@ type CallCgroup struct {
 	// cgroup.events several times. nil for a cgroup found, not made (a
 	// leftover): then they are read by path.
 	events, cpuStat *os.File
+	limits          *callLimitCgroups // its limits and v1 cgroups; nil: none
 }
 
 // New makes a call's cgroup, locked for as long as this worker has it
@@ -276,6 +279,10 @@ func (cc *CallCgroups) New(name string) (*CallCgroup, error) {
 	g.events = openAt(fd, dir, "cgroup.events")
 	g.cpuStat = openAt(fd, dir, "cpu.stat")
 	g.watch = cc.watch.add(dir)
+	if err := cc.applyLimits(g, name); err != nil {
+		g.Remove(0)
+		return nil, err
+	}
 	return g, nil
 }
 
@@ -323,7 +330,7 @@ func (g *CallCgroup) Prepare(cmd *exec.Cmd) {
 // there. It reports whether the runner is in.
 func (g *CallCgroup) Started(pid int) error {
 	if g.cloneInto {
-		return nil
+		return g.enterLimits(pid)
 	}
 	return g.Move(pid)
 }
@@ -334,7 +341,10 @@ func (g *CallCgroup) Move(pid int) error {
 	if g.handedOn.Load() {
 		return errors.New("the cgroup was handed to another call")
 	}
-	return os.WriteFile(filepath.Join(g.dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
+	if err := os.WriteFile(filepath.Join(g.dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+		return err
+	}
+	return g.enterLimits(pid)
 }
 
 func (g *CallCgroup) closeFD() {
@@ -474,7 +484,7 @@ func (g *CallCgroup) Remove(wait time.Duration) error {
 	for {
 		err := os.Remove(g.dir)
 		if err == nil || errors.Is(err, os.ErrNotExist) {
-			return nil
+			return g.removeLimits(time.Until(deadline))
 		}
 		if time.Now().After(deadline) {
 			return err

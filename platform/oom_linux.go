@@ -13,6 +13,10 @@ import (
 type OOMWatch struct {
 	counters []oomCounter
 	before   []int64
+	// The call's memory limit, and whether the OOM killer killed as its
+	// cgroup reached it (calllimits_linux.go); limit 0: none.
+	limit        int64
+	limitReached func() bool
 }
 
 // oomCounter is one memory cgroup's count of OOM kills: its oom_kill line.
@@ -89,6 +93,7 @@ func WatchOOM(g *CallCgroup) *OOMWatch {
 	if v1 != nil {
 		w.add(*v1)
 	}
+	w.watchLimit(g)
 	return w
 }
 

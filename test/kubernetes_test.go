@@ -116,6 +116,13 @@ type chartValues struct {
 		ServiceMonitor struct{ Enabled bool } `json:"serviceMonitor"`
 		PrometheusRule struct{ Enabled bool } `json:"prometheusRule"`
 	}
+
+	CallLimits struct {
+		MemoryMax string   `json:"memoryMax"`
+		PidsMax   *int     `json:"pidsMax"`
+		CPUMax    *float64 `json:"cpuMax"`
+	} `json:"callLimits"`
+	MinFreeDisk string `json:"minFreeDisk"`
 }
 
 func readValues(t *testing.T, chart, file string) chartValues {
@@ -489,6 +496,14 @@ func checkChart(t *testing.T, name string, v chartValues, text string, r rendere
 	}
 	if preload, _ := flag("preload"); preload != strings.Join(v.Preload, ",") {
 		t.Errorf("--preload %q, values say %v", preload, v.Preload)
+	}
+
+	// Per-call limits and the free disk: each flag only when set.
+	for name, want := range map[string]string{"call-memory-max": v.CallLimits.MemoryMax, "min-free-disk": v.MinFreeDisk,
+		"call-pids-max": formatOr(v.CallLimits.PidsMax), "call-cpu-max": formatOr(v.CallLimits.CPUMax)} {
+		if got, _ := flag(name); got != want {
+			t.Errorf("--%s %q, values say %q", name, got, want)
+		}
 	}
 
 	// GPUs: the limit and what the worker advertises agree.
@@ -1033,4 +1048,12 @@ func chartAppVersion(t *testing.T) string {
 		t.Fatalf("Chart.yaml: no appVersion (%v)", err)
 	}
 	return meta.AppVersion
+}
+
+// formatOr is *p as text, "" for nil.
+func formatOr[T int | float64](p *T) string {
+	if p == nil {
+		return ""
+	}
+	return fmt.Sprint(*p)
 }

@@ -66,6 +66,17 @@ type Config struct {
 	PreCallHook  string        // a shell command that accepts or declines each call; "": none
 	PostCallHook string        // a shell command told each call's outcome; "": none
 	HookTimeout  time.Duration // how long a hook may run; 0: DefaultHookTimeout
+
+	// Per-call limits, set on each call's cgroup; 0: none.
+	CallMemoryMax int64   // bytes
+	CallPidsMax   int     // processes and threads
+	CallCPUMax    float64 // CPUs
+	// MinFreeDisk: with less free where calls write, new calls are
+	// declined; 0: never.
+	MinFreeDisk int64
+	// HeldDiskMax bounds the spill files of all held calls together
+	// (resume extension); past it, held calls are paused.
+	HeldDiskMax int64
 	// Policy is the code policy these settings make, read (trusted keys
 	// and all) by Resolve; nil before, and nil is no policy.
 	Policy *policy.Policy
@@ -133,6 +144,19 @@ const (
 // enough that a hung hook delays a call by less than an engine waits for
 // a worker's first heartbeat.
 const DefaultHookTimeout = 10 * time.Second
+
+// DefaultMinFreeDisk: below a GiB free, a call that writes a checkpoint,
+// an artifact or held output may well fail half-way; declined, it runs on
+// another worker.
+const DefaultMinFreeDisk = 1 << 30
+
+// DefaultHeldDiskMax bounds the held calls' spill files together: four
+// times one call's own bound (1GiB), so that a few held calls fill it, not
+// a state directory shared with the runtime cache.
+const DefaultHeldDiskMax = 4 << 30
+
+// maxCallPids: the kernel's own limit on pid numbers (PID_MAX_LIMIT).
+const maxCallPids = 1 << 22
 
 // EnvPrefix names every option's environment variable: --ram-mb is
 // FLUKSIO_WORKER_RAM_MB.
@@ -254,6 +278,44 @@ var Options = []Option{
 		func(c *Config, v string) error { c.PostCallHook = v; return nil }},
 	{"hook-timeout", "DURATION", "how long a call hook may run before it is killed; a pre-call hook killed declines its call",
 		durationUpTo(func(c *Config, d time.Duration) { c.HookTimeout = d }, maxHookTimeout, "a hook holds its call that long")},
+	{"call-memory-max", "BYTES", "the memory (swap included) each call's processes may use together, e.g. 8GiB, set as its cgroup's memory limit: the kernel kills the call, not a neighbour or the worker, and its answer says it reached this limit; refused at start where the memory controller cannot be had",
+		sizeAtLeast(func(c *Config, n int64) { c.CallMemoryMax = n }, 1<<20, "1MiB")},
+	{"call-pids-max", "N", "the processes and threads each call may have at once (its cgroup's pids.max): a fork bomb stops there; refused at start where the pids controller cannot be had",
+		intInRange(func(c *Config, n int) { c.CallPidsMax = n }, 1, maxCallPids, "the kernel's limit on pids")},
+	{"call-cpu-max", "CPUS", "the CPU time each call may use, in CPUs, e.g. 2 or 0.5 (its cgroup's cpu.max); refused at start where the cpu controller cannot be had",
+		func(c *Config, v string) error {
+			n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			switch {
+			case err != nil || math.IsNaN(n):
+				return errors.New("expected a number of CPUs, e.g. 2 or 0.5")
+			case n < 0.01:
+				return errors.New("must be at least 0.01")
+			case n > maxCPUs:
+				return fmt.Errorf("must be at most %d (more than a machine has)", maxCPUs)
+			}
+			c.CallCPUMax = n
+			return nil
+		}},
+	{"min-free-disk", "BYTES", "new calls are declined (as in a drain, so the engine runs them elsewhere) and /healthz says why while less than this is free where calls write: the state directory (call directories, runtime cache, held output); 0 never declines",
+		sizeAtLeast(func(c *Config, n int64) { c.MinFreeDisk = n }, 0, "0")},
+	{"held-disk-max", "BYTES", "how much held output (resume extension) all held calls together may spill to the state directory while the engine is unreachable; past it, held calls are paused until the engine takes their output",
+		sizeAtLeast(func(c *Config, n int64) { c.HeldDiskMax = n }, 1<<20, "1MiB")},
+}
+
+// sizeAtLeast accepts a size (ParseBytes) of at least minimum, which
+// least says.
+func sizeAtLeast(apply func(*Config, int64), minimum int64, least string) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := ParseBytes(v)
+		if err != nil {
+			return err
+		}
+		if n < minimum {
+			return fmt.Errorf("must be at least %s", least)
+		}
+		apply(c, n)
+		return nil
+	}
 }
 
 // Repeatable says whether the option's flag may be given more than once,
@@ -307,6 +369,13 @@ var optionDefaults = map[string]string{
 	"pre-call-hook":  "(none)",
 	"post-call-hook": "(none)",
 	"hook-timeout":   "(" + DefaultHookTimeout.String() + ")",
+
+	// What each call may use, and the disk calls may fill.
+	"call-memory-max": "(no limit)",
+	"call-pids-max":   "(no limit)",
+	"call-cpu-max":    "(no limit)",
+	"min-free-disk":   logging.FormatBytes(DefaultMinFreeDisk),
+	"held-disk-max":   logging.FormatBytes(DefaultHeldDiskMax),
 }
 
 // Default is the option's default as a reader should see it ("3s", "the
@@ -367,6 +436,8 @@ func DefaultConfig() Config {
 		LogLevel:    "info",
 		HealthGrace: DefaultHealthGrace,
 		OutageGrace: DefaultOutageGrace,
+		MinFreeDisk: DefaultMinFreeDisk,
+		HeldDiskMax: DefaultHeldDiskMax,
 	}
 }
 
@@ -626,11 +697,11 @@ func (o Option) CheckValueType(v any) error {
 	var want string
 	switch x := v.(type) {
 	case int64, int:
-		if o.TakesNumber() || o.Arg == "DURATION" || o.Arg == "BYTES" {
+		if o.TakesNumber() || o.Arg == "DURATION" || o.Arg == "BYTES" || o.Arg == "CPUS" {
 			return nil
 		}
 	case float64:
-		if o.Arg == "DURATION" {
+		if o.Arg == "DURATION" || o.Arg == "CPUS" {
 			return nil
 		}
 	case string:

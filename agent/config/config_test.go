@@ -73,6 +73,8 @@ func TestLoadDefaults(t *testing.T) {
 		LogLevel:    "info",
 		HealthGrace: 90 * time.Second,
 		OutageGrace: 5 * time.Minute,
+		MinFreeDisk: 1 << 30,
+		HeldDiskMax: 4 << 30,
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("defaults = %+v, want %+v", cfg, want)
@@ -132,6 +134,8 @@ func checkFullConfig(t *testing.T, cfg Config) {
 		Listen:      "127.0.0.1:9465",
 		HealthGrace: 75 * time.Second,
 		OutageGrace: 2 * time.Minute,
+		MinFreeDisk: 1 << 30,
+		HeldDiskMax: 4 << 30,
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("config from the file =\n %+v\nwant\n %+v", cfg, want)

@@ -38,6 +38,9 @@ type Sender interface {
 type Limits struct {
 	Memory int64 // bytes of frames in memory
 	Disk   int64 // bytes of spill files
+	// Shared bounds the spill files of all journals given it together
+	// (budget.go); nil: only Disk bounds them.
+	Shared *Budget
 }
 
 // Errors of Replay.
@@ -118,6 +121,10 @@ type Journal struct {
 	peakMemory int64
 	peakDisk   int64
 	waiting    bool // an Append waits for room on disk
+	// sharedGen is the shared budget's generation when it last refused
+	// room (budget.go); 0 while it has not since the last frame stored.
+	sharedGen  uint64
+	sharedFull bool
 }
 
 // New makes a live journal on s. dir is where spill files go (created
@@ -171,7 +178,16 @@ func (j *Journal) Append(data []byte, answer bool) {
 			return
 		}
 		j.waiting = true
-		j.room.Wait()
+		if j.sharedFull {
+			// The spill files of every held call together are at their
+			// bound: room comes from another journal, or from this one.
+			gen := j.sharedGen
+			j.mu.Unlock()
+			j.lim.Shared.wait(gen)
+			j.mu.Lock()
+		} else {
+			j.room.Wait()
+		}
 		j.waiting = false
 	}
 }
@@ -190,15 +206,22 @@ func (j *Journal) number(answer bool) int64 {
 // reports false when there is no room.
 func (j *Journal) storeLocked(f frame) (inMemory, ok bool) {
 	size := int64(len(f.data))
+	j.sharedFull = false
 	for {
 		if j.memory == 0 || j.memory+size <= j.lim.Memory {
 			j.pushMemLocked(f)
 			return true, true
 		}
-		if j.spillErr == nil && (j.disk == 0 || j.disk+8+size <= j.lim.Disk) {
+		if j.spillErr == nil && !j.sharedFull && (j.disk == 0 || j.disk+8+size <= j.lim.Disk) {
+			ok, gen := j.lim.Shared.take(8 + size)
+			if !ok {
+				j.sharedFull, j.sharedGen = true, gen
+				continue // memory, if retained frames make room; else wait for the budget
+			}
 			if j.spillLocked(f) {
 				return false, true
 			}
+			j.lim.Shared.give(8 + size)
 			continue // the disk takes no more: memory, if retained frames make room
 		}
 		if !j.dropOldestLocked() {
@@ -340,6 +363,7 @@ func (j *Journal) closeFileLocked(file *spillFile) {
 	file.f.Close()
 	os.Remove(file.f.Name())
 	j.disk -= file.size
+	j.lim.Shared.give(file.size)
 	for i, f := range j.files {
 		if f == file {
 			j.files = append(j.files[:i], j.files[i+1:]...)
@@ -349,6 +373,13 @@ func (j *Journal) closeFileLocked(file *spillFile) {
 	if len(j.files) == 0 {
 		j.spillErr = nil // a fresh file may be writable again
 	}
+}
+
+// wakeLocked wakes an Append waiting for room: on this journal, or on the
+// shared bound.
+func (j *Journal) wakeLocked() {
+	j.room.Broadcast()
+	j.lim.Shared.kick()
 }
 
 func (j *Journal) recordSize(file *spillFile, off int64) (int64, error) {
@@ -479,7 +510,7 @@ func (j *Journal) Replay(s Sender, after int64) error {
 	// What the engine does not have goes out again, before what was kept.
 	j.sent, j.cur = after, cursor{}
 	j.live, j.replaying = s, true
-	j.room.Broadcast()
+	j.wakeLocked()
 	j.mu.Unlock()
 	for {
 		j.mu.Lock()
@@ -489,7 +520,7 @@ func (j *Journal) Replay(s Sender, after int64) error {
 		}
 		if j.sent == j.next-1 {
 			j.replaying = false
-			j.room.Broadcast()
+			j.wakeLocked()
 			j.mu.Unlock()
 			return nil
 		}
@@ -504,7 +535,7 @@ func (j *Journal) Replay(s Sender, after int64) error {
 			out = bytes.Clone(f.data)
 		}
 		// Sent now, it is retained: older retained frames may make room.
-		j.room.Broadcast()
+		j.wakeLocked()
 		j.mu.Unlock()
 		if !s.Send(out) {
 			j.mu.Lock()
@@ -530,7 +561,7 @@ func (j *Journal) Discard(s Sender) (answered bool) {
 	j.answer = 0
 	j.dropAllLocked()
 	j.live, j.replaying = s, false
-	j.room.Broadcast()
+	j.wakeLocked()
 	return answered
 }
 
@@ -555,7 +586,7 @@ func (j *Journal) Close() {
 	j.dropAllLocked()
 	j.live = nil
 	j.deliveredLocked()
-	j.room.Broadcast()
+	j.wakeLocked()
 }
 
 // SetAck says whether the engine of the live connection (the next one,

@@ -369,3 +369,57 @@ func TestAcknowledgedAnswer(t *testing.T) {
 		t.Fatalf("a replay after the answer: %v, %q, delivered %v; want nothing sent, delivered", err, third.got(), delivered(k))
 	}
 }
+
+// waitPaused waits for j's Append to wait for room.
+func waitPaused(t *testing.T, j *Journal) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !j.Stats().Paused {
+		if time.Now().After(deadline) {
+			t.Fatal("Append never paused")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// The held calls' spill files together stay within their shared bound
+// (--held-disk-max), though each is within its own: the journal whose
+// frame would pass it waits, and goes on once another journal gives room
+// back (its spill files gone: closed, discarded, or replayed and then
+// acknowledged by a later continue).
+func TestSharedBudgetPausesAcrossJournals(t *testing.T) {
+	dir := t.TempDir()
+	budget := NewBudget(1000)
+	lim := Limits{Memory: 100, Disk: 1 << 20, Shared: budget}
+	first, second := New(&conn{}, dir, lim), New(&conn{}, dir, lim)
+	first.Detach()
+	second.Detach()
+	for i := 0; i < 30 && budget.Used() < 800; i++ {
+		first.Append(line(i), false)
+	}
+	if budget.Used() < 800 || first.Stats().Disk != budget.Used() {
+		t.Fatalf("the first journal spilled %d bytes, the budget counts %d", first.Stats().Disk, budget.Used())
+	}
+	done := make(chan struct{})
+	go func() {
+		for i := 0; i < 10; i++ { // within the bound alone, not beside the first's
+			second.Append(line(i), false)
+		}
+		close(done)
+	}()
+	waitPaused(t, second)
+	select {
+	case <-done:
+		t.Fatal("the second journal spilled past the shared bound")
+	default:
+	}
+	if used := budget.Used(); used > 1000 || used != first.Stats().Disk+second.Stats().Disk {
+		t.Fatalf("the budget counts %d bytes (bound 1000); the spill files hold %d and %d", used, first.Stats().Disk, second.Stats().Disk)
+	}
+	first.Close()
+	<-done // the first's spill files, gone with it, gave their room to the second
+	second.Close()
+	if used := budget.Used(); used != 0 {
+		t.Errorf("the budget counts %d bytes after every spill file was replayed or dropped", used)
+	}
+}

@@ -26,7 +26,7 @@ const Namespace = "fluksio_worker"
 var (
 	Ops            = []string{"run", "compile"}
 	Outcomes       = []string{OutcomeOK, OutcomeError, OutcomeCancelled}
-	DeclineReasons = []DeclineReason{DeclinedStopping, DeclinedDraining, DeclinedReloading, DeclinedQueueFull, DeclinedCancelled, DeclinedInvalid, DeclinedPolicy, DeclinedHook}
+	DeclineReasons = []DeclineReason{DeclinedStopping, DeclinedDraining, DeclinedReloading, DeclinedQueueFull, DeclinedCancelled, DeclinedInvalid, DeclinedPolicy, DeclinedHook, DeclinedDisk}
 )
 
 const (
@@ -50,6 +50,7 @@ const (
 	DeclinedInvalid   DeclineReason = "invalid"    // a duplicate call_id or a request that cannot be run
 	DeclinedPolicy    DeclineReason = "policy"     // the code policy refused its code or its env (PolicyRefused)
 	DeclinedHook      DeclineReason = "hook"       // the pre-call hook declined it
+	DeclinedDisk      DeclineReason = "disk"       // less than --min-free-disk free where calls write
 )
 
 // Histogram buckets, in seconds. Calls run from a compile of a few

@@ -39,7 +39,7 @@ func (m *Metrics) table() []decl {
 		{into: &m.callDuration, name: "call_duration_seconds",
 			help: "Time from a call's start to its end, by op and outcome.", buckets: callBuckets, labels: []string{"op", "outcome"}},
 		{into: &m.callsDeclined, name: "calls_declined_total",
-			help: "Calls answered with an error without running, by reason: stopping, draining (SIGQUIT or --max-calls), reloading (SIGHUP), queue_full (the waiting queue is at its bound), cancelled (cancelled, stopped or dropped while waiting for a slot), invalid (duplicate call_id, bad request), policy (the code policy refused it), hook (the pre-call hook declined it).", labels: []string{"reason"}},
+			help: "Calls answered with an error without running, by reason: stopping, draining (SIGQUIT or --max-calls), reloading (SIGHUP), queue_full (the waiting queue is at its bound), cancelled (cancelled, stopped or dropped while waiting for a slot), invalid (duplicate call_id, bad request), policy (the code policy refused it), hook (the pre-call hook declined it), disk (less than --min-free-disk free where calls write).", labels: []string{"reason"}},
 		{into: &m.callsRunning, name: "calls_running",
 			help: "Calls running now."},
 		{into: &m.callsQueued, name: "calls_queued",

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 	"github.com/fluksio/fluksio-worker/platform"
 )
@@ -174,6 +175,9 @@ func (b *box) makeAhead() {
 // start starts the runner in its own process group, registered so that
 // reaping orphans leaves it to os/exec, and raises its oom_score_adj.
 func (b *box) start(cmd *exec.Cmd) error {
+	if b.cg == nil && cgroups.Limited() {
+		return errNoLimitedCgroup
+	}
 	platform.NewProcessGroup(cmd)
 	if b.cg != nil {
 		if err := b.refit(cmd); err != nil {
@@ -499,6 +503,9 @@ func (b *box) deathCause(exited <-chan struct{}) string {
 	switch {
 	case state.lost:
 		return "it ended, but how is unknown: the zygote it was forked from reaped it and died before it could report its exit status"
+	case ws.Signaled() && ws.Signal() == syscall.SIGKILL && b.oom != nil && b.oom.CallLimit() > 0:
+		return "killed by SIGKILL from the kernel's out-of-memory killer: the call reached its own memory limit of " +
+			logging.FormatBytes(b.oom.CallLimit()) + " (--call-memory-max, set by this worker's owner); the node needs more memory than that limit allows"
 	case ws.Signaled() && ws.Signal() == syscall.SIGKILL && b.oom != nil && b.oom.Killed():
 		// Only the memory controller's count says it was the OOM killer.
 		return "killed by SIGKILL from the kernel's out-of-memory killer (its memory cgroup counts an OOM kill): the node needs more memory than it may use here"

@@ -45,6 +45,10 @@ func TestMain(m *testing.M) {
 		os.Unsetenv(containedEnv)
 		containedChild = true
 		SetupContainment(slog.New(slog.NewTextHandler(os.Stderr, nil)), "cgroup")
+		if err := setTestLimits(); err != nil {
+			fmt.Fprintln(os.Stderr, "setting the test's call limits:", err)
+			os.Exit(1)
+		}
 	}
 	os.Exit(m.Run())
 }

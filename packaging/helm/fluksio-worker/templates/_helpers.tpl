@@ -93,6 +93,22 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - --preload
 - {{ join "," . | quote }}
 {{- end }}
+{{- with .Values.callLimits.memoryMax }}
+- --call-memory-max
+- {{ . | quote }}
+{{- end }}
+{{- with .Values.callLimits.pidsMax }}
+- --call-pids-max
+- {{ . | int | quote }}
+{{- end }}
+{{- with .Values.callLimits.cpuMax }}
+- --call-cpu-max
+- {{ . | toString | quote }}
+{{- end }}
+{{- with .Values.minFreeDisk }}
+- --min-free-disk
+- {{ . | quote }}
+{{- end }}
 {{- with .Values.labels }}
 - --labels
 - {{ join "," . | quote }}
