@@ -789,7 +789,10 @@ func TestZygoteNotUsedWhenAPreloadStartsThreads(t *testing.T) {
 	}
 	z := newZygoteRig(t, 1, func(c *Config) {
 		c.Preload = []string{"json", "threader"}
-		c.BaseEnv = append(c.BaseEnv, "PYTHONPATH="+modules)
+		// No __pycache__ written beside the module by the first import:
+		// a directory on the path that changes makes the spares started
+		// before it stale, and the call would start cold for that reason.
+		c.BaseEnv = append(c.BaseEnv, "PYTHONPATH="+modules, "PYTHONDONTWRITEBYTECODE=1")
 	})
 	first := z.runPID(t, "teach")
 	spare := z.waitSpare(t, z.m, first)
