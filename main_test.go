@@ -51,42 +51,43 @@ func TestCopyNeedsAnExistingDirectory(t *testing.T) {
 	}
 }
 
-var update = flag.Bool("update", false, "rewrite the README's generated tables")
+var update = flag.Bool("update", false, "rewrite the documentation's generated tables")
 
-// The README's options and metrics tables are generated from the options
-// table and the metrics registry: a new option or series that is not in
-// the README fails here (go test -run TestREADMETables . -update).
+// The README's options table and docs/monitoring.md's metrics table are
+// generated from the options table and the metrics registry: a new option
+// or series that is not documented fails here
+// (go test -run TestREADMETables . -update).
 func TestREADMETables(t *testing.T) {
 	var options, series bytes.Buffer
 	writeOptionsTable(&options, config.Options)
 	if err := writeMetricsTable(&series, metrics.New("dev", protocol.Version)); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	readme := string(b)
-	for _, table := range []struct{ name, text string }{{"options", options.String()}, {"metrics", series.String()}} {
+	for _, table := range []struct{ file, name, text string }{
+		{"README.md", "options", options.String()},
+		{"docs/monitoring.md", "metrics", series.String()},
+	} {
+		b, err := os.ReadFile(table.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc := string(b)
 		head := "<!-- " + table.name + " table: "
 		end := "<!-- " + table.name + ":end -->\n"
-		i := strings.Index(readme, head)
-		j := strings.Index(readme, end)
+		i := strings.Index(doc, head)
+		j := strings.Index(doc, end)
 		if i < 0 || j < i {
-			t.Fatalf("README.md has no %q ... %q markers around its %s table", head, end, table.name)
+			t.Fatalf("%s has no %q ... %q markers around its %s table", table.file, head, end, table.name)
 		}
-		i += strings.Index(readme[i:], "\n") + 1
-		if readme[i:j] == table.text {
+		i += strings.Index(doc[i:], "\n") + 1
+		if doc[i:j] == table.text {
 			continue
 		}
 		if !*update {
-			t.Errorf("README.md's %s table differs from the code's; run: go test -run TestREADMETables . -update\nwant:\n%s", table.name, table.text)
+			t.Errorf("%s's %s table differs from the code's; run: go test -run TestREADMETables . -update\nwant:\n%s", table.file, table.name, table.text)
 			continue
 		}
-		readme = readme[:i] + table.text + readme[j:]
-	}
-	if *update {
-		if err := os.WriteFile("README.md", []byte(readme), 0o644); err != nil {
+		if err := os.WriteFile(table.file, []byte(doc[:i]+table.text+doc[j:]), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}

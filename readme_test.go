@@ -10,7 +10,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 )
 
-// The README's generated tables (TestREADMETables keeps them in step).
+// The documentation's generated tables (TestREADMETables keeps them in step).
 // They are written here, in test code, because only the test and its
 // -update use them: the worker itself never prints them.
 
@@ -32,7 +32,7 @@ func writeOptionsTable(w io.Writer, options []config.Option) {
 	fmt.Fprintf(w, "| `--config PATH` | `%sCONFIG` | a TOML file with the keys above (`url = \"…\"`, `labels = [\"gpu\"]`, `max-idle = \"10m\"`) |\n", config.EnvPrefix)
 }
 
-// writeMetricsTable writes the README's table of the worker's own series
+// writeMetricsTable writes docs/monitoring.md's table of the worker's own series
 // from the registry /metrics serves (filled from the metrics package's
 // declarations): each series' name and labels, its type and its help.
 func writeMetricsTable(w io.Writer, m *metrics.Metrics) error {
