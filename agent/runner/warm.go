@@ -28,6 +28,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fluksio/fluksio-worker/platform"
 )
 
 // maxWarmEnvs is how many environments spares are kept for. Engines send
@@ -460,9 +462,10 @@ func (we *warmEnv) ownLocked() []*spare {
 // starts it.
 func (p *warmPool) startLocked(we *warmEnv, asZygote bool) {
 	s := &spare{pool: p, we: we, started: make(chan struct{}), exited: make(chan struct{}), readied: make(chan struct{})}
-	s.box = &box{log: p.cfg.Log.With("spare_of", "warm"), kept: p.cfg.cgroups}
+	s.box = &box{log: p.cfg.Log.With("spare_of", "warm"), kept: p.cfg.cgroups, role: platform.CgroupSpare}
 	var from *zygote // the zygote it is forked from, when one is ready
 	if asZygote {
+		s.box.role = platform.CgroupZygote
 		s.zyg = &zygote{spare: s}
 		we.zyg = s.zyg
 	} else {
