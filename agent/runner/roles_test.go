@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // roleNode answers with what an operator sees of the process that runs
@@ -90,6 +91,12 @@ func TestRolesShowInProcessTitlesAndCgroupNames(t *testing.T) {
 		t.Errorf("the zygote's cgroup is %s; want one named zygote-…", got)
 	}
 	for _, pid := range spares {
+		// A forked spare is ready once the zygote answered its fork: it
+		// names itself as it runs, a moment later.
+		deadline := time.Now().Add(waitLong)
+		for commOf(t, pid) == "fluksio-zygote" && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
 		if got := commOf(t, pid); got != "fluksio-spare" {
 			t.Errorf("the waiting spare %d's comm is %q; want fluksio-spare", pid, got)
 		}
