@@ -67,8 +67,7 @@ func TestRetireOnlyWhatIsInThePool(t *testing.T) {
 				we := &warmEnv{}
 				s := &spare{pool: p, we: we, state: st}
 				if isZygote {
-					s.zyg = &zygote{spare: s}
-					we.zyg = s.zyg
+					we.zyg = &zygote{spare: s}
 				} else if st.inPool() {
 					we.spares = []*spare{s}
 				}

@@ -463,25 +463,23 @@ func (we *warmEnv) ownLocked() []*spare {
 func (p *warmPool) startLocked(we *warmEnv, asZygote bool) {
 	s := &spare{pool: p, we: we, started: make(chan struct{}), exited: make(chan struct{}), readied: make(chan struct{})}
 	s.box = &box{log: p.cfg.Log.With("spare_of", "warm"), kept: p.cfg.cgroups, role: platform.CgroupSpare}
-	var from *zygote // the zygote it is forked from, when one is ready
+	run := s.run
 	if asZygote {
 		s.box.role = platform.CgroupZygote
-		s.zyg = &zygote{spare: s}
-		we.zyg = s.zyg
+		z := &zygote{spare: s}
+		we.zyg = z
+		run = z.run
 	} else {
 		we.spares = append(we.spares, s)
 		if z := we.zyg; z != nil && z.state == spareReady {
-			from = z
+			// Forked from its zygote, now that one is ready.
+			run = func() { s.runForked(z) }
 		}
 	}
 	p.spares.Add(1)
 	go func() {
 		defer p.spares.Done()
-		if from != nil {
-			s.runForked(from)
-			return
-		}
-		s.run()
+		run()
 	}()
 }
 
