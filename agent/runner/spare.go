@@ -16,7 +16,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -40,8 +39,10 @@ type spare struct {
 	dir            *callDir
 	began          time.Time // when it was started, for freshness and age
 
-	started chan struct{} // closed once started
-	readied chan struct{} // closed once ready (a spare ahead of its call)
+	// started closes once its process runs and, for a spare forked from
+	// a zygote, once it is ready or out of the pool: what discard waits
+	// for before it stops it, and a call for a spare being forked.
+	started chan struct{}
 	exited  chan struct{} // closed once reaped; box holds its state
 	exitErr error         // how it exited; set before exited closes
 	// forked is a forked spare's process as the kernel sees it, which
@@ -49,10 +50,11 @@ type spare struct {
 	// worker started).
 	forked *platform.ExitWatch
 
-	// code is what its code came from, set (under pool.mu) once it is
-	// ready; released once it serves a call or is discarded.
+	// code is what its code came from, set once it is ready; released
+	// (no longer held) once it serves a call or is discarded. Both are
+	// guarded by pool.mu.
 	code     *codeWatch
-	released atomic.Bool
+	released bool
 
 	// state is where it is in its life; guarded by pool.mu, changed only
 	// by move.
@@ -114,16 +116,13 @@ var spareMoves = map[spareState][]spareState{
 func (st spareState) inPool() bool { return st == spareStarting || st == spareReady }
 
 // move changes s's state to, where that is a legal move from its state,
-// and reports whether it did; an illegal move changes nothing. Becoming
-// ready closes readied. The pool's mutex is held.
+// and reports whether it did; an illegal move changes nothing. The pool's
+// mutex is held.
 func (s *spare) move(to spareState) bool {
 	if !slices.Contains(spareMoves[s.state], to) {
 		return false
 	}
 	s.state = to
-	if to == spareReady && s.readied != nil {
-		close(s.readied)
-	}
 	return true
 }
 
@@ -242,12 +241,13 @@ func (s *spare) runForked(z *zygote) {
 			// code any more.
 			s.code = &codeWatch{}
 			s.code.markStale("its zygote was replaced")
-			s.released.Store(true)
+			s.released = true
 		}
 		s.move(spareReady)
 		p.publishLocked()
 	}
 	p.mu.Unlock()
+	close(s.started) // ready, or out of the pool: a call waits no more
 	s.waitServed()
 }
 
@@ -406,7 +406,9 @@ func (p *warmPool) discard(s *spare) {
 			return
 		}
 	}
-	s.releaseCode()
+	p.mu.Lock()
+	s.releaseCodeLocked()
+	p.mu.Unlock()
 	// Nothing of a call ran in it: no grace is owed.
 	s.box.killed = true
 	s.box.signalAll(syscall.SIGKILL)

@@ -177,7 +177,8 @@ func controlPair() (*net.UnixConn, *os.File, error) {
 }
 
 // fork makes s, a spare of z's environment, by forking it from the
-// zygote z: started, in its own box, waiting for its request. forCall is
+// zygote z: running, in its own box, waiting for its request (its caller
+// closes s.started, for a spare ahead once it is ready). forCall is
 // a fork a call waits for: it does not wait for a fork in flight
 // (errZygoteBusy), and gives the zygote callForkTimeout to answer.
 //
@@ -325,7 +326,6 @@ func (z *zygote) fork(s *spare, forCall bool) error {
 		platform.Forget(pid)
 		close(s.exited)
 	}()
-	close(s.started)
 	return nil
 }
 
