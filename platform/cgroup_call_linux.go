@@ -28,7 +28,7 @@ import (
 // CallCgroups is where the calls' cgroups are made.
 type CallCgroups struct {
 	base   string
-	prefix string // of a call's cgroup name
+	prefix string // of a call's cgroup name; a spare's and a zygote's say their role instead
 	// cloneInto: processes can be started straight into a cgroup. A
 	// seccomp filter may deny clone3 (systemd-nspawn's and Docker's answer
 	// ENOSYS); then the runner is moved in right after it starts, before
@@ -64,6 +64,8 @@ func (cc *CallCgroups) LeftAlone() []string { return cc.leftAlone }
 //
 //	<own cgroup>/worker-<id>/worker     the worker
 //	<own cgroup>/worker-<id>/call-…     its calls
+//	<own cgroup>/worker-<id>/spare-…    its spares, waiting for a call
+//	<own cgroup>/worker-<id>/zygote-…   its zygotes
 //
 // Several workers started from one cgroup (one per GPU, from one terminal
 // or tmux session, or in containers that share it) each own their subtree,
@@ -73,9 +75,15 @@ const (
 	workerLeaf    = "worker"
 	subtreePrefix = "worker-"
 	// rootCallPrefix begins the name of a call's cgroup made in the root
-	// cgroup: fluksio-call-<id>-….
+	// cgroup: fluksio-call-<id>-… (fluksio-spare-<id>-… for a spare's).
 	rootCallPrefix = "fluksio-call-"
 )
+
+// prefixFor is the name prefix of a cgroup made for role: the call's
+// prefix with the role in place of "call".
+func (cc *CallCgroups) prefixFor(role CgroupRole) string {
+	return strings.Replace(cc.prefix, "call-", role.String()+"-", 1)
+}
 
 // unifiedMount finds the cgroup v2 hierarchy: /sys/fs/cgroup, or
 // /sys/fs/cgroup/unified on hybrid hosts.
@@ -216,10 +224,15 @@ func removeTree(dir string) {
 	}
 }
 
-// clearLeftovers kills and removes the calls' cgroups of this worker's
-// own subtree, left from before a reload re-executed it.
+// clearLeftovers kills and removes the calls' (and spares' and zygotes')
+// cgroups of this worker's own subtree, left from before a reload
+// re-executed it.
 func (cc *CallCgroups) clearLeftovers() {
-	dirs, _ := filepath.Glob(filepath.Join(cc.base, cc.prefix+"*"))
+	var dirs []string
+	for role := range cgroupRoles {
+		found, _ := filepath.Glob(filepath.Join(cc.base, cc.prefixFor(CgroupRole(role))+"*"))
+		dirs = append(dirs, found...)
+	}
 	for _, dir := range dirs {
 		g := &CallCgroup{dir: dir, fd: -1}
 		g.Kill()
@@ -247,7 +260,8 @@ type CallCgroup struct {
 	dir       string
 	fd        int // the directory, for starting runners into it; -1 once removed
 	cloneInto bool
-	memory    bool // it has memory.events and memory.peak
+	role      CgroupRole // what it was made for, which its name says
+	memory    bool       // it has memory.events and memory.peak
 	watcher   *cgroupWatch
 	watch     int32         // its watch for changes; -1 without one
 	cpuBase   time.Duration // cpu.stat's usage when it was handed to this call
@@ -269,13 +283,19 @@ type CallCgroup struct {
 // namespaces may make theirs too, the lock is what says it is a running
 // worker's.
 func (cc *CallCgroups) New(name string) (*CallCgroup, error) {
-	dir := filepath.Join(cc.base, cc.prefix+name)
+	return cc.NewFor(CgroupCall, name)
+}
+
+// NewFor makes a cgroup for role, as New makes a call's: named for the
+// role (spare-…, zygote-…).
+func (cc *CallCgroups) NewFor(role CgroupRole, name string) (*CallCgroup, error) {
+	dir := filepath.Join(cc.base, cc.prefixFor(role)+name)
 	fd, err := makeLocked(dir, false)
 	if err != nil {
 		os.Remove(dir)
 		return nil, err
 	}
-	g := &CallCgroup{dir: dir, fd: fd, cloneInto: cc.cloneInto, memory: cc.memory, watcher: cc.watch}
+	g := &CallCgroup{dir: dir, fd: fd, cloneInto: cc.cloneInto, role: role, memory: cc.memory, watcher: cc.watch}
 	g.events = openAt(fd, dir, "cgroup.events")
 	g.cpuStat = openAt(fd, dir, "cpu.stat")
 	g.watch = cc.watch.add(dir)
@@ -313,6 +333,9 @@ func (g *CallCgroup) read(f *os.File, name string, buf []byte) []byte {
 
 // Dir is the cgroup's directory.
 func (g *CallCgroup) Dir() string { return g.dir }
+
+// Role is what the cgroup was made for, which its name says.
+func (g *CallCgroup) Role() CgroupRole { return g.role }
 
 // Prepare makes cmd start inside the cgroup.
 func (g *CallCgroup) Prepare(cmd *exec.Cmd) {

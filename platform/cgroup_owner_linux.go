@@ -184,9 +184,26 @@ func clearGoneWorkers(shared, mine string) {
 // PID namespace.
 func (cc *CallCgroups) clearRootLeftovers() []string {
 	var left []string
-	dirs, _ := filepath.Glob(filepath.Join(cc.base, rootCallPrefix+"*"))
+	for role := range cgroupRoles {
+		prefix := rootPrefix(CgroupRole(role))
+		dirs, _ := filepath.Glob(filepath.Join(cc.base, prefix+"*"))
+		left = append(left, clearRootCgroups(dirs, prefix)...)
+	}
+	return left
+}
+
+// rootPrefix begins the name of a cgroup made for role in the root
+// cgroup: fluksio-<role>-.
+func rootPrefix(role CgroupRole) string {
+	return strings.Replace(rootCallPrefix, "call-", role.String()+"-", 1)
+}
+
+// clearRootCgroups is clearRootLeftovers for the cgroups dirs, whose
+// names begin with prefix.
+func clearRootCgroups(dirs []string, prefix string) []string {
+	var left []string
 	for _, dir := range dirs {
-		id, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(dir), rootCallPrefix), "-")
+		id, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(dir), prefix), "-")
 		old, alive := earlierVersion(id)
 		if old && alive {
 			continue

@@ -198,7 +198,7 @@ func (g *CallCgroup) Unusable() string {
 // spare's timer that kills what is left of it, firing late) cannot reach
 // the next call.
 func (g *CallCgroup) Reuse() *CallCgroup {
-	next := &CallCgroup{dir: g.dir, fd: g.fd, cloneInto: g.cloneInto, memory: g.memory,
+	next := &CallCgroup{dir: g.dir, fd: g.fd, cloneInto: g.cloneInto, role: g.role, memory: g.memory,
 		watcher: g.watcher, watch: g.watch, events: g.events, cpuStat: g.cpuStat}
 	next.cpuBase = next.cpuUsage()
 	g.handedOn.Store(true)

@@ -67,7 +67,11 @@ func SetupCgroups() (*CallCgroups, error) { return nil, errors.New("cgroups are 
 func (cc *CallCgroups) New(name string) (*CallCgroup, error) {
 	return nil, errors.New("cgroups are Linux's")
 }
+func (cc *CallCgroups) NewFor(role CgroupRole, name string) (*CallCgroup, error) {
+	return nil, errors.New("cgroups are Linux's")
+}
 func (g *CallCgroup) Dir() string                              { return "" }
+func (g *CallCgroup) Role() CgroupRole                         { return CgroupCall }
 func (g *CallCgroup) Prepare(cmd *exec.Cmd)                    {}
 func (g *CallCgroup) Started(pid int) error                    { return nil }
 func (g *CallCgroup) Move(pid int) error                       { return nil }

@@ -186,6 +186,14 @@ func callCgroup(t *testing.T, pid int) string {
 	return ""
 }
 
+// callsCgroupName reports whether name is that of a cgroup a call runs
+// in: a call's (call-…, fluksio-call-…), or that of the spare that serves
+// it (spare-…), which keeps its name.
+func callsCgroupName(name string) bool {
+	name = strings.TrimPrefix(name, "fluksio-")
+	return strings.HasPrefix(name, "call-") || strings.HasPrefix(name, "spare-")
+}
+
 // checkCgroup, in cgroup mode, checks that the runner runs in a cgroup of
 // the call's own, and returns a check that the runner is not in it any
 // more: it is removed, or kept for a later call (a spare forked since may
@@ -195,7 +203,7 @@ func checkCgroup(t *testing.T, mode string, runner int) func() {
 		return func() {}
 	}
 	dir := callCgroup(t, runner)
-	if !strings.Contains(filepath.Base(dir), "call-") {
+	if !callsCgroupName(filepath.Base(dir)) {
 		t.Fatalf("the runner runs in %s, not in a call's cgroup", dir)
 	}
 	return func() {
@@ -468,7 +476,7 @@ func TestDelegatedCgroup(t *testing.T) {
 	}
 	c := run(t, wk, "del1", stepsWith(marker, step{"sleep_ms": 60000})...)
 	runner := helpersStarted(t, c, marker)
-	if got := callCgroup(t, runner); filepath.Dir(got) != subtree || !strings.HasPrefix(filepath.Base(got), "call-") {
+	if got := callCgroup(t, runner); filepath.Dir(got) != subtree || !callsCgroupName(filepath.Base(got)) {
 		t.Fatalf("the runner runs in %s, want a call's cgroup in %s", got, subtree)
 	}
 	gone := checkCgroup(t, "cgroup", runner)

@@ -100,6 +100,7 @@ type box struct {
 	began  time.Time
 	cg     *platform.CallCgroup // the call's cgroup, in cgroup mode
 	kept   *callCgroups         // the pool's emptied cgroups: where cg comes from and goes back to
+	role   platform.CgroupRole  // what its runner is made for (a call, a spare, a zygote): its cgroup's name
 	oom    *platform.OOMWatch   // the runner's memory cgroups; set once started
 
 	mu      sync.Mutex
@@ -163,7 +164,7 @@ func (b *box) makeAhead() {
 	rand.Read(r[:])
 	b.cookie = hex.EncodeToString(r[:])
 	if cgroups != nil {
-		g, err := b.kept.newCgroup(b.cookie[:16])
+		g, err := b.kept.newCgroup(b.role, b.cookie[:16])
 		if err != nil {
 			b.log.Warn("could not make the call's cgroup; it is contained by its process group and cookie", "error", err)
 		} else {
@@ -225,7 +226,7 @@ func (b *box) refit(cmd *exec.Cmd) error {
 	g := b.cg
 	b.cg = nil
 	b.kept.discard(g, why)
-	next, err := b.kept.newCgroup(b.cookie[16:])
+	next, err := b.kept.newCgroup(b.role, b.cookie[16:])
 	if err != nil {
 		return fmt.Errorf("the call's cgroup %s could not take the runner (%s), and no other could be made: %w", g.Dir(), why, err)
 	}

@@ -148,9 +148,11 @@ func (s *spare) staleness() string {
 	return s.code.staleness(s.pool.changes)
 }
 
-// releaseCode stops following s's code, once.
-func (s *spare) releaseCode() {
-	if s.code != nil && s.released.CompareAndSwap(false, true) {
+// releaseCodeLocked stops following s's code, once. The pool's mutex is
+// held.
+func (s *spare) releaseCodeLocked() {
+	if s.code != nil && !s.released {
+		s.released = true
 		s.pool.changes.release(s.code)
 	}
 }

@@ -23,16 +23,22 @@ const keptPerPool = 16
 
 // take hands out one kept, if there is one.
 func (k *kept[T]) take() (v T, ok bool) {
+	return k.takeIf(func(T) bool { return true })
+}
+
+// takeIf hands out the one kept last of those fit says fit, if there is one.
+func (k *kept[T]) takeIf(fit func(T) bool) (v T, ok bool) {
 	if k == nil {
 		return v, false
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if n := len(k.free); n > 0 {
-		v, ok = k.free[n-1], true
-		var zero T
-		k.free[n-1] = zero
-		k.free = k.free[:n-1]
+	for i := len(k.free) - 1; i >= 0; i-- {
+		if fit(k.free[i]) {
+			v, ok = k.free[i], true
+			k.free = slices.Delete(k.free, i, i+1)
+			break
+		}
 	}
 	return v, ok
 }
@@ -92,13 +98,14 @@ func newCallCgroups(log *slog.Logger) *callCgroups {
 	return &callCgroups{log: log, startWithin: cgroupStartTimeout}
 }
 
-// newCgroup is a call's cgroup, named for the call: an emptied one when
-// the pool keeps one fit for it (it keeps the name of the call it was
-// made for), else a new one. A kept one is checked as it is handed out:
-// one unfit is discarded.
-func (k *callCgroups) newCgroup(name string) (*platform.CallCgroup, error) {
+// newCgroup is a cgroup for a runner of role (a call's, a spare's, a
+// zygote's), named for it: an emptied one made for the same role when the
+// pool keeps one fit for it (it keeps the name it was made with), else a
+// new one. A kept one is checked as it is handed out: one unfit is
+// discarded.
+func (k *callCgroups) newCgroup(role platform.CgroupRole, name string) (*platform.CallCgroup, error) {
 	for k != nil {
-		g, ok := k.take()
+		g, ok := k.takeIf(func(g *platform.CallCgroup) bool { return g.Role() == role })
 		if !ok {
 			break
 		}
@@ -108,7 +115,7 @@ func (k *callCgroups) newCgroup(name string) (*platform.CallCgroup, error) {
 		}
 		return g, nil
 	}
-	return cgroups.New(name)
+	return cgroups.NewFor(role, name)
 }
 
 // recycle keeps g for another call where its call left it empty and

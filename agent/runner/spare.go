@@ -3,8 +3,8 @@ package runner
 // A spare: one runner process started ahead of its call (warm.go says
 // which and when), its life as one state (spareState), and how it is
 // started, waited for, handed to its call or discarded. A zygote's process
-// is started and discarded as a spare's (zygote.go says what it does
-// beyond).
+// is waited for and discarded as a spare's (zygote.go starts it and says
+// what it does beyond).
 
 import (
 	"encoding/json"
@@ -16,7 +16,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -40,20 +39,22 @@ type spare struct {
 	dir            *callDir
 	began          time.Time // when it was started, for freshness and age
 
-	started chan struct{} // closed once started
-	readied chan struct{} // closed once ready (a spare ahead of its call)
+	// started closes once its process runs and, for a spare forked from
+	// a zygote, once it is ready or out of the pool: what discard waits
+	// for before it stops it, and a call for a spare being forked.
+	started chan struct{}
 	exited  chan struct{} // closed once reaped; box holds its state
 	exitErr error         // how it exited; set before exited closes
 	// forked is a forked spare's process as the kernel sees it, which
 	// knows it exited before its zygote reports it (nil for a spare the
 	// worker started).
 	forked *platform.ExitWatch
-	zyg    *zygote // set for a zygote's process: the zygote it is
 
-	// code is what its code came from, set (under pool.mu) once it is
-	// ready; released once it serves a call or is discarded.
+	// code is what its code came from, set once it is ready; released
+	// (no longer held) once it serves a call or is discarded. Both are
+	// guarded by pool.mu.
 	code     *codeWatch
-	released atomic.Bool
+	released bool
 
 	// state is where it is in its life; guarded by pool.mu, changed only
 	// by move.
@@ -93,33 +94,55 @@ var spareMoves = map[spareState][]spareState{
 }
 
 // move changes s's state to, where that is a legal move from its state,
-// and reports whether it did; an illegal move changes nothing. Becoming
-// ready closes readied. The pool's mutex is held.
+// and reports whether it did; an illegal move changes nothing. The pool's
+// mutex is held.
 func (s *spare) move(to spareState) bool {
 	if !slices.Contains(spareMoves[s.state], to) {
 		return false
 	}
 	s.state = to
-	if to == spareReady && s.readied != nil {
-		close(s.readied)
-	}
 	return true
 }
 
 // run starts the spare, waits for its report, and then for its end:
 // handed a call, the call owns what follows; otherwise it is cleaned up.
 func (s *spare) run() {
-	p := s.pool
 	report, err := s.start()
 	if err != nil {
-		s.box.log.Warn("could not start a spare runner; calls of its environment start cold", "error", err)
-		p.mu.Lock()
-		p.retireLocked(s)
-		p.forgetLocked(s.we)
-		p.mu.Unlock()
-		close(s.exited)
+		s.startFailed(err)
 		return
 	}
+	s.settle(s.awaitReport(report))
+	s.waitServed()
+}
+
+// startFailed takes s, which could not start, out of the pool, and its
+// environment with it: its calls start cold.
+func (s *spare) startFailed(err error) {
+	p := s.pool
+	s.box.log.Warn("could not start a spare runner; calls of its environment start cold", "error", err)
+	p.mu.Lock()
+	p.retireLocked(s)
+	p.forgetLocked(s.we)
+	p.mu.Unlock()
+	close(s.exited)
+}
+
+// spareReport is what a warm process reports once it loaded the runtime
+// and the preloads.
+type spareReport struct {
+	Watch  [][2]any          `json:"watch"`
+	Failed map[string]string `json:"failed"`
+	// Threads, when the process has more than one after its
+	// preloads: how many, and the preload that started the first.
+	Threads *struct {
+		Count  int    `json:"count"`
+		Module string `json:"module"`
+	} `json:"threads"`
+}
+
+// awaitReport reaps s, started, once it exits, and reads its report.
+func (s *spare) awaitReport(report *os.File) (spareReport, error) {
 	go func() {
 		s.exitErr = s.cmd.Wait()
 		s.box.reaped(s.cmd)
@@ -128,19 +151,18 @@ func (s *spare) run() {
 	// A runtime that does not know spare mode (an engine's older runner)
 	// never reports: it is stopped, and counts as a spare that failed.
 	notReady := time.AfterFunc(spareReadyTimeout, func() { s.box.signalAll(syscall.SIGKILL) })
-	var r struct {
-		Watch  [][2]any          `json:"watch"`
-		Failed map[string]string `json:"failed"`
-		// Threads, when the process has more than one after its
-		// preloads: how many, and the preload that started the first.
-		Threads *struct {
-			Count  int    `json:"count"`
-			Module string `json:"module"`
-		} `json:"threads"`
-	}
-	decodeErr := json.NewDecoder(report).Decode(&r)
+	var r spareReport
+	err := json.NewDecoder(report).Decode(&r)
 	report.Close()
 	notReady.Stop()
+	return r, err
+}
+
+// settle makes s ready with the code its report says it came from, where
+// it reported, is alive and is still in the pool, and reports whether it
+// did.
+func (s *spare) settle(r spareReport, decodeErr error) bool {
+	p := s.pool
 	paths := make([]reportedPath, 0, len(r.Watch))
 	for _, w := range r.Watch {
 		path, _ := w[0].(string)
@@ -158,24 +180,10 @@ func (s *spare) run() {
 			s.box.log.Warn("a --preload module could not be imported; spares go on without it", "module", name, "error", why)
 		}
 	}
-	if s.zyg != nil && r.Threads != nil && s.state == spareStarting {
-		// A fork keeps only the thread that forks: the library whose
-		// threads are gone hangs or aborts in every call. The zygote
-		// forks none (it answers 0); its environment's spares start cold.
-		if !p.threaded[s.we.key] {
-			p.threaded[s.we.key] = true
-			s.box.log.Warn("a --preload module started threads, and a process with threads cannot be forked safely; spares of its environment start cold instead of forked from a zygote", "module", r.Threads.Module, "threads", r.Threads.Count)
-		}
-		p.dropLocked(s)
-		p.fillLocked()
-	}
 	alive := decodeErr == nil && !closed(s.exited)
 	kept := alive && s.move(spareReady)
 	if kept {
 		s.code = code
-		if s.zyg != nil {
-			p.fillLocked() // its spares are forked now
-		}
 		p.publishLocked()
 	}
 	p.mu.Unlock()
@@ -185,7 +193,7 @@ func (s *spare) run() {
 	if !alive {
 		s.box.log.Debug("spare runner did not get ready", "error", decodeErr)
 	}
-	s.waitServed()
+	return kept
 }
 
 // runForked forks the spare from its environment's zygote z; a zygote
@@ -211,12 +219,13 @@ func (s *spare) runForked(z *zygote) {
 			// code any more.
 			s.code = &codeWatch{}
 			s.code.markStale("its zygote was replaced")
-			s.released.Store(true)
+			s.released = true
 		}
 		s.move(spareReady)
 		p.publishLocked()
 	}
 	p.mu.Unlock()
+	close(s.started) // ready, or out of the pool: a call waits no more
 	s.waitServed()
 }
 
@@ -254,78 +263,65 @@ func (s *spare) waitServed() {
 // the descriptor it reports on; it returns that report's read end.
 func (s *spare) start() (*os.File, error) {
 	p := s.pool
-	var files []*os.File
-	closeAll := func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}
-	pipe := func() (r, w *os.File, err error) {
-		r, w, err = os.Pipe()
-		if err == nil {
-			files = append(files, r, w)
-		}
-		return r, w, err
-	}
-	stdoutR, stdoutW, err := pipe()
+	var made madePipes
+	stdoutR, stdoutW, err := made.pipe()
 	if err != nil {
-		return nil, fmt.Errorf("creating the runner's pipes: %w", err)
+		return nil, err
 	}
-	stderrR, stderrW, err := pipe()
+	stderrR, stderrW, err := made.pipe()
 	if err != nil {
-		closeAll()
-		return nil, fmt.Errorf("creating the runner's pipes: %w", err)
+		made.close()
+		return nil, err
 	}
-	reportR, reportW, err := pipe()
+	reportR, reportW, err := made.pipe()
 	if err != nil {
-		closeAll()
-		return nil, fmt.Errorf("creating the runner's pipes: %w", err)
-	}
-	dir, err := p.cfg.newCallDir()
-	if err != nil {
-		closeAll()
+		made.close()
 		return nil, err
 	}
 	args := []string{s.we.rt.Path, spareFlag, strconv.Itoa(spareReportFD)}
 	extra := []*os.File{reportW}
 	var pipes *nodePipes
-	var ctlChild, exitsR, exitsW *os.File
-	if s.zyg != nil {
-		// A zygote's own output goes nowhere: no call reads it.
-		stdoutW.Close()
-		stderrW.Close()
-		stdoutW, stderrW = nil, nil
-		if exitsR, exitsW, err = pipe(); err != nil {
-			closeAll()
-			dir.remove()
-			return nil, fmt.Errorf("creating the runner's pipes: %w", err)
-		}
-		if s.zyg.ctl, ctlChild, err = controlPair(); err != nil {
-			closeAll()
-			dir.remove()
-			return nil, err
-		}
-		files = append(files, ctlChild)
-		args = []string{s.we.rt.Path, zygoteFlag, strconv.Itoa(zygoteReportFD), strconv.Itoa(zygoteControlFD), strconv.Itoa(zygoteExitsFD)}
-		if p.preload != "" {
-			args = append(args, p.preload)
-		}
-		extra = append(extra, ctlChild, exitsW)
-	} else if s.we.rt.Embedded {
+	if s.we.rt.Embedded {
 		if p.preload != "" {
 			args = append(args, p.preload)
 		}
 		if pipes, args, extra, err = passedNodePipes(args, extra); err != nil {
-			closeAll()
-			dir.remove()
+			made.close()
 			return nil, err
 		}
+	}
+	err = s.launch(args, extra, stdoutW, stderrW)
+	stdoutW.Close()
+	stderrW.Close()
+	reportW.Close()
+	pipes.started()
+	if err != nil {
+		stdoutR.Close()
+		stderrR.Close()
+		reportR.Close()
+		pipes.close()
+		return nil, err
+	}
+	s.stdout, s.stderr, s.pipes = stdoutR, stderrR, pipes
+	close(s.started)
+	return reportR, nil
+}
+
+// launch starts s's process (a spare's or a zygote's) with args, extra
+// as its descriptors from 3 on, and its stdout and stderr to stdout and
+// stderr (nil: nowhere), in a call directory and the box of its own. The
+// caller closes its copies of what the process inherits.
+func (s *spare) launch(args []string, extra []*os.File, stdout, stderr *os.File) error {
+	p := s.pool
+	dir, err := p.cfg.newCallDir()
+	if err != nil {
+		return err
 	}
 	cmd := exec.Command(p.cfg.Python, args...)
 	s.box.prepare(cmd, dir.env(effectiveEnv(p.cfg.env(s.we.env)), p.cfg.CancelGrace))
 	cmd.Dir = dir.cwd
-	if s.zyg == nil {
-		cmd.Stdout, cmd.Stderr = stdoutW, stderrW
+	if stdout != nil {
+		cmd.Stdout, cmd.Stderr = stdout, stderr
 	}
 	cmd.ExtraFiles = extra
 	stdin, err := cmd.StdinPipe()
@@ -333,33 +329,32 @@ func (s *spare) start() (*os.File, error) {
 	if err == nil {
 		err = s.box.start(cmd)
 	}
-	if s.zyg != nil {
-		ctlChild.Close()
-		exitsW.Close()
-	} else {
-		stdoutW.Close()
-		stderrW.Close()
-	}
-	reportW.Close()
-	pipes.started()
 	if err != nil {
-		if s.zyg != nil {
-			s.zyg.closeControl()
-			exitsR.Close()
-		}
-		stdoutR.Close()
-		stderrR.Close()
-		reportR.Close()
-		pipes.close()
 		dir.remove()
-		return nil, fmt.Errorf("starting %s: %w", p.cfg.Python, err)
+		return fmt.Errorf("starting %s: %w", p.cfg.Python, err)
 	}
-	s.cmd, s.stdin, s.stdout, s.stderr, s.pipes, s.dir = cmd, stdin, stdoutR, stderrR, pipes, dir
-	if s.zyg != nil {
-		s.zyg.exits = newRunnerExits(exitsR)
+	s.cmd, s.stdin, s.dir = cmd, stdin, dir
+	return nil
+}
+
+// madePipes are the pipes a start made, to close should it fail.
+type madePipes []*os.File
+
+// pipe makes a pipe, or says it could not.
+func (m *madePipes) pipe() (r, w *os.File, err error) {
+	r, w, err = os.Pipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating the runner's pipes: %w", err)
 	}
-	close(s.started)
-	return reportR, nil
+	*m = append(*m, r, w)
+	return r, w, nil
+}
+
+// close closes every end of the pipes made.
+func (m madePipes) close() {
+	for _, f := range m {
+		f.Close()
+	}
 }
 
 // effectiveEnv is env with only the last entry of each name, in order.
@@ -389,15 +384,12 @@ func (p *warmPool) discard(s *spare) {
 			return
 		}
 	}
-	s.releaseCode()
+	p.mu.Lock()
+	s.releaseCodeLocked()
+	p.mu.Unlock()
 	// Nothing of a call ran in it: no grace is owed.
 	s.box.killed = true
 	s.box.signalAll(syscall.SIGKILL)
-	if s.zyg != nil {
-		// After the kill: a fork in flight holds the zygote's lock until
-		// it is answered, and a wedged zygote answers only by its end.
-		s.zyg.closeControl() // the zygote serves no fork after this
-	}
 	<-s.exited
 	// Killed by the worker (or dead already): nothing to report above debug.
 	s.box.log.Debug("spare runner removed", "pid", s.box.pid)

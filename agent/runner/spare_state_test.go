@@ -22,7 +22,7 @@ func TestSpareStateMoves(t *testing.T) {
 	for _, from := range allSpareStates {
 		for _, to := range allSpareStates {
 			t.Run(fmt.Sprintf("%s to %s", from, to), func(t *testing.T) {
-				s := &spare{state: from, readied: make(chan struct{})}
+				s := &spare{state: from}
 				moved := s.move(to)
 				want := legal[[2]spareState{from, to}]
 				if moved != want {
@@ -31,15 +31,8 @@ func TestSpareStateMoves(t *testing.T) {
 				if now := s.state; want && now != to || !want && now != from {
 					t.Fatalf("move from %s to %s left it %s", from, to, now)
 				}
-				if got := closed(s.readied); got != (moved && to == spareReady) {
-					t.Fatalf("move from %s to %s: readied closed=%v", from, to, got)
-				}
 			})
 		}
-	}
-	// A forked spare for a call has no readied channel: it is never ready.
-	if s := (&spare{}); !s.move(spareReady) {
-		t.Error("a spare without readied could not become ready")
 	}
 }
 
@@ -67,8 +60,7 @@ func TestRetireOnlyWhatIsInThePool(t *testing.T) {
 				we := &warmEnv{}
 				s := &spare{pool: p, we: we, state: st}
 				if isZygote {
-					s.zyg = &zygote{spare: s}
-					we.zyg = s.zyg
+					we.zyg = &zygote{spare: s}
 				} else if st.inPool() {
 					we.spares = []*spare{s}
 				}

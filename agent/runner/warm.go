@@ -28,6 +28,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fluksio/fluksio-worker/platform"
 )
 
 // maxWarmEnvs is how many environments spares are kept for. Engines send
@@ -201,14 +203,16 @@ func (p *warmPool) claimLocked(we *warmEnv) *spare {
 			// A spare being forked is ready in a millisecond or two: wait
 			// for it rather than start cold, but not beyond
 			// callForkTimeout (a wedged zygote holds it up to forkTimeout).
+			// (A forked spare's started closes once it is ready or out
+			// of the pool: one closed here is no forked spare's.)
 			f := p.forkingLocked(we)
-			if f == nil || !time.Now().Before(waitUntil) {
+			if f == nil || closed(f.started) || !time.Now().Before(waitUntil) {
 				return nil
 			}
 			p.mu.Unlock()
 			wait := time.NewTimer(time.Until(waitUntil))
 			select {
-			case <-f.readied:
+			case <-f.started:
 			case <-f.exited:
 			case <-wait.C:
 			}
@@ -236,7 +240,7 @@ func (p *warmPool) claimLocked(we *warmEnv) *spare {
 			continue
 		}
 		s.move(spareServing)
-		s.releaseCode() // its call's code is what it has now
+		s.releaseCodeLocked() // its call's code is what it has now
 		we.failures = 0
 		return s
 	}
@@ -260,7 +264,7 @@ func (p *warmPool) forkForCallLocked(we *warmEnv) *spare {
 	var s *spare
 	if why == "" {
 		// Never in the pool: it is forked for this call.
-		s = &spare{pool: p, we: we, started: make(chan struct{}), exited: make(chan struct{}), state: spareServing}
+		s = &spare{pool: p, we: we, exited: make(chan struct{}), state: spareServing}
 		s.box = &box{log: z.box.log, kept: p.cfg.cgroups}
 		switch err := z.fork(s, true); {
 		case errors.Is(err, errZygoteBusy):
@@ -459,26 +463,25 @@ func (we *warmEnv) ownLocked() []*spare {
 // startLocked adds a starting spare (or zygote) to we; its goroutine
 // starts it.
 func (p *warmPool) startLocked(we *warmEnv, asZygote bool) {
-	s := &spare{pool: p, we: we, started: make(chan struct{}), exited: make(chan struct{}), readied: make(chan struct{})}
-	s.box = &box{log: p.cfg.Log.With("spare_of", "warm"), kept: p.cfg.cgroups}
-	var from *zygote // the zygote it is forked from, when one is ready
+	s := &spare{pool: p, we: we, started: make(chan struct{}), exited: make(chan struct{})}
+	s.box = &box{log: p.cfg.Log.With("spare_of", "warm"), kept: p.cfg.cgroups, role: platform.CgroupSpare}
+	run := s.run
 	if asZygote {
-		s.zyg = &zygote{spare: s}
-		we.zyg = s.zyg
+		s.box.role = platform.CgroupZygote
+		z := &zygote{spare: s}
+		we.zyg = z
+		run = z.run
 	} else {
 		we.spares = append(we.spares, s)
 		if z := we.zyg; z != nil && z.state == spareReady {
-			from = z
+			// Forked from its zygote, now that one is ready.
+			run = func() { s.runForked(z) }
 		}
 	}
 	p.spares.Add(1)
 	go func() {
 		defer p.spares.Done()
-		if from != nil {
-			s.runForked(from)
-			return
-		}
-		s.run()
+		run()
 	}()
 }
 

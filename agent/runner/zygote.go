@@ -62,16 +62,93 @@ var forksHere = sync.OnceValue(func() bool {
 	return cgroups != nil && platform.IsSubreaper()
 })
 
-// zygote is an environment's zygote: a warm process started, watched for
-// freshness and discarded as a spare is (its spare, whose zyg is this),
-// which forks the environment's spares and serves no call itself. Beyond
-// the spare it has its control socket, and its runners' exits as it
-// reports them.
+// zygote is an environment's zygote: a warm process watched for
+// freshness and discarded as a spare is (its spare), which forks the
+// environment's spares and serves no call itself. Beyond the spare it has
+// its control socket, and its runners' exits as it reports them.
 type zygote struct {
 	*spare
 	mu    sync.Mutex // one fork at a time; held while it is discarded
 	ctl   *net.UnixConn
 	exits *runnerExits
+}
+
+// run starts the zygote, waits for its report, and then for its end:
+// ready, it forks its environment's spares; replaced or dead, it serves
+// no fork after.
+func (z *zygote) run() {
+	p := z.pool
+	report, err := z.start()
+	if err != nil {
+		z.startFailed(err)
+		return
+	}
+	r, err := z.awaitReport(report)
+	if r.Threads != nil {
+		// A fork keeps only the thread that forks: the library whose
+		// threads are gone hangs or aborts in every call. The zygote
+		// forks none (it answers 0); its environment's spares start cold.
+		p.mu.Lock()
+		if z.state == spareStarting {
+			if !p.threaded[z.we.key] {
+				p.threaded[z.we.key] = true
+				z.box.log.Warn("a --preload module started threads, and a process with threads cannot be forked safely; spares of its environment start cold instead of forked from a zygote", "module", r.Threads.Module, "threads", r.Threads.Count)
+			}
+			p.dropLocked(z.spare)
+			p.fillLocked()
+		}
+		p.mu.Unlock()
+	}
+	if z.settle(r, err) {
+		p.mu.Lock()
+		p.fillLocked() // its spares are forked now
+		p.mu.Unlock()
+	}
+	z.waitServed()
+	// Once it is gone: a fork in flight holds the zygote's lock until it
+	// is answered, and a wedged zygote answers only by its end.
+	z.closeControl()
+}
+
+// start starts the zygote's process with the descriptors it reports on,
+// is asked to fork on and reports its runners' exits on; it returns the
+// report's read end.
+func (z *zygote) start() (*os.File, error) {
+	p := z.pool
+	var made madePipes
+	reportR, reportW, err := made.pipe()
+	if err != nil {
+		return nil, err
+	}
+	exitsR, exitsW, err := made.pipe()
+	if err != nil {
+		made.close()
+		return nil, err
+	}
+	ctl, ctlChild, err := controlPair()
+	if err != nil {
+		made.close()
+		return nil, err
+	}
+	z.ctl = ctl
+	args := []string{z.we.rt.Path, zygoteFlag, strconv.Itoa(zygoteReportFD), strconv.Itoa(zygoteControlFD), strconv.Itoa(zygoteExitsFD)}
+	if p.preload != "" {
+		args = append(args, p.preload)
+	}
+	// Its own output goes nowhere: no call reads it.
+	err = z.launch(args, []*os.File{reportW, ctlChild, exitsW}, nil, nil)
+	ctlChild.Close()
+	exitsW.Close()
+	reportW.Close()
+	if err != nil {
+		z.closeControl()
+		exitsR.Close()
+		reportR.Close()
+		return nil, err
+	}
+	z.exits = newRunnerExits(exitsR)
+	close(z.started)
+	return reportR, nil
 }
 
 // controlPair makes the zygote's control socket: the worker's end and the
@@ -100,7 +177,8 @@ func controlPair() (*net.UnixConn, *os.File, error) {
 }
 
 // fork makes s, a spare of z's environment, by forking it from the
-// zygote z: started, in its own box, waiting for its request. forCall is
+// zygote z: running, in its own box, waiting for its request (its caller
+// closes s.started, for a spare ahead once it is ready). forCall is
 // a fork a call waits for: it does not wait for a fork in flight
 // (errZygoteBusy), and gives the zygote callForkTimeout to answer.
 //
@@ -248,7 +326,6 @@ func (z *zygote) fork(s *spare, forCall bool) error {
 		platform.Forget(pid)
 		close(s.exited)
 	}()
-	close(s.started)
 	return nil
 }
 

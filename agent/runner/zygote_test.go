@@ -787,11 +787,19 @@ func TestZygoteNotUsedWhenAPreloadStartsThreads(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(modules, "threader.py"), []byte(threader), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A spare started within changeSlack of its directory's last change
+	// counts as stale (warmRig waits the same): let it be older first.
+	var st unix.Stat_t
+	if err := unix.Stat(modules, &st); err != nil {
+		t.Fatal(err)
+	}
+	for changed := time.Unix(st.Ctim.Unix()); time.Since(changed) <= 2*changeSlack; {
+		time.Sleep(changeSlack)
+	}
 	z := newZygoteRig(t, 1, func(c *Config) {
 		c.Preload = []string{"json", "threader"}
-		// No __pycache__ written beside the module by the first import:
-		// a directory on the path that changes makes the spares started
-		// before it stale, and the call would start cold for that reason.
+		// No __pycache__ written into modules by the first to import
+		// threader: it would make the spares started before it stale.
 		c.BaseEnv = append(c.BaseEnv, "PYTHONPATH="+modules, "PYTHONDONTWRITEBYTECODE=1")
 	})
 	first := z.runPID(t, "teach")
