@@ -14,8 +14,9 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 )
 
-// Stamped by the release build beside version (.goreleaser.yaml); a `go
-// build` in a git checkout has them from its build information instead.
+// Set with -X by a build outside a git checkout (a distribution's, from a
+// tarball); otherwise, the release's included, they come from the build
+// information Go stamps from git, which the release's SBOM also reads.
 var (
 	commit    = ""
 	buildDate = ""

@@ -95,7 +95,7 @@ func TestHelmChartRefuses(t *testing.T) {
 // chart's defaults.
 type chartValues struct {
 	Image       struct{ Repository, Tag string }
-	WorkerImage struct{ Repository, Tag string } `json:"workerImage"`
+	WorkerImage struct{ Repository, Tag, Digest string } `json:"workerImage"`
 	Mode        string
 	Token       struct {
 		ExistingSecret string `json:"existingSecret"`
@@ -312,10 +312,14 @@ func checkChart(t *testing.T, name string, v chartValues, text string, r rendere
 	if !strings.HasPrefix(main.Image, v.Image.Repository+":") {
 		t.Errorf("main container image %q, want %s", main.Image, v.Image.Repository)
 	}
-	if !strings.HasPrefix(initC.Image, v.WorkerImage.Repository+":") || strings.HasSuffix(initC.Image, ":") {
+	if v.WorkerImage.Digest != "" {
+		// Pinned: the image pushed by that digest, whatever the tag.
+		if want := v.WorkerImage.Repository + "@" + v.WorkerImage.Digest; initC.Image != want {
+			t.Errorf("init container image %q, want %s (workerImage.digest)", initC.Image, want)
+		}
+	} else if !strings.HasPrefix(initC.Image, v.WorkerImage.Repository+":") || strings.HasSuffix(initC.Image, ":") {
 		t.Errorf("init container image %q, want %s:TAG", initC.Image, v.WorkerImage.Repository)
-	}
-	if tag := strings.TrimPrefix(initC.Image, v.WorkerImage.Repository+":"); v.WorkerImage.Tag == "" && tag != chartAppVersion(t) {
+	} else if tag := strings.TrimPrefix(initC.Image, v.WorkerImage.Repository+":"); v.WorkerImage.Tag == "" && tag != chartAppVersion(t) {
 		t.Errorf("init container image tag %q, want the chart's appVersion %q by default", tag, chartAppVersion(t))
 	}
 

@@ -280,8 +280,8 @@ func tarNames(t *testing.T, path string) []string {
 	}
 }
 
-// checkChecksums: SHA256SUMS covers every archive and package, and each
-// sum is right.
+// checkChecksums: SHA256SUMS covers every archive, package and SBOM, and
+// each sum is right.
 func checkChecksums(t *testing.T, r release) {
 	sums := r.ofType("Checksum")
 	if len(sums) != 1 {
@@ -300,7 +300,7 @@ func checkChecksums(t *testing.T, r release) {
 			listed[name] = sum
 		}
 	}
-	for _, a := range append(r.ofType("Archive"), r.ofType("Linux Package")...) {
+	for _, a := range slices.Concat(r.ofType("Archive"), r.ofType("Linux Package"), r.ofType("SBOM")) {
 		sum, ok := listed[a.Name]
 		if !ok {
 			t.Errorf("SHA256SUMS does not list %s", a.Name)

@@ -276,13 +276,14 @@ func push(args []string) error {
 	fs := flag.NewFlagSet("push", flag.ContinueOnError)
 	dir := fs.String("layout", "", "the OCI layout `add` wrote")
 	repo := fs.String("repository", "", "where to push, e.g. ghcr.io/fluksio/fluksio-worker")
+	digestFile := fs.String("digest-file", "", "write REPOSITORY@sha256:... here: the index by digest, which a deployment (the chart's image.digest) pins")
 	var tags multi
-	fs.Var(&tags, "tag", "a tag to push the index as (repeat for more)")
+	fs.Var(&tags, "tag", "a tag to push the index as (repeat for more; none: by digest only)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *dir == "" || *repo == "" || len(tags) == 0 {
-		return errors.New("--layout, --repository and at least one --tag are required")
+	if *dir == "" || *repo == "" {
+		return errors.New("--layout and --repository are required")
 	}
 	idx, err := readIndex(*dir)
 	if err != nil {
@@ -295,18 +296,35 @@ func push(args []string) error {
 	if len(m.Manifests) < 2 {
 		return fmt.Errorf("%s holds %d platform(s); a release pushes all of them", *dir, len(m.Manifests))
 	}
+	digest, err := idx.Digest()
+	if err != nil {
+		return err
+	}
+	// The index by its digest first (what pins it), then under each tag.
+	byDigest, err := name.NewDigest(*repo + "@" + digest.String())
+	if err != nil {
+		return err
+	}
+	refs := []name.Reference{byDigest}
 	for _, tag := range tags {
 		ref, err := name.NewTag(*repo + ":" + tag)
 		if err != nil {
 			return err
 		}
+		refs = append(refs, ref)
+	}
+	for _, ref := range refs {
 		// The keychain is Docker's: ~/.docker/config.json and its helpers
 		// (`docker login`, or a CI's registry login action).
 		if err := remote.WriteIndex(ref, idx, remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
 			return fmt.Errorf("push %s: %w", ref, err)
 		}
-		digest, _ := idx.Digest()
-		fmt.Printf("ociimage: pushed %s@%s\n", ref, digest)
+		fmt.Printf("ociimage: pushed %s (%s)\n", ref, digest)
+	}
+	if *digestFile != "" {
+		if err := os.WriteFile(*digestFile, []byte(byDigest.String()+"\n"), 0o644); err != nil {
+			return fmt.Errorf("the pushed image's digest: %w", err)
+		}
 	}
 	return nil
 }

@@ -189,7 +189,9 @@ spec:
   initContainers:
     # The worker image holds only the binary; it copies itself out.
     - name: copy-worker
-      image: {{ printf "%s:%s" .Values.workerImage.repository (default .Chart.AppVersion .Values.workerImage.tag) | quote }}
+      {{- with .Values.workerImage }}
+      image: {{ if .digest }}{{ printf "%s@%s" .repository .digest | quote }}{{ else }}{{ printf "%s:%s" .repository (default $.Chart.AppVersion .tag) | quote }}{{ end }}
+      {{- end }}
       imagePullPolicy: {{ .Values.workerImage.pullPolicy }}
       command: ["/fluksio-worker", "copy", {{ include "fluksio-worker.binDir" . | quote }}]
       {{- with .Values.initSecurityContext }}
