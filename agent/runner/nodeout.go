@@ -191,6 +191,8 @@ type nodeOutput struct {
 	dropped  int        // lines dropped since the last one sent
 	journal  *logging.Budget
 	done     bool // finished: nothing more is read or sent
+	// behind: the last drain stopped at its bound, with more to read.
+	behind bool
 	// buf is what every read of both pipes goes into: they all hold mu,
 	// and what is read is copied out before mu is let go. Taken from
 	// nodeReadBuffers at the first read, given back once done.
@@ -305,10 +307,13 @@ func (o *nodeOutput) turnLocked(s *nodeStream) (int, error) {
 }
 
 // drainLocked reads what both pipes hold now, without waiting for more.
-// Bounded, so a process writing flat out cannot hold the relay.
+// Bounded, so a process writing flat out cannot hold the relay (behind
+// says it stopped there).
 func (o *nodeOutput) drainLocked() {
+	o.behind = false
 	for _, s := range o.streams {
-		for read := 0; read < 4<<20; {
+		read := 0
+		for read < 4<<20 {
 			n, err := o.readLocked(s)
 			if errors.Is(err, syscall.EINTR) {
 				continue
@@ -318,13 +323,19 @@ func (o *nodeOutput) drainLocked() {
 			}
 			read += n
 		}
+		o.behind = o.behind || read >= 4<<20
 	}
 }
 
 // forward sends a stream event with send, in its place among the node's
 // lines: after what the node wrote before it, before what came after.
 // Lines held over the budget are dropped (they cannot follow the event).
-func (o *nodeOutput) forward(send func()) {
+// fresh says the event's line was read from the runner's stdout after the
+// pipes were last drained; one read before that (in the same read as the
+// last event) finds what the node wrote before it already read, and the
+// pipes are not read again for it: two reads an event were most of the
+// relay's CPU in a flood of events.
+func (o *nodeOutput) forward(fresh bool, send func()) {
 	if o == nil {
 		send()
 		return
@@ -332,7 +343,7 @@ func (o *nodeOutput) forward(send func()) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if !o.done {
-		o.settleLocked(false)
+		o.settleLocked(false, fresh || o.behind)
 	}
 	send()
 	o.events++
@@ -357,12 +368,14 @@ func (o *nodeOutput) finish() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if !o.done {
-		o.settleLocked(true)
+		o.settleLocked(true, true)
 	}
 }
 
-func (o *nodeOutput) settleLocked(final bool) {
-	o.drainLocked()
+func (o *nodeOutput) settleLocked(final, drain bool) {
+	if drain {
+		o.drainLocked()
+	}
 	if !final {
 		o.dropped += len(o.held)
 		o.held = nil

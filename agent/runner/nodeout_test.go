@@ -1,11 +1,15 @@
 package runner
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -129,7 +133,7 @@ func TestNodeOutputStreamEventsKeepTheirPlace(t *testing.T) {
 			io.WriteString(stderr, "err after\n")
 		}, func(out *nodeOutput, seen func() []string) {
 			o = out
-			o.forward(func() { o.sendLocked("stdout", "EVENT") })
+			o.forward(true, func() { o.sendLocked("stdout", "EVENT") })
 		})
 		at := map[string]int{}
 		for n, l := range lines {
@@ -252,4 +256,76 @@ func TestNodeOutputForgedMarkHoldsNoMoreThanTheBudget(t *testing.T) {
 	if last != count-1 || notes == 0 || len(lines) < logBurst+logTail {
 		t.Errorf("%d lines sent, the last %d, %d notes: want the burst, a note, the tail up to line %d", len(lines), last, notes, count-1)
 	}
+}
+
+// Events read from the runner's stdout at once read the node's pipes once
+// for them all, not once an event: what the node wrote before any of them
+// was in its pipes when they were read. Two reads an event were most of
+// the worker's CPU relaying a chatty call. (Their order among the node's
+// lines: TestNodeOutputStreamEventsKeepTheirPlace.)
+func TestNodeOutputEventsReadTogetherReadThePipesOnce(t *testing.T) {
+	if _, err := readSyscalls(); err != nil {
+		t.Skipf("no count of read system calls: %v", err)
+	}
+	np, err := newNodePipes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer np.close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	p := &Process{log: slog.New(slog.NewTextHandler(io.Discard, nil)), cfg: &Config{MaxLine: 1 << 20}, stdout: &output{f: r}}
+	var lines []string
+	p.out = relayNodeOutput(p, np, "c1", func(msg []byte) {
+		lines = append(lines, string(msg)) // under the relay's mutex
+		frame.Put(msg)
+	})
+	io.WriteString(np.w[1], "before the events\n")
+	const events = 2000
+	var stdout bytes.Buffer
+	for i := range events {
+		fmt.Fprintf(&stdout, `{"call_id":"c1","event":"stream","values":{"i":%d}}`+"\n", i)
+	}
+	stdout.WriteString(`{"call_id":"c1","ok":true}` + "\n")
+	go func() {
+		w.Write(stdout.Bytes())
+		w.Close()
+	}()
+
+	before, _ := readSyscalls()
+	sent := 0
+	end := p.relayStdout(func(msg []byte) {
+		sent++
+		frame.Put(msg)
+	})
+	after, _ := readSyscalls()
+	np.started()
+	if end.Answer == nil || sent != events {
+		t.Fatalf("relayed %d of %d events, answer %q", sent, events, end.Answer)
+	}
+	if len(lines) != 1 || !strings.Contains(lines[0], "before the events") {
+		t.Errorf("node lines %q", lines)
+	}
+	// Reads of stdout (a few dozen at most: 110 KB) and of the node's
+	// pipes for each of them; not one of the node's pipes an event.
+	if reads := after - before; reads >= events/2 {
+		t.Errorf("%d read system calls relaying %d events: the node's pipes are read for each event", reads, events)
+	}
+}
+
+// readSyscalls is how many read system calls this process has made.
+func readSyscalls() (int, error) {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "syscr: "); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, errors.New("no syscr in /proc/self/io")
 }
