@@ -68,7 +68,7 @@ func newNodePipes() (*nodePipes, error) {
 	rand.Read(t[:])
 	np := &nodePipes{token: hex.EncodeToString(t[:])}
 	for i := range np.r {
-		r, w, err := os.Pipe()
+		r, w, err := runnerPipe(0)
 		if err != nil {
 			np.close()
 			return nil, fmt.Errorf("creating the node's output pipes: %w", err)
@@ -84,7 +84,7 @@ func newNodePipes() (*nodePipes, error) {
 // holds far more), and the write end closed: the runtime reads it to its
 // end, so the token is never in the runner's argv or environment.
 func (np *nodePipes) pass(args []string, extra []*os.File) ([]string, []*os.File, error) {
-	r, w, err := os.Pipe()
+	r, w, err := runnerPipe(-1)
 	if err != nil {
 		return nil, nil, fmt.Errorf("creating the node's output pipes: %w", err)
 	}
