@@ -306,9 +306,14 @@ func (p *Process) startCold(spec Spec) (*os.File, error) {
 	cmd.Dir = dir.cwd
 	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
 	cmd.ExtraFiles = extra
-	stdin, err := cmd.StdinPipe()
+	stdinR, stdin, err := runnerPipe(1)
 	if err == nil {
+		cmd.Stdin = stdinR
 		err = b.start(cmd)
+		stdinR.Close()
+		if err != nil {
+			stdin.Close()
+		}
 	}
 	stdoutW.Close()
 	stderrW.Close()
