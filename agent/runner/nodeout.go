@@ -347,12 +347,15 @@ func (o *nodeOutput) forward(fresh bool, send func()) {
 	}
 	send()
 	o.events++
+	// Every line this event was waiting for goes, whichever pipe it came
+	// on: a line of the other pipe that waits for a later event, read
+	// before it, does not hold it back.
 	later := o.later
 	o.later = nil
-	for i, h := range later {
+	for _, h := range later {
 		if h.after > o.events {
-			o.later = append(o.later, later[i:]...)
-			break
+			o.later = append(o.later, h)
+			continue
 		}
 		o.dropped += h.skipped
 		o.budgetLocked(h.stream, h.line)

@@ -329,3 +329,38 @@ func readSyscalls() (int, error) {
 	}
 	return 0, errors.New("no syscr in /proc/self/io")
 }
+
+// A stream event sends every line that waited for it, whichever pipe it
+// came on: a line of the other pipe read before it and waiting for a later
+// event does not hold it back (it held the node's stdout behind its stderr
+// up to the call's last event).
+func TestNodeOutputAnEventSendsAllItsLinesPastOnesWaitingLonger(t *testing.T) {
+	np, err := newNodePipes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer np.close()
+	var lines []string
+	p := &Process{log: slog.New(slog.NewTextHandler(io.Discard, nil)), cfg: &Config{}}
+	o := newNodeOutput(p, np, "c1", func(msg []byte) {
+		var e struct{ Line string }
+		json.Unmarshal(msg, &e)
+		lines = append(lines, e.Line)
+		frame.Put(msg)
+	})
+	// The node ran two events ahead on stderr, and that was read first.
+	np.w[1].Write(append(append(slices.Clone(o.mark), o.mark...), "err after 2\n"...))
+	o.mu.Lock()
+	o.drainLocked()
+	o.mu.Unlock()
+	np.w[0].Write(append(slices.Clone(o.mark), "out after 1\n"...))
+
+	o.forward(true, func() { o.sendLocked("stdout", "EVENT 1") })
+	if want := []string{"EVENT 1", "out after 1"}; !slices.Equal(lines, want) {
+		t.Fatalf("after the first event: %q, want %q", lines, want)
+	}
+	o.forward(true, func() { o.sendLocked("stdout", "EVENT 2") })
+	if want := []string{"EVENT 1", "out after 1", "EVENT 2", "err after 2"}; !slices.Equal(lines, want) {
+		t.Errorf("after the second event: %q, want %q", lines, want)
+	}
+}
