@@ -151,23 +151,30 @@ func TestNodeOutputStreamEventsKeepTheirPlace(t *testing.T) {
 // A line the node wrote on one pipe before flooding the other is sent,
 // whichever reader's turn finds the two: the smaller read's lines go
 // first. (The flood is over the burst in one read.)
+// unreadNodeOutput is a relay of new node pipes whose readers are not
+// started (the test reads), and the lines it sent so far.
+func unreadNodeOutput(t *testing.T) (*nodeOutput, *nodePipes, *[]string) {
+	np, err := newNodePipes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(np.close)
+	var lines []string
+	p := &Process{log: slog.New(slog.NewTextHandler(io.Discard, nil)), cfg: &Config{}}
+	o := newNodeOutput(p, np, "c1", func(msg []byte) {
+		var e struct{ Line string }
+		json.Unmarshal(msg, &e)
+		lines = append(lines, e.Line)
+		frame.Put(msg)
+	})
+	return o, np, &lines
+}
+
 func TestNodeOutputALineBeforeAFloodOnTheOtherPipeIsKept(t *testing.T) {
 	for _, turn := range []int{0, 1} {
 		for _, line := range []int{0, 1} {
 			t.Run(fmt.Sprintf("line on %d, turn of %d", line+1, turn+1), func(t *testing.T) {
-				np, err := newNodePipes()
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer np.close()
-				var lines []string
-				p := &Process{log: slog.New(slog.NewTextHandler(io.Discard, nil)), cfg: &Config{}}
-				o := newNodeOutput(p, np, "c1", func(msg []byte) {
-					var e struct{ Line string }
-					json.Unmarshal(msg, &e)
-					lines = append(lines, e.Line)
-					frame.Put(msg)
-				})
+				o, np, sent := unreadNodeOutput(t)
 				io.WriteString(np.w[line], "before the flood\n")
 				var flood strings.Builder
 				for i := 0; flood.Len() < 60<<10; i++ {
@@ -181,7 +188,7 @@ func TestNodeOutputALineBeforeAFloodOnTheOtherPipeIsKept(t *testing.T) {
 				if n <= 0 || err != nil {
 					t.Fatalf("read %d bytes (%v)", n, err)
 				}
-				if len(lines) < logBurst || lines[0] != "before the flood" {
+				if lines := *sent; len(lines) < logBurst || lines[0] != "before the flood" {
 					t.Fatalf("sent %d lines, the first %q: want the burst at least, the line first", len(lines), lines[0])
 				}
 			})
@@ -335,19 +342,7 @@ func readSyscalls() (int, error) {
 // event does not hold it back (it held the node's stdout behind its stderr
 // up to the call's last event).
 func TestNodeOutputAnEventSendsAllItsLinesPastOnesWaitingLonger(t *testing.T) {
-	np, err := newNodePipes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer np.close()
-	var lines []string
-	p := &Process{log: slog.New(slog.NewTextHandler(io.Discard, nil)), cfg: &Config{}}
-	o := newNodeOutput(p, np, "c1", func(msg []byte) {
-		var e struct{ Line string }
-		json.Unmarshal(msg, &e)
-		lines = append(lines, e.Line)
-		frame.Put(msg)
-	})
+	o, np, sent := unreadNodeOutput(t)
 	// The node ran two events ahead on stderr, and that was read first.
 	np.w[1].Write(append(append(slices.Clone(o.mark), o.mark...), "err after 2\n"...))
 	o.mu.Lock()
@@ -356,11 +351,11 @@ func TestNodeOutputAnEventSendsAllItsLinesPastOnesWaitingLonger(t *testing.T) {
 	np.w[0].Write(append(slices.Clone(o.mark), "out after 1\n"...))
 
 	o.forward(true, func() { o.sendLocked("stdout", "EVENT 1") })
-	if want := []string{"EVENT 1", "out after 1"}; !slices.Equal(lines, want) {
-		t.Fatalf("after the first event: %q, want %q", lines, want)
+	if want := []string{"EVENT 1", "out after 1"}; !slices.Equal(*sent, want) {
+		t.Fatalf("after the first event: %q, want %q", *sent, want)
 	}
 	o.forward(true, func() { o.sendLocked("stdout", "EVENT 2") })
-	if want := []string{"EVENT 1", "out after 1", "EVENT 2", "err after 2"}; !slices.Equal(lines, want) {
-		t.Errorf("after the second event: %q, want %q", lines, want)
+	if want := []string{"EVENT 1", "out after 1", "EVENT 2", "err after 2"}; !slices.Equal(*sent, want) {
+		t.Errorf("after the second event: %q, want %q", *sent, want)
 	}
 }
