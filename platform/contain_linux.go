@@ -169,8 +169,19 @@ func ReapOrphans() int {
 
 // RaiseOOMScore makes the kernel's out-of-memory killer prefer pid (and
 // what it starts afterwards, which inherits the value) over the worker.
+// Written with the bare system calls, once a runner: os.WriteFile would
+// also try a /proc file in the poller and put it back (five more).
 func RaiseOOMScore(pid, adj int) error {
-	return os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(strconv.Itoa(adj)), 0)
+	path := "/proc/" + strconv.Itoa(pid) + "/oom_score_adj"
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	if _, err := unix.Write(fd, strconv.AppendInt(nil, int64(adj), 10)); err != nil {
+		return &os.PathError{Op: "write", Path: path, Err: err}
+	}
+	return nil
 }
 
 // MaxRSSBytes converts rusage's maxrss, which Linux gives in KiB.

@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -323,6 +324,60 @@ def big(*, path):
 	}
 	if peak := out["peak_mib"].(float64); peak > 64 {
 		t.Errorf("the runtime peaked at %.0f MiB moving a %d MiB file: not streamed", peak, size>>20)
+	}
+}
+
+// Lines a generator prints on both pipes keep their place around its
+// stream events when the events come faster than the worker reads them
+// (many in one read of the runner's stdout, the node's pipes read once for
+// them all): each "before i" ahead of the i-th event, each "after i"
+// behind it. A line waiting for a later event, read first from one pipe,
+// held back the other pipe's lines due now, to the last event.
+func TestRuntimePrintsKeepTheirPlaceAroundAFastGenerator(t *testing.T) {
+	t.Parallel()
+	_, wk, _ := pythonWorker(t)
+	code := `
+import sys
+from fluksio import Port, node
+
+@node(provides=[Port("loss", "float", stream=True), Port("done", "bool")])
+def fast():
+    for i in range(200):
+        print("before", i)
+        print("err before", i, file=sys.stderr)
+        yield {"loss": float(i)}
+        print("after", i)
+    return {"done": True}
+`
+	answer, events := runNode(t, wk, nodeRun("fast", code, "fast", nil))
+	if out := outputsOf(t, answer); out["done"] != true {
+		t.Fatalf("outputs %v", out)
+	}
+	streams := 0 // stream events seen so far
+	at := map[string]int{}
+	for _, e := range decodeEvents(t, events) {
+		switch e.Event {
+		case "stream":
+			if loss, _ := e.Values["loss"].(float64); int(loss) != streams {
+				t.Fatalf("stream event %v after %d others", e.Values, streams)
+			}
+			streams++
+		case "log":
+			at[e.Line] = streams
+		}
+	}
+	if streams != 200 {
+		t.Fatalf("%d stream events, want 200", streams)
+	}
+	for i := range 200 {
+		for _, line := range []string{fmt.Sprint("before ", i), fmt.Sprint("err before ", i)} {
+			if n, ok := at[line]; !ok || n != i {
+				t.Errorf("%q came after %d stream events (seen: %v), want %d", line, n, ok, i)
+			}
+		}
+		if n, ok := at[fmt.Sprint("after ", i)]; !ok || n < i+1 {
+			t.Errorf("%q came after %d stream events (seen: %v), want %d or more", fmt.Sprint("after ", i), n, ok, i+1)
+		}
 	}
 }
 

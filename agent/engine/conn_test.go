@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -197,6 +198,38 @@ func TestBatchedWritesLeaveOnFlush(t *testing.T) {
 	}
 	if s := <-got; s != "hellofirstsecondthird" {
 		t.Errorf("the peer read %q", s)
+	}
+}
+
+// While batching, the write deadline (which gorilla/websocket sets before
+// every frame) reaches the socket only when the buffer goes out to it, at a
+// Flush or a write the buffer cannot hold: one timer reset a write(2), not
+// one a frame. The socket's writes keep the deadline last set.
+func TestBatchedWriteDeadlineReachesTheSocketWithTheBuffer(t *testing.T) {
+	t.Parallel()
+	for _, flush := range []bool{true, false} {
+		client, server := net.Pipe()
+		defer client.Close()
+		defer server.Close()
+		go io.Copy(io.Discard, server)
+		b := &batchConn{Conn: client, w: bufio.NewWriterSize(client, batchSize)}
+		b.batch()
+		b.SetWriteDeadline(time.Now().Add(-time.Second))
+		if _, err := b.Write([]byte("frame")); err != nil {
+			t.Fatalf("a buffered write: %v", err)
+		}
+		if _, err := client.Write([]byte("direct")); err != nil {
+			t.Fatalf("the socket got the deadline with a frame that stayed in the buffer: %v", err)
+		}
+		var err error
+		if flush {
+			err = b.Flush()
+		} else {
+			_, err = b.Write(make([]byte, batchSize))
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("the buffer went out (flush %v) past its deadline: %v", flush, err)
+		}
 	}
 }
 

@@ -188,3 +188,24 @@ func pyTruthy(raw json.RawMessage) bool {
 	}
 	panic("unexpected JSON value")
 }
+
+// FuzzValidJSON: validJSON says what json.Valid says, whatever the bytes.
+func FuzzValidJSON(f *testing.F) {
+	for _, seed := range []string{
+		`{"call_id":"c1","event":"stream","values":{"loss":0.25}}`, `{}`, `[]`, `[ ]`, `{ }`, ``, ` `,
+		`0`, `-0`, `01`, `-`, `1.`, `.5`, `1e`, `1e+`, `1E-7`, `-1.5e+30`, `1.0e5x`, `2.`, `-01`,
+		`"a\u00e9\"\\\/\b\f\n\r\t"`, `"\u12"`, `"\u12g4"`, `"\x"`, "\"\x01\"", "\"\x7f\xff\"", `"abc`,
+		`true`, `tru`, `false `, `nul`, `null null`, `[1,]`, `[,1]`, `{"a":1,}`, `{"a" 1}`, `{1:2}`,
+		`{"a":[1,{"b":[true,false,null]}]}`, `[[[[[]]]]]`, "\t\r\n{}\n", `{}}`, `[1 2]`,
+		strings.Repeat("[", 10000) + strings.Repeat("]", 10000),
+		strings.Repeat("[", 10001) + strings.Repeat("]", 10001),
+		strings.Repeat(`{"a":`, 10001) + "1" + strings.Repeat("}", 10001),
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if got, want := validJSON(b), json.Valid(b); got != want {
+			t.Fatalf("validJSON(%q) = %v, json.Valid %v", b, got, want)
+		}
+	})
+}

@@ -19,7 +19,7 @@ const (
 // on "event" being truthy (in Python's sense), so nothing else is decoded.
 func Classify(line []byte) ([]byte, LineKind) {
 	line = bytes.TrimSpace(line)
-	if len(line) == 0 || line[0] != '{' || !json.Valid(line) {
+	if len(line) == 0 || line[0] != '{' || !validJSON(line) {
 		return line, LineGarbage
 	}
 	if truthy(topLevelValue(line, "event")) {

@@ -15,6 +15,14 @@ import (
 // is returned as it is, without a copy. want is the id as JSON
 // (EncodeCallID).
 func StampCallID(line []byte, want json.RawMessage) []byte {
+	if leadsWithOnly(line, want) {
+		return line
+	}
+	return stampMembers(line, want)
+}
+
+// stampMembers is StampCallID by a walk of line's members.
+func stampMembers(line []byte, want json.RawMessage) []byte {
 	found, other := 0, false
 	forEachMember(line, func(key, value []byte, _, _ int) {
 		if keyEquals(key, "call_id") {
@@ -35,6 +43,34 @@ func StampCallID(line []byte, want json.RawMessage) []byte {
 		}
 	})
 	return append(out, '}')
+}
+
+// leadsWithOnly says that obj's first member is "call_id" with the value
+// want and that nothing after it could be another "call_id": neither the
+// key's text nor a backslash (a key may spell it with escapes) is there.
+// A runtime writes every line so: the members need no walk.
+func leadsWithOnly(obj []byte, want json.RawMessage) bool {
+	i := skipSpace(obj, 0)
+	if i >= len(obj) || obj[i] != '{' {
+		return false
+	}
+	i = skipSpace(obj, i+1)
+	if !bytes.HasPrefix(obj[i:], []byte(`"call_id"`)) {
+		return false
+	}
+	i = skipSpace(obj, i+len(`"call_id"`))
+	if i >= len(obj) || obj[i] != ':' {
+		return false
+	}
+	i = skipSpace(obj, i+1)
+	if !bytes.HasPrefix(obj[i:], want) {
+		return false
+	}
+	rest := obj[i+len(want):]
+	if j := skipSpace(rest, 0); j >= len(rest) || rest[j] != ',' && rest[j] != '}' {
+		return false // want is a prefix of a longer value
+	}
+	return bytes.IndexByte(rest, '\\') < 0 && !bytes.Contains(rest, []byte(`"call_id"`))
 }
 
 // EncodeCallID is a call's id as StampCallID writes it: a JSON string.

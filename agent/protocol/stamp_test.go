@@ -21,6 +21,11 @@ func FuzzStampCallID(f *testing.F) {
 		`{"call\u005fid":"c1","ok":1}`,
 		`{"call_id":"c1","call\u005fid":"c2","ok":1}`, // a second id under an escaped key
 		`{}`,
+		`{"call_id":"c1","values":{"call_id":"c2"}}`,
+		`{"call_id":"c1","values":{"s":"\"call_id\""}}`,
+		`{"call_id":"c1" , "x":1}`,
+		`{"call_id":"c1"}`,
+		`{"call_id":"c12","x":1}`,
 	} {
 		f.Add([]byte(s), "c1")
 	}
@@ -33,6 +38,9 @@ func FuzzStampCallID(f *testing.F) {
 			return // the worker's ids are decoded from JSON: valid UTF-8
 		}
 		got := StampCallID(line, EncodeCallID(id))
+		if walked := stampMembers(line, EncodeCallID(id)); !bytes.Equal(got, walked) {
+			t.Fatalf("stamped %s with %q: %s, by a walk of its members %s", line, id, got, walked)
+		}
 		var members map[string]json.RawMessage
 		if err := json.Unmarshal(got, &members); err != nil {
 			t.Fatalf("stamped %s into invalid JSON %s: %v", line, got, err)

@@ -68,7 +68,7 @@ func newNodePipes() (*nodePipes, error) {
 	rand.Read(t[:])
 	np := &nodePipes{token: hex.EncodeToString(t[:])}
 	for i := range np.r {
-		r, w, err := os.Pipe()
+		r, w, err := runnerPipe(0)
 		if err != nil {
 			np.close()
 			return nil, fmt.Errorf("creating the node's output pipes: %w", err)
@@ -84,7 +84,7 @@ func newNodePipes() (*nodePipes, error) {
 // holds far more), and the write end closed: the runtime reads it to its
 // end, so the token is never in the runner's argv or environment.
 func (np *nodePipes) pass(args []string, extra []*os.File) ([]string, []*os.File, error) {
-	r, w, err := os.Pipe()
+	r, w, err := runnerPipe(-1)
 	if err != nil {
 		return nil, nil, fmt.Errorf("creating the node's output pipes: %w", err)
 	}
@@ -191,6 +191,8 @@ type nodeOutput struct {
 	dropped  int        // lines dropped since the last one sent
 	journal  *logging.Budget
 	done     bool // finished: nothing more is read or sent
+	// behind: the last drain stopped at its bound, with more to read.
+	behind bool
 	// buf is what every read of both pipes goes into: they all hold mu,
 	// and what is read is copied out before mu is let go. Taken from
 	// nodeReadBuffers at the first read, given back once done.
@@ -305,10 +307,13 @@ func (o *nodeOutput) turnLocked(s *nodeStream) (int, error) {
 }
 
 // drainLocked reads what both pipes hold now, without waiting for more.
-// Bounded, so a process writing flat out cannot hold the relay.
+// Bounded, so a process writing flat out cannot hold the relay (behind
+// says it stopped there).
 func (o *nodeOutput) drainLocked() {
+	o.behind = false
 	for _, s := range o.streams {
-		for read := 0; read < 4<<20; {
+		read := 0
+		for read < 4<<20 {
 			n, err := o.readLocked(s)
 			if errors.Is(err, syscall.EINTR) {
 				continue
@@ -318,13 +323,19 @@ func (o *nodeOutput) drainLocked() {
 			}
 			read += n
 		}
+		o.behind = o.behind || read >= 4<<20
 	}
 }
 
 // forward sends a stream event with send, in its place among the node's
 // lines: after what the node wrote before it, before what came after.
 // Lines held over the budget are dropped (they cannot follow the event).
-func (o *nodeOutput) forward(send func()) {
+// fresh says the event's line was read from the runner's stdout after the
+// pipes were last drained; one read before that (in the same read as the
+// last event) finds what the node wrote before it already read, and the
+// pipes are not read again for it: two reads an event were most of the
+// relay's CPU in a flood of events.
+func (o *nodeOutput) forward(fresh bool, send func()) {
 	if o == nil {
 		send()
 		return
@@ -332,16 +343,19 @@ func (o *nodeOutput) forward(send func()) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if !o.done {
-		o.settleLocked(false)
+		o.settleLocked(false, fresh || o.behind)
 	}
 	send()
 	o.events++
+	// Every line this event was waiting for goes, whichever pipe it came
+	// on: a line of the other pipe that waits for a later event, read
+	// before it, does not hold it back.
 	later := o.later
 	o.later = nil
-	for i, h := range later {
+	for _, h := range later {
 		if h.after > o.events {
-			o.later = append(o.later, later[i:]...)
-			break
+			o.later = append(o.later, h)
+			continue
 		}
 		o.dropped += h.skipped
 		o.budgetLocked(h.stream, h.line)
@@ -357,12 +371,14 @@ func (o *nodeOutput) finish() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if !o.done {
-		o.settleLocked(true)
+		o.settleLocked(true, true)
 	}
 }
 
-func (o *nodeOutput) settleLocked(final bool) {
-	o.drainLocked()
+func (o *nodeOutput) settleLocked(final, drain bool) {
+	if drain {
+		o.drainLocked()
+	}
 	if !final {
 		o.dropped += len(o.held)
 		o.held = nil

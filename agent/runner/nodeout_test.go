@@ -1,11 +1,15 @@
 package runner
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -129,7 +133,7 @@ func TestNodeOutputStreamEventsKeepTheirPlace(t *testing.T) {
 			io.WriteString(stderr, "err after\n")
 		}, func(out *nodeOutput, seen func() []string) {
 			o = out
-			o.forward(func() { o.sendLocked("stdout", "EVENT") })
+			o.forward(true, func() { o.sendLocked("stdout", "EVENT") })
 		})
 		at := map[string]int{}
 		for n, l := range lines {
@@ -147,23 +151,30 @@ func TestNodeOutputStreamEventsKeepTheirPlace(t *testing.T) {
 // A line the node wrote on one pipe before flooding the other is sent,
 // whichever reader's turn finds the two: the smaller read's lines go
 // first. (The flood is over the burst in one read.)
+// unreadNodeOutput is a relay of new node pipes whose readers are not
+// started (the test reads), and the lines it sent so far.
+func unreadNodeOutput(t *testing.T) (*nodeOutput, *nodePipes, *[]string) {
+	np, err := newNodePipes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(np.close)
+	var lines []string
+	p := &Process{log: slog.New(slog.NewTextHandler(io.Discard, nil)), cfg: &Config{}}
+	o := newNodeOutput(p, np, "c1", func(msg []byte) {
+		var e struct{ Line string }
+		json.Unmarshal(msg, &e)
+		lines = append(lines, e.Line)
+		frame.Put(msg)
+	})
+	return o, np, &lines
+}
+
 func TestNodeOutputALineBeforeAFloodOnTheOtherPipeIsKept(t *testing.T) {
 	for _, turn := range []int{0, 1} {
 		for _, line := range []int{0, 1} {
 			t.Run(fmt.Sprintf("line on %d, turn of %d", line+1, turn+1), func(t *testing.T) {
-				np, err := newNodePipes()
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer np.close()
-				var lines []string
-				p := &Process{log: slog.New(slog.NewTextHandler(io.Discard, nil)), cfg: &Config{}}
-				o := newNodeOutput(p, np, "c1", func(msg []byte) {
-					var e struct{ Line string }
-					json.Unmarshal(msg, &e)
-					lines = append(lines, e.Line)
-					frame.Put(msg)
-				})
+				o, np, sent := unreadNodeOutput(t)
 				io.WriteString(np.w[line], "before the flood\n")
 				var flood strings.Builder
 				for i := 0; flood.Len() < 60<<10; i++ {
@@ -177,7 +188,7 @@ func TestNodeOutputALineBeforeAFloodOnTheOtherPipeIsKept(t *testing.T) {
 				if n <= 0 || err != nil {
 					t.Fatalf("read %d bytes (%v)", n, err)
 				}
-				if len(lines) < logBurst || lines[0] != "before the flood" {
+				if lines := *sent; len(lines) < logBurst || lines[0] != "before the flood" {
 					t.Fatalf("sent %d lines, the first %q: want the burst at least, the line first", len(lines), lines[0])
 				}
 			})
@@ -251,5 +262,100 @@ func TestNodeOutputForgedMarkHoldsNoMoreThanTheBudget(t *testing.T) {
 	}
 	if last != count-1 || notes == 0 || len(lines) < logBurst+logTail {
 		t.Errorf("%d lines sent, the last %d, %d notes: want the burst, a note, the tail up to line %d", len(lines), last, notes, count-1)
+	}
+}
+
+// Events read from the runner's stdout at once read the node's pipes once
+// for them all, not once an event: what the node wrote before any of them
+// was in its pipes when they were read. Two reads an event were most of
+// the worker's CPU relaying a chatty call. (Their order among the node's
+// lines: TestNodeOutputStreamEventsKeepTheirPlace.)
+func TestNodeOutputEventsReadTogetherReadThePipesOnce(t *testing.T) {
+	if _, err := readSyscalls(); err != nil {
+		t.Skipf("no count of read system calls: %v", err)
+	}
+	np, err := newNodePipes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer np.close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	p := &Process{log: slog.New(slog.NewTextHandler(io.Discard, nil)), cfg: &Config{MaxLine: 1 << 20}, stdout: &output{f: r}}
+	var lines []string
+	p.out = relayNodeOutput(p, np, "c1", func(msg []byte) {
+		lines = append(lines, string(msg)) // under the relay's mutex
+		frame.Put(msg)
+	})
+	io.WriteString(np.w[1], "before the events\n")
+	const events = 2000
+	var stdout bytes.Buffer
+	for i := range events {
+		fmt.Fprintf(&stdout, `{"call_id":"c1","event":"stream","values":{"i":%d}}`+"\n", i)
+	}
+	stdout.WriteString(`{"call_id":"c1","ok":true}` + "\n")
+	go func() {
+		w.Write(stdout.Bytes())
+		w.Close()
+	}()
+
+	before, _ := readSyscalls()
+	sent := 0
+	end := p.relayStdout(func(msg []byte) {
+		sent++
+		frame.Put(msg)
+	})
+	after, _ := readSyscalls()
+	np.started()
+	if end.Answer == nil || sent != events {
+		t.Fatalf("relayed %d of %d events, answer %q", sent, events, end.Answer)
+	}
+	if len(lines) != 1 || !strings.Contains(lines[0], "before the events") {
+		t.Errorf("node lines %q", lines)
+	}
+	// Reads of stdout (a few dozen at most: 110 KB) and of the node's
+	// pipes for each of them; not one of the node's pipes an event.
+	if reads := after - before; reads >= events/2 {
+		t.Errorf("%d read system calls relaying %d events: the node's pipes are read for each event", reads, events)
+	}
+}
+
+// readSyscalls is how many read system calls this process has made.
+func readSyscalls() (int, error) {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "syscr: "); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, errors.New("no syscr in /proc/self/io")
+}
+
+// A stream event sends every line that waited for it, whichever pipe it
+// came on: a line of the other pipe read before it and waiting for a later
+// event does not hold it back (it held the node's stdout behind its stderr
+// up to the call's last event).
+func TestNodeOutputAnEventSendsAllItsLinesPastOnesWaitingLonger(t *testing.T) {
+	o, np, sent := unreadNodeOutput(t)
+	// The node ran two events ahead on stderr, and that was read first.
+	np.w[1].Write(append(append(slices.Clone(o.mark), o.mark...), "err after 2\n"...))
+	o.mu.Lock()
+	o.drainLocked()
+	o.mu.Unlock()
+	np.w[0].Write(append(slices.Clone(o.mark), "out after 1\n"...))
+
+	o.forward(true, func() { o.sendLocked("stdout", "EVENT 1") })
+	if want := []string{"EVENT 1", "out after 1"}; !slices.Equal(*sent, want) {
+		t.Fatalf("after the first event: %q, want %q", *sent, want)
+	}
+	o.forward(true, func() { o.sendLocked("stdout", "EVENT 2") })
+	if want := []string{"EVENT 1", "out after 1", "EVENT 2", "err after 2"}; !slices.Equal(*sent, want) {
+		t.Errorf("after the second event: %q, want %q", *sent, want)
 	}
 }

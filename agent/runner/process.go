@@ -269,11 +269,11 @@ func (pl *Pool) Start(ctx context.Context, spec Spec) (*Process, error) {
 // startCold starts a new interpreter in a new box; it returns the read
 // end of its stdout.
 func (p *Process) startCold(spec Spec) (*os.File, error) {
-	stdoutR, stdoutW, err := os.Pipe()
+	stdoutR, stdoutW, err := runnerPipe(0)
 	if err != nil {
 		return nil, fmt.Errorf("creating the runner's pipes: %w", err)
 	}
-	stderrR, stderrW, err := os.Pipe()
+	stderrR, stderrW, err := runnerPipe(0)
 	if err != nil {
 		stdoutR.Close()
 		stdoutW.Close()
@@ -306,9 +306,14 @@ func (p *Process) startCold(spec Spec) (*os.File, error) {
 	cmd.Dir = dir.cwd
 	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
 	cmd.ExtraFiles = extra
-	stdin, err := cmd.StdinPipe()
+	stdinR, stdin, err := runnerPipe(1)
 	if err == nil {
+		cmd.Stdin = stdinR
 		err = b.start(cmd)
+		stdinR.Close()
+		if err != nil {
+			stdin.Close()
+		}
 	}
 	stdoutW.Close()
 	stderrW.Close()

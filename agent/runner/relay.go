@@ -29,12 +29,15 @@ const logLinesPerSecond = 1000
 type output struct {
 	f        *os.File
 	draining atomic.Bool
+	// reads counts reads of the pipe; only the relay reads it.
+	reads int
 }
 
 func (o *output) Read(p []byte) (int, error) {
 	if o.draining.Load() {
 		o.f.SetReadDeadline(time.Now().Add(pipeLinger))
 	}
+	o.reads++
 	return o.f.Read(p)
 }
 
@@ -56,6 +59,7 @@ func (p *Process) relayStdout(send func([]byte)) Output {
 		}
 	}()
 	garbage := logging.NewBudget(p.log, "the runner wrote lines that are not JSON objects; they were not forwarded", logLinesPerSecond)
+	forwarded := -1 // p.stdout.reads at the last event forwarded
 	for {
 		raw, err := lines.Next()
 		if err != nil {
@@ -71,7 +75,12 @@ func (p *Process) relayStdout(send func([]byte)) Output {
 		line, kind := protocol.Classify(raw)
 		switch kind {
 		case protocol.LineEvent:
-			p.out.forward(func() {
+			// An event read with the last one, no read of stdout since, was
+			// on the pipe when the node's pipes were read for that one: all
+			// the node wrote before it was read then.
+			fresh := p.stdout.reads != forwarded
+			forwarded = p.stdout.reads
+			p.out.forward(fresh, func() {
 				p.cfg.Metrics.EventRelayed(len(line))
 				send(textFrame(line))
 			})
