@@ -230,41 +230,54 @@ func (st *selftest) run(ctx context.Context, python, token string, log *slog.Log
 	return st.evaluate(ctx, wk, env, final)
 }
 
-// call sends one request and reads it to its answer, showing stream events
-// as they arrive.
-func (st *selftest) call(ctx context.Context, wk *enginetest.Worker, req map[string]any, live bool) (map[string]any, error) {
+// roundTrip sends one request and reads its call to the answer, handing
+// each message before it to event with the seconds since the request.
+func roundTrip(ctx context.Context, wk *enginetest.Worker, req map[string]any, event func(m enginetest.Message, took float64)) (answer map[string]any, raw []byte, took float64, err error) {
 	id := req["call_id"].(string)
 	started := time.Now()
 	c, err := wk.Run(req)
 	if err != nil {
-		return nil, fmt.Errorf("%s: sending the call: %w", id, err)
+		return nil, nil, 0, fmt.Errorf("%s: sending the call: %w", id, err)
 	}
 	for {
 		m, err := c.Next(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("%s: no answer: %w", id, err)
+			return nil, nil, 0, fmt.Errorf("%s: no answer: %w", id, err)
 		}
-		if m.IsAnswer() {
-			took := time.Since(started)
-			st.timings = append(st.timings, fmt.Sprintf("%s %.2fs", strings.TrimPrefix(id, "selftest-"), took.Seconds()))
-			var answer map[string]any
-			if err := m.Decode(&answer); err != nil {
-				return nil, fmt.Errorf("%s: the answer is not JSON: %w", id, err)
-			}
-			if answer["ok"] != true {
-				return nil, fmt.Errorf("%s: %s", id, describeError(answer))
-			}
-			return answer, nil
+		took := time.Since(started).Seconds()
+		if !m.IsAnswer() {
+			event(m, took)
+			continue
 		}
+		if err := m.Decode(&answer); err != nil {
+			return nil, nil, 0, fmt.Errorf("%s: the answer is not JSON: %w", id, err)
+		}
+		return answer, m.Raw, took, nil
+	}
+}
+
+// call sends one request and reads it to its answer, showing stream events
+// as they arrive.
+func (st *selftest) call(ctx context.Context, wk *enginetest.Worker, req map[string]any, live bool) (map[string]any, error) {
+	id := req["call_id"].(string)
+	answer, _, took, err := roundTrip(ctx, wk, req, func(m enginetest.Message, took float64) {
 		if live && m.Event == "stream" {
 			var ev struct {
 				Values map[string]any `json:"values"`
 			}
 			m.Decode(&ev)
 			st.streamed++
-			st.say("  %6.2fs  %s", time.Since(started).Seconds(), formatValues(ev.Values))
+			st.say("  %6.2fs  %s", took, formatValues(ev.Values))
 		}
+	})
+	if err != nil {
+		return nil, err
 	}
+	st.timings = append(st.timings, fmt.Sprintf("%s %.2fs", strings.TrimPrefix(id, "selftest-"), took))
+	if answer["ok"] != true {
+		return nil, fmt.Errorf("%s: %s", id, describeError(answer))
+	}
+	return answer, nil
 }
 
 func (st *selftest) compile(ctx context.Context, wk *enginetest.Worker) error {

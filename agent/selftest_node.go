@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
 )
@@ -91,34 +90,20 @@ func (st *selftest) runOwn(ctx context.Context, wk *enginetest.Worker, env map[s
 // exchange sends one request and prints every message of its call as the
 // engine receives it, the answer last with how long the call took.
 func (st *selftest) exchange(ctx context.Context, wk *enginetest.Worker, req map[string]any) (map[string]any, error) {
-	id := req["call_id"].(string)
-	started := time.Now()
-	c, err := wk.Run(req)
+	show := req["op"] == "run"
+	answer, raw, took, err := roundTrip(ctx, wk, req, func(m enginetest.Message, took float64) {
+		if show {
+			st.say("  %7.2fs  %-9s %s", took, m.Event, m.Raw)
+		}
+	})
 	if err != nil {
-		return nil, fmt.Errorf("%s: sending the call: %w", id, err)
+		return nil, err
 	}
-	for {
-		m, err := c.Next(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("%s: no answer: %w", id, err)
-		}
-		took := time.Since(started).Seconds()
-		if !m.IsAnswer() {
-			if req["op"] == "run" {
-				st.say("  %7.2fs  %-9s %s", took, m.Event, m.Raw)
-			}
-			continue
-		}
-		var answer map[string]any
-		if err := m.Decode(&answer); err != nil {
-			return nil, fmt.Errorf("%s: the answer is not JSON: %w", id, err)
-		}
-		if req["op"] == "run" {
-			st.say("  %7.2fs  %-9s %s", took, "answer", m.Raw)
-			st.say("%s: answered %s in %.2fs", id, okOrError(answer), took)
-		}
-		return answer, nil
+	if show {
+		st.say("  %7.2fs  %-9s %s", took, "answer", raw)
+		st.say("%s: answered %s in %.2fs", req["call_id"], okOrError(answer), took)
 	}
+	return answer, nil
 }
 
 func orNone(names []string) string {
