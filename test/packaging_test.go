@@ -255,7 +255,9 @@ func checkArchives(t *testing.T, r release) {
 	}
 }
 
-func tarNames(t *testing.T, path string) []string {
+// walkTar hands each entry of the tar.gz archive at path to fn, in order,
+// until fn reports true; it reports whether one did.
+func walkTar(t *testing.T, path string, fn func(h *tar.Header, r io.Reader) bool) bool {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -267,17 +269,28 @@ func tarNames(t *testing.T, path string) []string {
 		t.Fatalf("%s: %v", path, err)
 	}
 	tr := tar.NewReader(gz)
-	var names []string
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return names
+			return false
 		}
 		if err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
-		names = append(names, h.Name)
+		if fn(h, tr) {
+			return true
+		}
 	}
+}
+
+func tarNames(t *testing.T, path string) []string {
+	t.Helper()
+	var names []string
+	walkTar(t, path, func(h *tar.Header, _ io.Reader) bool {
+		names = append(names, h.Name)
+		return false
+	})
+	return names
 }
 
 // checkChecksums: SHA256SUMS covers every archive, package and SBOM, and

@@ -2,7 +2,6 @@ package test
 
 import (
 	"archive/tar"
-	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -194,33 +193,22 @@ func fileSHA256(t *testing.T, path string) string {
 // extractFromTar writes the tar.gz archive's file name to dst.
 func extractFromTar(t *testing.T, archive, name, dst string) {
 	t.Helper()
-	f, err := os.Open(archive)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	gz, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatalf("%s: %v", archive, err)
-	}
-	tr := tar.NewReader(gz)
-	for {
-		h, err := tr.Next()
-		if err != nil {
-			t.Fatalf("%s: no %s (%v)", archive, name, err)
-		}
+	found := walkTar(t, archive, func(h *tar.Header, r io.Reader) bool {
 		if h.Name != name {
-			continue
+			return false
 		}
 		out, err := os.Create(dst)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer out.Close()
-		if _, err := io.Copy(out, tr); err != nil {
+		if _, err := io.Copy(out, r); err != nil {
 			t.Fatal(err)
 		}
-		return
+		return true
+	})
+	if !found {
+		t.Fatalf("%s: no %s", archive, name)
 	}
 }
 
