@@ -19,6 +19,7 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/engine"
 	"github.com/fluksio/fluksio-worker/agent/logging"
+	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 	"github.com/fluksio/fluksio-worker/agent/runner"
 	"github.com/fluksio/fluksio-worker/agent/status"
@@ -84,6 +85,14 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	// Resolved now: after an upgrade replaced the file, the path is what
 	// a reload executes.
 	exe, exeErr := Executable()
+	if cfg.Listen != "" {
+		// A taken address ends the start before anything is set up for
+		// calls; it is bound for good once the worker is made, below.
+		if err := metrics.CheckListen(cfg.Listen); err != nil {
+			log.Error("cannot serve monitoring", "error", err)
+			return exiting(log, service, config.ExitUsage, "--listen cannot be served")
+		}
+	}
 	contain := runner.SetupContainment(log, cfg.Containment)
 	if err := runner.SetCallLimits(contain, cfg.CallLimits()); err != nil {
 		log.Error("cannot hold calls to their limits", "error", err)

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -33,7 +34,12 @@ const nodeOOMScoreAdj = 500
 // cgroups is where calls' cgroups are made, in cgroup mode. It is the
 // process's: a subreaper and a cgroup are properties of the whole worker,
 // and the mode is said once, when the worker starts.
-var cgroups *platform.CallCgroups
+var cgroupsSet atomic.Pointer[platform.CallCgroups]
+
+// callCgroupsSet is the calls' cgroups SetupContainment made; nil where
+// calls are not contained by cgroup. Atomic: a test may set containment
+// up while workers of other tests run in the same process.
+func callCgroupsSet() *platform.CallCgroups { return cgroupsSet.Load() }
 
 // SetupContainment prepares this process to contain calls as --containment
 // asks (auto: a cgroup per call where it may, else the subreaper and the
@@ -48,7 +54,8 @@ func SetupContainment(log *slog.Logger, want string) string {
 		cc, err := platform.SetupCgroups()
 		switch {
 		case err == nil:
-			cgroups, mode = cc, platform.ContainCgroup
+			cgroupsSet.Store(cc)
+			mode = platform.ContainCgroup
 			if !cc.CloneInto() {
 				log.Info("this system does not let a process start straight into a cgroup (clone3 is denied); each runner is moved into its call's cgroup as it starts")
 			}
@@ -163,7 +170,7 @@ func (b *box) makeAhead() {
 	var r [16]byte
 	rand.Read(r[:])
 	b.cookie = hex.EncodeToString(r[:])
-	if cgroups != nil {
+	if callCgroupsSet() != nil {
 		g, err := b.kept.newCgroup(b.role, b.cookie[:16])
 		if err != nil {
 			b.log.Warn("could not make the call's cgroup; it is contained by its process group and cookie", "error", err)
@@ -176,7 +183,7 @@ func (b *box) makeAhead() {
 // start starts the runner in its own process group, registered so that
 // reaping orphans leaves it to os/exec, and raises its oom_score_adj.
 func (b *box) start(cmd *exec.Cmd) error {
-	if b.cg == nil && cgroups.Limited() {
+	if b.cg == nil && callCgroupsSet().Limited() {
 		return errNoLimitedCgroup
 	}
 	platform.NewProcessGroup(cmd)
@@ -243,7 +250,7 @@ func (b *box) refit(cmd *exec.Cmd) error {
 // bound, everything in the cgroup is killed, which ends the clone, and the
 // start fails, the cgroup discarded.
 func (b *box) startInto(cmd *exec.Cmd) error {
-	if b.cg == nil || !cgroups.CloneInto() {
+	if b.cg == nil || !callCgroupsSet().CloneInto() {
 		return platform.StartContained(cmd)
 	}
 	var mu sync.Mutex

@@ -115,7 +115,7 @@ func (k *callCgroups) newCgroup(role platform.CgroupRole, name string) (*platfor
 		}
 		return g, nil
 	}
-	return cgroups.NewFor(role, name)
+	return callCgroupsSet().NewFor(role, name)
 }
 
 // recycle keeps g for another call where its call left it empty and

@@ -201,7 +201,7 @@ func TestStartIntoAFrozenCgroupFails(t *testing.T) {
 	if !inContainedChild(t, cloneIntoEnv+"=1") {
 		return
 	}
-	if !cgroups.CloneInto() {
+	if !callCgroupsSet().CloneInto() {
 		t.Skip("runners are moved into their cgroup here, not started into it")
 	}
 	z := newZygoteRig(t, 0, nil)

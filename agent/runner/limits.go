@@ -16,6 +16,7 @@ func SetCallLimits(mode string, l platform.CallLimits) error {
 	if !l.Any() {
 		return nil
 	}
+	cgroups := callCgroupsSet()
 	if mode != platform.ContainCgroup || cgroups == nil {
 		return errors.New("--call-memory-max, --call-pids-max and --call-cpu-max are set on each call's cgroup, and this worker cannot make cgroups here (--containment subreaper, or no writable cgroup v2): run it as root or in a systemd unit with Delegate=yes (as 'fluksio-worker install' writes), or leave the limits out")
 	}

@@ -86,7 +86,7 @@ type Pool struct {
 func NewPool(cfg Config) *Pool {
 	p := &Pool{cfg: cfg}
 	p.cfg.dirs = &callDirs{}
-	if cgroups != nil {
+	if callCgroupsSet() != nil {
 		p.cfg.cgroups = newCallCgroups(p.cfg.Log)
 	}
 	p.warm = newWarmPool(&p.cfg)

@@ -59,7 +59,7 @@ var errZygoteBusy = errors.New("the zygote is busy forking a spare")
 // forksHere reports whether calls of this worker can be forked from
 // zygotes: a cgroup per call, and orphans adopted by this process.
 var forksHere = sync.OnceValue(func() bool {
-	return cgroups != nil && platform.IsSubreaper()
+	return callCgroupsSet() != nil && platform.IsSubreaper()
 })
 
 // zygote is an environment's zygote: a warm process watched for
