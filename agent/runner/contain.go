@@ -242,33 +242,46 @@ func (b *box) refit(cmd *exec.Cmd) error {
 	return nil
 }
 
+// startKillInterval is how often a start past its bound kills what is in
+// its cgroup again, until the clone returns.
+const startKillInterval = 100 * time.Millisecond
+
 // startInto starts cmd, straight into the box's cgroup where runners are
 // started so, within the pool's startWithin. A process started into a
 // frozen cgroup (node code of another call can freeze it after it was
 // checked) stops before it execs, and its parent waits in the clone for
 // the exec, holding the lock every start of this process takes: past the
 // bound, everything in the cgroup is killed, which ends the clone, and the
-// start fails, the cgroup discarded.
+// start fails, the cgroup discarded. The kill is repeated until the start
+// returns: one that came before the clone put the new process in the
+// cgroup (a loaded machine) killed nothing.
 func (b *box) startInto(cmd *exec.Cmd) error {
 	if b.cg == nil || !callCgroupsSet().CloneInto() {
 		return platform.StartContained(cmd)
 	}
-	var mu sync.Mutex
-	started, late := false, false
+	returned := make(chan struct{})
+	var late atomic.Bool
+	var killing sync.WaitGroup
+	killing.Add(1)
 	bound := time.AfterFunc(b.kept.startWithin, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if !started {
-			late = true
+		defer killing.Done()
+		late.Store(true)
+		for {
 			b.cg.Kill()
+			select {
+			case <-returned:
+				return
+			case <-time.After(startKillInterval):
+			}
 		}
 	})
 	err := platform.StartContained(cmd)
-	bound.Stop()
-	mu.Lock()
-	started = true
-	mu.Unlock()
-	if !late {
+	close(returned)
+	if bound.Stop() {
+		killing.Done() // it never ran
+	}
+	killing.Wait()
+	if !late.Load() {
 		return err
 	}
 	if err == nil {

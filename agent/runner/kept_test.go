@@ -195,7 +195,8 @@ func testTamperedKeptCgroups(t *testing.T) {
 // A runner started straight into a cgroup that is frozen (node code froze
 // it after it was checked) stops before it execs, its start waiting in
 // the clone: the start is bounded, the runner killed, the cgroup removed,
-// and the error says why.
+// and the error says why. Also where the bound passes before the clone has
+// put the runner in the cgroup (a loaded machine; here a bound of 1 ns).
 func TestStartIntoAFrozenCgroupFails(t *testing.T) {
 	t.Parallel()
 	if !inContainedChild(t, cloneIntoEnv+"=1") {
@@ -205,35 +206,37 @@ func TestStartIntoAFrozenCgroupFails(t *testing.T) {
 		t.Skip("runners are moved into their cgroup here, not started into it")
 	}
 	z := newZygoteRig(t, 0, nil)
-	z.pool.cfg.cgroups.startWithin = 500 * time.Millisecond
-	b := &box{log: z.cfg.Log, kept: z.pool.cfg.cgroups}
-	b.makeAhead()
-	if b.cg == nil {
-		t.Fatal("the box has no cgroup")
-	}
-	dir := b.cg.Dir()
-	if err := os.WriteFile(filepath.Join(dir, "cgroup.freeze"), []byte("1"), 0); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("/bin/true")
-	b.prepare(cmd, nil)
-	done := make(chan error, 1)
-	go func() { done <- b.startInto(cmd) }()
-	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "frozen") {
-			t.Fatalf("a start into a frozen cgroup returned %v; want an error that says it is frozen", err)
+	for _, bound := range []time.Duration{500 * time.Millisecond, time.Nanosecond} {
+		z.pool.cfg.cgroups.startWithin = bound
+		b := &box{log: z.cfg.Log, kept: z.pool.cfg.cgroups}
+		b.makeAhead()
+		if b.cg == nil {
+			t.Fatal("the box has no cgroup")
 		}
-		t.Log(err)
-	case <-time.After(waitLong):
-		t.Fatalf("a start into a frozen cgroup did not return within %s", waitLong)
-	}
-	if b.cg != nil {
-		t.Error("the box keeps the frozen cgroup")
-	}
-	z.pool.cfg.cgroups.discarding.Wait()
-	if fileExists(dir) {
-		t.Errorf("the frozen cgroup %s is left", dir)
+		dir := b.cg.Dir()
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.freeze"), []byte("1"), 0); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("/bin/true")
+		b.prepare(cmd, nil)
+		done := make(chan error, 1)
+		go func() { done <- b.startInto(cmd) }()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), "frozen") {
+				t.Fatalf("bound %s: a start into a frozen cgroup returned %v; want an error that says it is frozen", bound, err)
+			}
+			t.Log(err)
+		case <-time.After(waitLong):
+			t.Fatalf("bound %s: a start into a frozen cgroup did not return within %s", bound, waitLong)
+		}
+		if b.cg != nil {
+			t.Errorf("bound %s: the box keeps the frozen cgroup", bound)
+		}
+		z.pool.cfg.cgroups.discarding.Wait()
+		if fileExists(dir) {
+			t.Errorf("bound %s: the frozen cgroup %s is left", bound, dir)
+		}
 	}
 }
 

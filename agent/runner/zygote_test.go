@@ -66,6 +66,9 @@ func inContainedChild(t *testing.T, env ...string) bool {
 	}
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(append(os.Environ(), containedEnv+"=1"), env...)
+	// What the child left holding its output (a runner it forked, frozen
+	// before its exec) must not keep this test waiting once it has exited.
+	cmd.WaitDelay = 10 * time.Second
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("the contained test process failed: %v\n%s", err, out)
