@@ -108,6 +108,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		log.Info("the machine owner's code policy and hooks are in force", "policy", cfg.PolicyText())
 	}
 	a := New(cfg, log, python, stateDir)
+	defer a.status.Close() // its last write, before the state directory is let go
 	a.status.Update(func(s *status.Status) { s.Containment, s.Warm = contain, runner.WarmShown(cfg.WarmSpares()) })
 	if cfg.Listen != "" {
 		srv, err := a.ListenMonitoring()

@@ -100,6 +100,7 @@ type File struct {
 	st      Status
 	last    time.Time
 	pending *time.Timer
+	closed  bool // Close wrote the last status: nothing is written after it
 	onError func(error)
 	// redact scrubs the token from the text fields: a last error may quote
 	// an engine's page that echoes the request URL.
@@ -119,7 +120,7 @@ func (s *File) Update(change func(*Status)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	change(&s.st)
-	if s.pending != nil {
+	if s.pending != nil || s.closed {
 		return
 	}
 	wait := writeInterval - time.Since(s.last)
@@ -130,6 +131,9 @@ func (s *File) Update(change func(*Status)) {
 	s.pending = time.AfterFunc(wait, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		if s.closed {
+			return
+		}
 		s.pending = nil
 		s.writeLocked()
 	})
@@ -150,7 +154,19 @@ func (s *File) Flush() {
 		s.pending.Stop()
 		s.pending = nil
 	}
-	s.writeLocked()
+	if !s.closed {
+		s.writeLocked()
+	}
+}
+
+// Close writes the current status a last time; later changes are kept in
+// memory only. A worker on its way out closes it, so that nothing is
+// written into its state directory once it has let the directory go.
+func (s *File) Close() {
+	s.Flush()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
 }
 
 func (s *File) writeLocked() {

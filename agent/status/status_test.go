@@ -193,3 +193,35 @@ func TestReadStatusErrors(t *testing.T) {
 		t.Errorf("Read of a broken file = %v, want an error naming it", err)
 	}
 }
+
+// After Close nothing is written: a worker on its way out has let its
+// state directory go (a test's cleanup, or the next worker, removes it).
+func TestStatusFileWritesNothingAfterClose(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var failed []error
+	var mu sync.Mutex
+	s := NewFile(dir, Status{PID: 42, State: "connecting"}, logging.NewRedactor(""), func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		failed = append(failed, err)
+	})
+	s.Update(func(st *Status) { st.State = "stopped" })
+	s.Close()
+	if st := mustReadStatus(t, dir); st.State != "stopped" {
+		t.Errorf("Close wrote state %q; want the last one, stopped", st.State)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	s.Update(func(st *Status) { st.State = "attached" })
+	s.Flush()
+	if _, err := os.Stat(dir); err == nil {
+		t.Error("the status was written into the state directory after Close")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(failed) > 0 {
+		t.Errorf("writes were tried after Close: %v", failed)
+	}
+}
