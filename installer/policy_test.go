@@ -2,12 +2,9 @@ package installer
 
 import (
 	"bytes"
-	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 
-	"github.com/fluksio/fluksio-worker/agent/enginetest"
 	"github.com/fluksio/fluksio-worker/agent/status"
 )
 
@@ -18,29 +15,10 @@ func TestCheckAndStatusShowThePolicy(t *testing.T) {
 	if !exists("/usr/bin/python3") {
 		t.Skip("no /usr/bin/python3")
 	}
-	const token = "check-policy-token-41c9a2"
-	eng, err := enginetest.Start(enginetest.Options{Tokens: []string{token}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	var out, errs bytes.Buffer
-	check(context.Background(), testHost(t, 1000), []string{"--url", eng.AttachURL(), "--token", token, "--python", "/usr/bin/python3",
-		"--allow-module", "acme.*", "--allow-source", "none", "--pre-call-hook", "/etc/fluksio-worker/gpu-free.sh", "--json"}, &out, &errs)
-	var report struct {
-		Items []struct{ Item, Result, Detail string }
-	}
-	if err := json.Unmarshal(out.Bytes(), &report); err != nil {
-		t.Fatalf("check --json: %v\n%s%s", err, out.String(), errs.String())
-	}
-	var policy string
-	for _, it := range report.Items {
-		if it.Item == "policy" {
-			policy = it.Detail
-		}
-		if it.Item == "runtime" && !strings.Contains(it.Detail, "embedded") {
-			t.Errorf("with a code policy, check's runtime is %s", it.Detail)
-		}
+	got := checkItems(t, "--allow-module", "acme.*", "--allow-source", "none", "--pre-call-hook", "/etc/fluksio-worker/gpu-free.sh")
+	policy := got["policy"]
+	if !strings.Contains(got["runtime"], "embedded") {
+		t.Errorf("with a code policy, check's runtime is %s", got["runtime"])
 	}
 	for _, want := range []string{"modules acme.*", "source none", "env may not load code", `pre-call hook "/etc/fluksio-worker/gpu-free.sh"`} {
 		if !strings.Contains(policy, want) {
@@ -49,7 +27,7 @@ func TestCheckAndStatusShowThePolicy(t *testing.T) {
 	}
 
 	l, _ := layoutFor("linux", false, dirs{})
-	out.Reset()
+	var out bytes.Buffer
 	writeStatus(&out, l, Running, status.Status{PID: 1, State: "attached", Policy: "code policy off (any module, any source)"}, nil)
 	if !strings.Contains(out.String(), "policy:   code policy off") {
 		t.Errorf("status does not show the policy:\n%s", out.String())
