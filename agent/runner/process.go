@@ -66,7 +66,17 @@ func (c *Config) env(extra []string) []string {
 // Runtime is the runner script a runner's interpreter executes.
 type Runtime struct {
 	Path     string
-	Embedded bool // the worker's own runtime, the one that knows --preload
+	Bytecode string // Path compiled for the interpreter, if it could be
+	Embedded bool   // the worker's own runtime, the one that knows --preload
+}
+
+// script is what the interpreter is given to run: the compiled runtime
+// where there is one (no compile at each start; runtime.WithBytecode).
+func (r Runtime) script() string {
+	if r.Bytecode != "" {
+		return r.Bytecode
+	}
+	return r.Path
 }
 
 // Pool starts runners: a warm spare when one of the call's environment is
@@ -288,7 +298,7 @@ func (p *Process) startCold(spec Spec) (*os.File, error) {
 		return nil, err
 	}
 	var pipes *nodePipes
-	args := []string{spec.Runtime.Path}
+	args := []string{spec.Runtime.script()}
 	var extra []*os.File
 	if spec.Runtime.Embedded {
 		if pipes, args, extra, err = passedNodePipes(args, extra); err != nil {
