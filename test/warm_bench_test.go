@@ -68,9 +68,9 @@ func pythonKinds(b *testing.B) []pythonKind {
 		}
 	}
 	kinds := []pythonKind{{"go-warm", goWorker("")}, {"go-cold", goWorker("", "--warm", "0")}}
-	// BENCH_BEFORE_BIN: an older build with spares too, side by side.
+	// BENCH_BEFORE_BIN: an older build, with spares and without, side by side.
 	if before := os.Getenv("BENCH_BEFORE_BIN"); before != "" {
-		kinds = append(kinds, pythonKind{"before-warm", goWorker(before)})
+		kinds = append(kinds, pythonKind{"before-warm", goWorker(before)}, pythonKind{"before-cold", goWorker(before, "--warm", "0")})
 	}
 	ref, err := filepath.Abs("../../shared/reference/agent.py")
 	if err == nil && exec.Command(benchPython, "-c", "import websockets").Run() == nil {

@@ -35,8 +35,11 @@ import (
 // compileScript, run by the interpreter with -I (no user site, no PYTHON*
 // variables), prints where the bytecode of the script in argv[1] is,
 // compiling it there unless that file holds this Python's bytecode of
-// exactly this source already.
+// exactly this source already. Only CPython is given its bytecode to run
+// as a script; another implementation prints nothing.
 const compileScript = `import importlib.util, py_compile, sys
+if sys.implementation.name != "cpython":
+    sys.exit(0)
 src = sys.argv[1]
 cfile = importlib.util.cache_from_source(src)
 with open(src, "rb") as f:
@@ -57,13 +60,23 @@ print(cfile)
 const compileTimeout = time.Minute
 
 // compiledScripts are the bytecode files found good, by interpreter and
-// script, with what they were when found: a later attach checks only that
-// the file is still that one.
+// script, with what they and the interpreter were when found: a later
+// attach checks only that both are still those files.
 var compiledScripts = struct {
 	sync.Mutex
-	found map[[2]string]os.FileInfo
+	found map[[2]string]compiled
 	said  bool // the fallback was logged
-}{found: map[[2]string]os.FileInfo{}}
+}{found: map[[2]string]compiled{}}
+
+type compiled struct{ bytecode, interpreter os.FileInfo }
+
+// sameFile reports whether path is still the file was (same inode, size
+// and modification time); stat follows links, so a python3 link moved to
+// another version is another file.
+func sameFile(path string, was os.FileInfo, stat func(string) (os.FileInfo, error)) bool {
+	now, err := stat(path)
+	return err == nil && os.SameFile(was, now) && now.Size() == was.Size() && now.ModTime().Equal(was.ModTime())
+}
 
 // WithBytecode sets s.Bytecode, for the embedded runtime, to the script
 // compiled for python, where it can be had; otherwise s is returned as it
@@ -77,16 +90,23 @@ func WithBytecode(ctx context.Context, python string, s Script, log *slog.Logger
 	compiledScripts.Lock()
 	defer compiledScripts.Unlock()
 	if was, ok := compiledScripts.found[key]; ok {
-		path := bytecodePath(s.Path, was.Name())
-		if now, err := os.Lstat(path); err == nil && os.SameFile(was, now) && now.Size() == was.Size() && now.ModTime().Equal(was.ModTime()) {
-			s.Bytecode = path
+		path := bytecodePath(s.Path, was.bytecode.Name())
+		if sameFile(path, was.bytecode, os.Lstat) && sameFile(python, was.interpreter, os.Stat) {
+			s.Bytecode, s.CompiledBy = path, was.interpreter
 			return s
 		}
 		delete(compiledScripts.found, key)
 	}
-	path, err := "", config.PrivateSubdir(filepath.Join(filepath.Dir(s.Path), "__pycache__"))
+	interpreter, err := os.Stat(python)
+	path := ""
+	if err == nil {
+		err = config.PrivateSubdir(filepath.Join(filepath.Dir(s.Path), "__pycache__"))
+	}
 	if err == nil {
 		path, err = compileWith(ctx, python, s.Path)
+	}
+	if err == nil && path == "" {
+		return s // not CPython: it starts from the source
 	}
 	if err != nil {
 		if !compiledScripts.said {
@@ -100,8 +120,8 @@ func WithBytecode(ctx context.Context, python string, s Script, log *slog.Logger
 	if err != nil {
 		return s
 	}
-	compiledScripts.found[key] = st
-	s.Bytecode = path
+	compiledScripts.found[key] = compiled{st, interpreter}
+	s.Bytecode, s.CompiledBy = path, interpreter
 	return s
 }
 
@@ -122,6 +142,9 @@ func compileWith(ctx context.Context, python, script string) (string, error) {
 		return "", err
 	}
 	path := strings.TrimSpace(string(out))
+	if path == "" {
+		return "", nil
+	}
 	want := filepath.Join(filepath.Dir(script), "__pycache__")
 	base := strings.TrimSuffix(filepath.Base(script), ".py") + "."
 	if filepath.Dir(path) != want || !strings.HasPrefix(filepath.Base(path), base) || !strings.HasSuffix(path, ".pyc") {

@@ -53,8 +53,10 @@ type Script struct {
 	Source string // "engine", "embedded" or "file"
 	// Bytecode is the embedded runtime compiled for the interpreter
 	// (WithBytecode), what its runners are started from; empty where it
-	// could not be had.
-	Bytecode string
+	// could not be had. CompiledBy is the interpreter's file as it was
+	// when it compiled it.
+	Bytecode   string
+	CompiledBy os.FileInfo
 }
 
 // Ensure resolves --runtime: a file path is used as it is;
