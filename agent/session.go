@@ -104,6 +104,7 @@ func (a *Agent) attach(prepare context.Context) (*engine.Conn, runtime.Script, e
 	if err != nil {
 		return nil, rt, err
 	}
+	rt = runtime.WithBytecode(prepare, a.python, rt, a.log)
 	helloAt := time.Now()
 	hello := a.hello(prepare)
 	dialAt := time.Now()
@@ -129,7 +130,7 @@ func (a *Agent) attach(prepare context.Context) (*engine.Conn, runtime.Script, e
 // newAttachment is what conn's messages and calls are handled with.
 func (a *Agent) newAttachment(ctx context.Context, conn *engine.Conn, rt runtime.Script) *attachment {
 	at := &attachment{conn: conn, calls: &sync.WaitGroup{},
-		rt:    runner.Runtime{Path: rt.Path, Embedded: rt.Source == "embedded"},
+		rt:    runner.Runtime{Path: rt.Path, Embedded: rt.Source == "embedded", Bytecode: rt.Bytecode, CompiledBy: rt.CompiledBy},
 		noise: logging.NewBudget(a.log, "log lines about ignored or refused engine messages were dropped", engineNoisePerSecond)}
 	at.ctx, at.cancel = context.WithCancel(ctx)
 	return at

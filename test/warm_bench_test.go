@@ -68,9 +68,9 @@ func pythonKinds(b *testing.B) []pythonKind {
 		}
 	}
 	kinds := []pythonKind{{"go-warm", goWorker("")}, {"go-cold", goWorker("", "--warm", "0")}}
-	// BENCH_BEFORE_BIN: an older build with spares too, side by side.
+	// BENCH_BEFORE_BIN: an older build, with spares and without, side by side.
 	if before := os.Getenv("BENCH_BEFORE_BIN"); before != "" {
-		kinds = append(kinds, pythonKind{"before-warm", goWorker(before)})
+		kinds = append(kinds, pythonKind{"before-warm", goWorker(before)}, pythonKind{"before-cold", goWorker(before, "--warm", "0")})
 	}
 	ref, err := filepath.Abs("../../shared/reference/agent.py")
 	if err == nil && exec.Command(benchPython, "-c", "import websockets").Run() == nil {
@@ -176,44 +176,54 @@ func BenchmarkPythonDispatch(b *testing.B) {
 // unique set size (private pages, from /proc/PID/smaps_rollup) summed over
 // the warm processes, divided by the 8 slots. Where calls fork from a
 // zygote, one interpreter per environment serves every slot; with spares,
-// each slot has its own.
+// each slot has its own. BENCH_BEFORE_BIN: an older build's too.
 func BenchmarkPythonWarmMemory(b *testing.B) {
+	builds := []struct{ name, bin string }{{"go", ""}, {"before", os.Getenv("BENCH_BEFORE_BIN")}}
 	for _, node := range pythonNodes {
-		b.Run(node.name, func(b *testing.B) {
-			if node.name == "numpy" && exec.Command(benchPython, "-c", "import numpy").Run() != nil {
-				b.Skip("python3-numpy is not installed")
+		for _, build := range builds {
+			if build.name == "before" && build.bin == "" {
+				continue
 			}
-			const slots = 8
-			eng := startEngine(b, enginetest.Options{})
-			args := []string{"run", "--url", eng.AttachURL(), "--python", benchPython, "--runtime", "embedded",
-				"--state-dir", b.TempDir(), "--parallel", strconv.Itoa(slots), "--warm", strconv.Itoa(slots), "--log-level", "warn"}
-			if node.name == "numpy" {
-				args = append(args, "--preload", "numpy")
-			}
-			w := startProgram(b, releaseWorkerBin(b), []string{"FLUKSIO_WORKER_TOKEN=" + testToken}, args...)
-			stopAtCleanup(w)
-			wk := attach(b, eng)
-			var perSlot float64
-			for i := 0; i < b.N; i++ {
-				// Eight at once teach the environment the demand of eight.
-				done := make(chan bool, slots)
-				for j := 0; j < slots; j++ {
-					go func() { done <- benchCall(b, wk, fmt.Sprintf("m%d-%d", i, j), node.source) }()
+			b.Run(node.name+"/"+build.name, func(b *testing.B) {
+				if node.name == "numpy" && exec.Command(benchPython, "-c", "import numpy").Run() != nil {
+					b.Skip("python3-numpy is not installed")
 				}
-				for j := 0; j < slots; j++ {
-					<-done
+				const slots = 8
+				eng := startEngine(b, enginetest.Options{})
+				args := []string{"run", "--url", eng.AttachURL(), "--python", benchPython, "--runtime", "embedded",
+					"--state-dir", b.TempDir(), "--parallel", strconv.Itoa(slots), "--warm", strconv.Itoa(slots), "--log-level", "warn"}
+				if node.name == "numpy" {
+					args = append(args, "--preload", "numpy")
 				}
-				// Not a timing: time for the warm runners to be made and
-				// the calls' runners to exit.
-				time.Sleep(6 * benchPause)
-				var uss int64
-				for _, pid := range sparePids(w) {
-					uss += privateBytes(pid)
+				bin := build.bin
+				if bin == "" {
+					bin = releaseWorkerBin(b)
 				}
-				perSlot = float64(uss) / slots / (1 << 20)
-			}
-			b.ReportMetric(perSlot, "MiB/slot")
-		})
+				w := startProgram(b, bin, []string{"FLUKSIO_WORKER_TOKEN=" + testToken}, args...)
+				stopAtCleanup(w)
+				wk := attach(b, eng)
+				var perSlot float64
+				for i := 0; i < b.N; i++ {
+					// Eight at once teach the environment the demand of eight.
+					done := make(chan bool, slots)
+					for j := 0; j < slots; j++ {
+						go func() { done <- benchCall(b, wk, fmt.Sprintf("m%d-%d", i, j), node.source) }()
+					}
+					for j := 0; j < slots; j++ {
+						<-done
+					}
+					// Not a timing: time for the warm runners to be made and
+					// the calls' runners to exit.
+					time.Sleep(6 * benchPause)
+					var uss int64
+					for _, pid := range sparePids(w) {
+						uss += privateBytes(pid)
+					}
+					perSlot = float64(uss) / slots / (1 << 20)
+				}
+				b.ReportMetric(perSlot, "MiB/slot")
+			})
+		}
 	}
 }
 

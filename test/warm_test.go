@@ -427,3 +427,34 @@ func TestWarmZero(t *testing.T) {
 	w.wait(60 * time.Second)
 	leftBehind(t, nil, state)
 }
+
+// TestRunnersRunTheCompiledRuntime: a call's runner, started cold, as a
+// spare or forked from a zygote, runs the runtime compiled for its Python
+// (no compile of the runtime's source at each start, and a zygote without
+// the C heap the parser leaves), and the node's traceback still shows the
+// node's frames only.
+func TestRunnersRunTheCompiledRuntime(t *testing.T) {
+	node := "import os\nfrom fluksio import Port, node\n@node(provides=[Port('y', 'str')])\n" +
+		"def f(fail=False):\n    if fail:\n        raise ValueError('boom')\n" +
+		"    return open('/proc/self/cmdline', 'rb').read().split(b'\\0')[1].decode()\n"
+	for _, warm := range []string{"0", "1"} {
+		t.Run("warm="+warm, func(t *testing.T) {
+			_, wk, w, state := warmWorker(t, nil, "--warm", warm)
+			if warm != "0" {
+				probe(t, wk, "teach", nil)
+				waitSpares(t, monitorAddr(t, w), 1)
+			}
+			out, _ := runNode(t, wk, nodeRun("c1", node, "f", nil))
+			outputs, _ := out["outputs"].(map[string]any)
+			script, _ := outputs["y"].(string)
+			if dir := filepath.Join(state, "runtime", "__pycache__"); filepath.Dir(script) != dir || !strings.HasSuffix(script, ".pyc") {
+				t.Errorf("the runner ran %q, want the compiled runtime in %s (answer %v)", script, dir, out)
+			}
+			out, _ = runNode(t, wk, nodeRun("c2", node, "f", map[string]any{"fail": true}))
+			errObj, _ := out["error"].(map[string]any)
+			if tb, _ := errObj["traceback"].(string); !strings.Contains(tb, `File "pipeline.py", line 6, in f`) || strings.Contains(tb, "runtime") {
+				t.Errorf("traceback %q: want the node's frame only", tb)
+			}
+		})
+	}
+}

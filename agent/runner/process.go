@@ -67,7 +67,34 @@ func (c *Config) env(extra []string) []string {
 type Runtime struct {
 	Path     string
 	Embedded bool // the worker's own runtime, the one that knows --preload
+	// Bytecode is Path compiled by the interpreter (runtime.WithBytecode),
+	// if it could be; CompiledBy is the interpreter's file as it was then.
+	Bytecode   string
+	CompiledBy os.FileInfo
 }
+
+// script is what the interpreter is given to run: the compiled runtime
+// where there is one (no compile at each start), while the interpreter is
+// still the file that compiled it. An interpreter replaced since (an
+// upgrade to another Python version) could not load that bytecode: its
+// runners start from the source until the worker attaches again and
+// compiles it anew.
+func (c *Config) script(rt Runtime) string {
+	if rt.Bytecode == "" {
+		return rt.Path
+	}
+	if st, err := os.Stat(c.Python); err == nil && rt.CompiledBy != nil && os.SameFile(st, rt.CompiledBy) && st.ModTime().Equal(rt.CompiledBy.ModTime()) {
+		return rt.Bytecode
+	}
+	interpreterChanged.Do(func() {
+		c.Log.Info("the Python interpreter changed since the runner script was compiled for it; runners start from its source until the worker attaches again",
+			"python", c.Python)
+	})
+	return rt.Path
+}
+
+// interpreterChanged says once that runners start from source.
+var interpreterChanged sync.Once
 
 // Pool starts runners: a warm spare when one of the call's environment is
 // ready, else a new one. It lives as long as the session loop of the
@@ -288,7 +315,7 @@ func (p *Process) startCold(spec Spec) (*os.File, error) {
 		return nil, err
 	}
 	var pipes *nodePipes
-	args := []string{spec.Runtime.Path}
+	args := []string{p.cfg.script(spec.Runtime)}
 	var extra []*os.File
 	if spec.Runtime.Embedded {
 		if pipes, args, extra, err = passedNodePipes(args, extra); err != nil {

@@ -9,6 +9,7 @@ package runner
 // start a process in a session of its own.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -508,5 +510,51 @@ func TestUnwritableStateDir(t *testing.T) {
 	_, err := r.start(context.Background(), "nostate", nil)
 	if err == nil || !strings.Contains(err.Error(), "--state-dir") {
 		t.Errorf("Start with an unwritable state directory: %v; want it to name --state-dir", err)
+	}
+}
+
+// TestRunnersStartFromSourceOnceTheInterpreterChanged: bytecode is for the
+// interpreter file that compiled it; once that file is another (python3
+// moved to another version while the worker runs), runners start from the
+// runtime's source, which any version runs, and the log says so once.
+func TestRunnersStartFromSourceOnceTheInterpreterChanged(t *testing.T) {
+	dir := t.TempDir()
+	python := filepath.Join(dir, "python3")
+	for _, name := range []string{"python3.11", "python3.12"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n# "+name+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("python3.11", python); err != nil {
+		t.Fatal(err)
+	}
+	compiledBy, err := os.Stat(python)
+	if err != nil {
+		t.Fatal(err)
+	}
+	interpreterChanged = sync.Once{} // said once a process; once in this test
+	var logs bytes.Buffer
+	cfg := &Config{Python: python, Log: slog.New(slog.NewTextHandler(&logs, nil))}
+	rt := Runtime{Path: "/state/runtime/x.py", Bytecode: "/state/runtime/__pycache__/x.cpython-311.pyc", CompiledBy: compiledBy, Embedded: true}
+	if got := cfg.script(rt); got != rt.Bytecode {
+		t.Errorf("with the interpreter that compiled it: runs %q, want %q", got, rt.Bytecode)
+	}
+	// The link now names another version.
+	if err := os.Remove(python); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("python3.12", python); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if got := cfg.script(rt); got != rt.Path {
+			t.Errorf("after the interpreter changed: runs %q, want the source %q", got, rt.Path)
+		}
+	}
+	if n := strings.Count(logs.String(), "interpreter changed"); n != 1 {
+		t.Errorf("the change was logged %d times, want once: %s", n, logs.String())
+	}
+	if got := cfg.script(Runtime{Path: rt.Path}); got != rt.Path {
+		t.Errorf("without bytecode: runs %q", got)
 	}
 }

@@ -278,7 +278,7 @@ func (s *spare) start() (*os.File, error) {
 		made.close()
 		return nil, err
 	}
-	args := []string{s.we.rt.Path, spareFlag, strconv.Itoa(spareReportFD)}
+	args := []string{p.cfg.script(s.we.rt), spareFlag, strconv.Itoa(spareReportFD)}
 	extra := []*os.File{reportW}
 	var pipes *nodePipes
 	if s.we.rt.Embedded {

@@ -131,7 +131,7 @@ func (z *zygote) start() (*os.File, error) {
 		return nil, err
 	}
 	z.ctl = ctl
-	args := []string{z.we.rt.Path, zygoteFlag, strconv.Itoa(zygoteReportFD), strconv.Itoa(zygoteControlFD), strconv.Itoa(zygoteExitsFD)}
+	args := []string{p.cfg.script(z.we.rt), zygoteFlag, strconv.Itoa(zygoteReportFD), strconv.Itoa(zygoteControlFD), strconv.Itoa(zygoteExitsFD)}
 	if p.preload != "" {
 		args = append(args, p.preload)
 	}

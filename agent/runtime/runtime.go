@@ -51,6 +51,12 @@ type Script struct {
 	Path   string // on disk, named by content hash
 	Hash   string // sha256 hex of the content
 	Source string // "engine", "embedded" or "file"
+	// Bytecode is the embedded runtime compiled for the interpreter
+	// (WithBytecode), what its runners are started from; empty where it
+	// could not be had. CompiledBy is the interpreter's file as it was
+	// when it compiled it.
+	Bytecode   string
+	CompiledBy os.FileInfo
 }
 
 // Ensure resolves --runtime: a file path is used as it is;

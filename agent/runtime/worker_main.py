@@ -70,7 +70,10 @@ import types
 # cost ~0.1 s of start-up).
 
 RUNTIME_VERSION = "1"
-RUNTIME_FILE = os.path.abspath(__file__)
+# The runtime's source file. The worker starts runners from the bytecode it
+# compiled beside it (__pycache__), where __file__ names the .pyc: the code's
+# own file name is the source's either way, and is what tracebacks show.
+RUNTIME_FILE = os.path.abspath(sys._getframe().f_code.co_filename)
 
 # ---------------------------------------------------------------------------
 # The worker's wire: what agent/runner/wire.go has as well, value for value
