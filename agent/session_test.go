@@ -129,12 +129,19 @@ func startSessionWith(t *testing.T, opts enginetest.Options, extra ...string) *s
 	if rt.Source != "embedded" || !strings.HasPrefix(rt.Path, stateDir+string(os.PathSeparator)) {
 		t.Fatalf("EnsureRuntime gave %+v; want the embedded runner in %s", rt, stateDir)
 	}
+	// Runners start from it compiled for the interpreter, as the worker
+	// compiles it when it attaches.
+	rt = runtime.WithBytecode(ctx, python, rt, log)
+	script := rt.Bytecode
+	if script == "" {
+		t.Fatalf("the embedded runner could not be compiled for %s", python)
+	}
 
 	a := agent.New(cfg, log, python, stateDir)
 	s := &session{
 		eng: eng, stop: a.Stop, pulse: a.Pulse, health: a.Health,
 		served: make(chan error, 1), python: python, given: given,
-		stateDir: stateDir, runtime: rt.Path, log: logs,
+		stateDir: stateDir, runtime: script, log: logs,
 	}
 	go func() { s.served <- a.Serve(context.Background()) }()
 	// Whatever happens to the test, the worker does not outlive it.
@@ -378,7 +385,7 @@ func (s *session) checkCancel(t *testing.T) []int {
 	}
 	// A spare runner (warm.go) has arguments of its own after these.
 	if cmd := cmdline(pid); len(cmd) < 2 || cmd[0] != s.python || cmd[1] != s.runtime {
-		t.Errorf("the runner %d runs %q; want %s %s, the embedded runtime", pid, cmd, s.python, s.runtime)
+		t.Errorf("the runner %d runs %q; want %s %s, the embedded runtime compiled", pid, cmd, s.python, s.runtime)
 	}
 	if !platform.ProcessAlive(child) {
 		t.Fatalf("the node's child %d is not running", child)
