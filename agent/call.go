@@ -76,8 +76,11 @@ type call struct {
 	// was lost; nobody heard its answer.
 	lost bool
 	// usage is what its runner cost, once its processes are gone; nil
-	// when none was started.
-	usage *runner.Usage
+	// when none was started. It is set by settle, which waits for the
+	// runner's exit to be reported where End returned before that
+	// (runner.Process.End), and logs the call's end record then.
+	usage  *runner.Usage
+	settle func()
 }
 
 // callHost is what a call uses of the worker, and all it uses.
@@ -123,8 +126,9 @@ const (
 	msgNotCancelled = "the node process got a SIGTERM that the worker did not send (nobody cancelled the call): the node's code, a library it uses (numba raises one when a process that used its OpenMP threads forks) or another process of this user sent it; see the node's stderr"
 )
 
-// run executes the call to its end. It returns only when nothing of its
-// runner is left: every process of it gone, every pipe closed.
+// run executes the call to its end. It returns only when no process of
+// its runner is left; what it cost, and so its end record, may follow
+// (settle).
 func (c *call) run(ctx context.Context, rt runner.Runtime) {
 	c.begun = time.Now()
 	c.host.metrics.CallStarted(c.op)
@@ -150,7 +154,7 @@ func (c *call) run(ctx context.Context, rt runner.Runtime) {
 	}
 	c.proc.Store(p)
 	end := c.supervise(ctx, p)
-	var usage runner.Usage
+	var usage func() runner.Usage
 	ended := false
 	if !c.delivered() {
 		// Answered while held: the runner goes now, the answer waits for
@@ -163,8 +167,11 @@ func (c *call) run(ctx context.Context, rt runner.Runtime) {
 	if !ended {
 		usage = p.End(end.Answer != nil)
 	}
-	c.logEnd(&usage)
-	c.usage = &usage
+	c.settle = sync.OnceFunc(func() {
+		u := usage()
+		c.logEnd(&u)
+		c.usage = &u
+	})
 	// The socket's writer gave back what it could once it sent the
 	// answer; the answer itself was held here until now. (An outsized
 	// request's memory went back once the runner read it.)
@@ -376,6 +383,14 @@ func (c *call) sendAnswerJSON(v any) {
 		return
 	}
 	c.sendAnswer(b)
+}
+
+// settled waits for what the call's runner cost and logs its end record,
+// once; a call whose runner never started has neither.
+func (c *call) settled() {
+	if c.settle != nil {
+		c.settle()
+	}
 }
 
 // notStarted answers a call whose runner did not start: it was stopped

@@ -129,11 +129,17 @@ func (q *callQueue) compact() {
 
 // runSlot holds one of the --parallel runner slots: it runs c, then each
 // waiting call in turn, and gives the slot back when none is left. A slot
-// is taken by the next call only once the previous runner's process group
-// is gone, so there are never more than --parallel runner processes.
+// is taken by the next call only once the previous call's processes are
+// gone (its runner exited, its cgroup or process group empty), so there
+// are never more than --parallel calls' processes. The previous call's
+// end record follows once its runner's exit is reported (call.settle),
+// off the slot.
 func (a *Agent) runSlot(c *call) {
 	for c != nil {
 		c.run(c.session, c.rt)
+		if a.cfg.PostCallHook != "" {
+			c.settled() // the hook is told what the call cost
+		}
 		a.afterCall(c) // the post-call hook, in the slot and within its bound
 		if c.journal != nil {
 			// The call is over: nothing of it can be asked for again.
@@ -149,8 +155,14 @@ func (a *Agent) runSlot(c *call) {
 		c, running, waiting = a.book.next(done, connected && !a.life.mode().ending())
 		if c != nil {
 			c.wg.Add(1)
+			go func() {
+				done.settled()
+				done.wg.Done()
+			}()
+		} else {
+			done.settled()
+			done.wg.Done()
 		}
-		done.wg.Done()
 		if c != nil {
 			a.publishCounts(running, waiting)
 			c.log.Info("call started after waiting for a slot", "op", c.op, "function", logging.Cut(c.function, maxLoggedID),

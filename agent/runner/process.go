@@ -198,7 +198,11 @@ type Process struct {
 	halted context.Context         // done once the stop ladder is due
 	halt   context.CancelCauseFunc // makes it due, for the worker's own reasons
 
-	exited     chan struct{} // closed when the runner process is reaped
+	exited chan struct{} // closed when the runner process is reaped
+	// gone closes once the runner process exited: a runner forked from a
+	// zygote is a zombie then until the zygote reaps it; for another
+	// runner it is exited.
+	gone       chan struct{}
 	stopped    chan struct{} // closed when the stop ladder is over
 	outputs    chan Output   // the one Output, once stdout ended
 	outputDone chan struct{} // closed once stdout ended
@@ -264,10 +268,11 @@ func (pl *Pool) Start(ctx context.Context, spec Spec) (*Process, error) {
 	p.warmDone = warmDone
 	var stdout *os.File
 	if sp != nil {
-		p.box, p.stdin, stdout, p.stderr, p.pipes, p.dir = sp.handTo(spec.Log, p.exited)
+		p.box, p.gone, p.stdin, stdout, p.stderr, p.pipes, p.dir = sp.handTo(spec.Log, p.exited)
 		p.log.Debug("runner is a spare", "pid", p.box.pid)
 	} else {
 		var err error
+		p.gone = p.exited // reaped by the worker itself, as it exits
 		if stdout, err = p.startCold(spec); err != nil {
 			warmDone()
 			return nil, err
@@ -461,20 +466,49 @@ func (p *Process) DeathMessage() string { return p.box.deathMessage(p.exited) }
 
 // End ends the runner once its call is over for the engine, and returns
 // as soon as no process of it is left: every process of the call gone (its
-// cgroup empty), every pipe closed; then it says what the runner cost, for
-// the call's end record. What is only cleanup, the cgroup's removal (the
-// kernel lets it go some milliseconds after its last process) and the call
-// directory's, goes on behind, off the path of the call that takes the
-// slot next; Pool.Close waits for it. answered gives a runner that
-// answered the grace period to exit by itself.
-func (p *Process) End(answered bool) Usage {
+// cgroup empty), every pipe closed. The Usage it returns says what the
+// runner cost, for the call's end record; where End returned before the
+// runner's exit was reported (below), it waits for that report. What is
+// only cleanup, the cgroup's removal (the kernel lets it go some
+// milliseconds after its last process) and the call directory's, goes on
+// behind, off the path of the call that takes the slot next; Pool.Close
+// waits for it. answered gives a runner that answered the grace period to
+// exit by itself.
+//
+// A runner forked from a zygote is the zygote's child: its exit is
+// reported once the zygote reaped it, which takes the zygote being
+// scheduled (tenths of a millisecond, milliseconds on a loaded machine).
+// The kernel says sooner that it exited (its pidfd); once it did and its
+// cgroup, which holds every process of the call, is empty, End returns,
+// and the next call may start: what is left of this one is a zombie. The
+// rest (the process group's last check, a member a root node moved out of
+// the cgroup stopped as always, the pipes, the figures) follows the
+// report, off the slot.
+func (p *Process) End(answered bool) func() Usage {
 	p.stdin.Close()
 	if answered {
 		select {
-		case <-p.exited:
+		case <-p.gone:
 		case <-time.After(p.cfg.CancelGrace):
 		}
 	}
+	if p.gone != p.exited && closed(p.gone) && !closed(p.exited) && p.box.cg != nil && !p.box.cg.Populated() {
+		p.warmDone()
+		usage := make(chan Usage, 1)
+		p.behind.Go(func() {
+			<-p.exited
+			usage <- p.finish()
+		})
+		return sync.OnceValue(func() Usage { return <-usage })
+	}
+	u := p.finish()
+	p.warmDone()
+	return func() Usage { return u }
+}
+
+// finish stops what is left of the call, closes its pipes and says what
+// it cost; its cleanup goes on behind.
+func (p *Process) finish() Usage {
 	p.halt(errCallEnded)
 	<-p.stopped
 	p.box.sweep()
@@ -495,7 +529,6 @@ func (p *Process) End(answered bool) Usage {
 			p.log.Warn("could not remove the call's directory", "dir", p.dir.path, "error", err)
 		}
 	})
-	p.warmDone()
 	return usage
 }
 

@@ -159,7 +159,7 @@ func (c *call) output(t *testing.T) Output {
 func (c *call) end(t *testing.T, answered bool) Usage {
 	t.Helper()
 	done := make(chan Usage, 1)
-	go func() { done <- c.End(answered) }()
+	go func() { done <- c.End(answered)() }()
 	select {
 	case u := <-done:
 		return u

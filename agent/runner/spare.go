@@ -406,14 +406,32 @@ func (p *warmPool) discard(s *spare) {
 
 // handTo gives the spare's process to a call: from now on the call's
 // Process owns it as if it had started it. The call's box shares the
-// spare's cookie and cgroup; exited closes once the spare is reaped.
-func (s *spare) handTo(log *slog.Logger, exited chan struct{}) (b *box, stdin io.WriteCloser, stdout, stderr *os.File, pipes *nodePipes, dir *callDir) {
+// spare's cookie and cgroup; exited closes once the spare is reaped, and
+// the gone returned once it exited: for a spare forked from a zygote, as
+// soon as the kernel says so (its pidfd), before the zygote reaped and
+// reported it; for another, it is exited.
+func (s *spare) handTo(log *slog.Logger, exited chan struct{}) (b *box, gone chan struct{}, stdin io.WriteCloser, stdout, stderr *os.File, pipes *nodePipes, dir *callDir) {
 	b = &box{log: log, pid: s.box.pid, cookie: s.box.cookie, cg: s.box.cg, kept: s.box.kept, oom: s.box.oom, began: time.Now()}
+	gone = exited
+	var kernelSays <-chan struct{}
+	if s.forked != nil {
+		kernelSays = s.forked.Exited() // nil without a pidfd: never
+	}
+	if kernelSays != nil {
+		gone = make(chan struct{})
+	}
 	go func() {
+		if gone != exited {
+			select {
+			case <-kernelSays:
+			case <-s.exited:
+			}
+			close(gone)
+		}
 		<-s.exited
 		b.setExit(s.box.exitState())
 		log.Debug("runner exited", "pid", b.pid)
 		close(exited)
 	}()
-	return b, s.stdin, s.stdout, s.stderr, s.pipes, s.dir
+	return b, gone, s.stdin, s.stdout, s.stderr, s.pipes, s.dir
 }

@@ -480,6 +480,43 @@ func TestZygotes(t *testing.T) {
 			t.Errorf("the log does not say the zygote was replaced for an exit it did not report:\n%s", log)
 		}
 	})
+	t.Run("CallEndsOnceItsRunnerExitedNotOnceItIsReported", func(t *testing.T) {
+		t.Parallel()
+		// A stopped zygote reaps nothing and reports nothing (nor is it
+		// replaced for that here): the kernel's word that the runner
+		// exited, and its empty cgroup, free the call's slot; what it cost
+		// follows the report.
+		z := newZygoteRig(t, 1, nil)
+		z.pool.warm.exitReportWait = 2 * waitLong
+		zyg, spares := z.stoppedZygote(t)
+		c := z.runForked(t, "exits", pidNode, spares)
+		answer(t, c.output(t))
+		usage := make(chan func() Usage, 1)
+		go func() { usage <- c.End(true) }()
+		var cost func() Usage
+		select {
+		case cost = <-usage:
+		case <-time.After(waitLong):
+			t.Fatalf("End waited %s for the stopped zygote to report its runner's exit", waitLong)
+		}
+		if w := platform.WatchExit(c.box.pid); w.Exited() != nil {
+			if !w.HasExited() {
+				t.Errorf("End returned while its runner %d still runs", c.box.pid)
+			}
+			w.Close()
+		}
+		if !c.box.cg.WaitEmpty(0) {
+			t.Error("End returned while the call's cgroup still holds processes")
+		}
+		if parentOf(c.box.pid) != zyg {
+			t.Fatalf("the runner %d is not the stopped zygote's zombie: the report came another way", c.box.pid)
+		}
+		syscall.Kill(zyg, syscall.SIGCONT)
+		if u := cost(); u.CPU <= 0 || u.PeakRSSByte <= 0 {
+			t.Errorf("once reported, the call cost %+v; want its CPU and peak memory", u)
+		}
+		gone(t, "once reported", c.box.pid)
+	})
 	t.Run("DeadSpareOfAStoppedZygoteIsNotHandedACall", func(t *testing.T) {
 		t.Parallel()
 		// The stopped zygote does not report its spares' deaths (nor is it
