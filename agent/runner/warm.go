@@ -389,7 +389,12 @@ func (p *warmPool) fillLocked() {
 		waiting := false // for the zygote to be ready, to fork spares
 		keep := allowed
 		if we.rt.Embedded && forksHere() && !p.threaded[we.key] {
-			keep = allowed + forkedSparesAhead
+			// None ahead for an environment that gets none: its zygote
+			// goes, and a forked spare left would wait up to spareMaxAge
+			// holding the zygote's pages alone.
+			if allowed > 0 {
+				keep = allowed + forkedSparesAhead
+			}
 			// A zygote forks the environment's spares.
 			waiting = we.zyg == nil || we.zyg.state != spareReady
 			if allowed == 0 && we.zyg != nil {

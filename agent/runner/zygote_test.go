@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -135,6 +136,12 @@ func (z *zygoteRig) run(ctx context.Context, id string) (*call, error) {
 
 // runNode starts a call of a node whose function is f.
 func (z *zygoteRig) runNode(ctx context.Context, id, source string) (*call, error) {
+	return z.runNodeIn(ctx, id, source, nil)
+}
+
+// runNodeIn starts a call of a node whose function is f, with the
+// request's env.
+func (z *zygoteRig) runNodeIn(ctx context.Context, id, source string, env []string) (*call, error) {
 	req, _ := json.Marshal(map[string]any{
 		"op": "run", "call_id": id, "function": "f", "inputs": map[string]any{}, "settings": map[string]any{},
 		"node": map[string]any{"source": source, "filename": "pipeline.py"},
@@ -143,6 +150,7 @@ func (z *zygoteRig) runNode(ctx context.Context, id, source string) (*call, erro
 	p, err := z.pool.Start(ctx, Spec{
 		CallID:  id,
 		Runtime: Runtime{Path: z.runtime, Embedded: true},
+		Env:     env,
 		Request: append(req, '\n'),
 		Log:     z.cfg.Log.With("call_id", id),
 		Send:    func(msg []byte) { c.events <- append([]byte(nil), msg...); frame.Put(msg) },
@@ -590,6 +598,42 @@ func TestZygotes(t *testing.T) {
 			t.Errorf("the call ran in %d; want a spare forked from the new zygote %d: %v", got, next, spares)
 		}
 		gone(t, "the killed zygote", zyg)
+	})
+	t.Run("EnvironmentPushedOutKeepsNoSpare", func(t *testing.T) {
+		t.Parallel()
+		// One warm slot: a call of another environment takes it, and
+		// the first environment's zygote is stopped, and with it every
+		// spare it forked. (A forked spare left behind would wait for a
+		// call up to spareMaxAge, its zygote's pages now its own: 13 MiB
+		// each without preloads, one for every environment pushed out.)
+		z := newZygoteRig(t, 1, nil)
+		zyg, spares := z.forking(t, warmOneKeeps)
+		c, err := z.runNodeIn(context.Background(), "other-environment", pidNode, []string{"OMP_NUM_THREADS=3"})
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		if a := answer(t, c.output(t)); a["ok"] != true {
+			t.Fatalf("the call failed: %s", c.outputLine(a))
+		}
+		c.end(t, true)
+		if containsInt(spares, c.box.pid) {
+			t.Fatalf("the call of another environment ran in %d, a spare of the first %v", c.box.pid, spares)
+		}
+		deadline := time.Now().Add(waitLong)
+		for _, pid := range append(spares, zyg) {
+			for platform.ProcessAlive(pid) && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		gone(t, "the first environment's zygote and forked spares", append(spares, zyg)...)
+		p := z.pool.warm
+		p.mu.Lock()
+		for _, we := range p.envs {
+			if !slices.Contains(we.env, "OMP_NUM_THREADS=3") && len(we.spares) > 0 {
+				t.Errorf("the environment pushed out still keeps %d spares", len(we.spares))
+			}
+		}
+		p.mu.Unlock()
 	})
 }
 
