@@ -271,6 +271,7 @@ func BenchmarkPythonAfterHours(b *testing.B) {
 			oldWk := attach(b, oldEng)
 			calls := ageWorker(b, oldWk, aged)
 			b.Logf("%s: %d calls of mixed work in %s", kind.name, calls, aged)
+			b.ReportMetric(float64(calls)/aged.Seconds(), "mixed-calls/s")
 			newEng := startEngine(b, enginetest.Options{})
 			fresh := kind.start(b, newEng, parallel, false)
 			newWk := attach(b, newEng)
@@ -335,8 +336,13 @@ func quantileMs(took []time.Duration, q float64) float64 {
 // a generator yielding metrics, one that fails), run eight at once in one
 // of eight environments, then one at a time in another, with an older
 // pipeline's nodes and a call with the worker's own environment between.
+//
+// To tell causes apart: BENCH_AGED_ENVS=1 sends it all in one environment
+// (8 by default), BENCH_AGED_PIPELINES=1 runs the same pipeline's sources
+// every round (by default each round's are new).
 func ageWorker(b *testing.B, wk *enginetest.Worker, d time.Duration) int {
-	envs := make([]map[string]any, 8)
+	envs := make([]map[string]any, max(1, benchCount(b, "BENCH_AGED_ENVS", 8)))
+	pipelines := benchCount(b, "BENCH_AGED_PIPELINES", 0)
 	for i := range envs {
 		envs[i] = map[string]any{"CUDA_VISIBLE_DEVICES": strconv.Itoa(i % 4), "OMP_NUM_THREADS": strconv.Itoa(1 << (i / 4))}
 	}
@@ -376,7 +382,11 @@ func ageWorker(b *testing.B, wk *enginetest.Worker, d time.Duration) int {
 	}
 	until := time.Now().Add(d)
 	for r := 0; time.Now().Before(until) && !b.Failed(); r++ {
-		nodes := pipeline(r)
+		p := r
+		if pipelines > 0 {
+			p = r % pipelines
+		}
+		nodes := pipeline(p)
 		var wg sync.WaitGroup
 		for j := 0; j < 8; j++ {
 			wg.Add(1)
@@ -389,11 +399,25 @@ func ageWorker(b *testing.B, wk *enginetest.Worker, d time.Duration) int {
 		for j, n := range nodes {
 			call(fmt.Sprintf("age%d-s%d", r, j), n, envs[(3*r+1)%len(envs)])
 		}
-		older := pipeline(r / 2)
+		older := pipeline(p / 2)
 		call(fmt.Sprintf("age%d-old", r), older[r%len(older)], envs[(5*r+2)%len(envs)])
 		call(fmt.Sprintf("age%d-own", r), node{pythonNodes[0].source, "f", true}, nil)
 	}
 	return calls
+}
+
+// benchCount is the environment variable name's count, or def where it
+// is not set.
+func benchCount(b *testing.B, name string, def int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		b.Fatalf("%s=%q: want a count", name, s)
+	}
+	return n
 }
 
 // zygoteMemory counts w's zygotes and sums their private memory, in MiB.

@@ -313,7 +313,7 @@ func (z *zygoteRig) zygoteIs(pid int) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, we := range p.envs {
-		if we.zyg != nil && we.zyg.box.pid == pid && we.zyg.state == spareReady {
+		if we.zyg != nil && we.zyg.state == spareReady && we.zyg.box.pid == pid {
 			return true
 		}
 	}
@@ -599,13 +599,13 @@ func TestZygotes(t *testing.T) {
 		}
 		gone(t, "the killed zygote", zyg)
 	})
-	t.Run("EnvironmentPushedOutKeepsNoSpare", func(t *testing.T) {
+	t.Run("EnvironmentPushedOutKeepsItsZygoteAndNoSpare", func(t *testing.T) {
 		t.Parallel()
-		// One warm slot: a call of another environment takes it, and
-		// the first environment's zygote is stopped, and with it every
-		// spare it forked. (A forked spare left behind would wait for a
-		// call up to spareMaxAge, its zygote's pages now its own: 13 MiB
-		// each without preloads, one for every environment pushed out.)
+		// One warm slot: a call of another environment takes it. The
+		// first environment's forked spares are stopped (one left
+		// behind would wait up to spareMaxAge), its zygote stays (no
+		// runner, and one of the few environments kept), and its next
+		// call is forked from that zygote rather than started cold.
 		z := newZygoteRig(t, 1, nil)
 		zyg, spares := z.forking(t, warmOneKeeps)
 		c, err := z.runNodeIn(context.Background(), "other-environment", pidNode, []string{"OMP_NUM_THREADS=3"})
@@ -620,12 +620,12 @@ func TestZygotes(t *testing.T) {
 			t.Fatalf("the call of another environment ran in %d, a spare of the first %v", c.box.pid, spares)
 		}
 		deadline := time.Now().Add(waitLong)
-		for _, pid := range append(spares, zyg) {
+		for _, pid := range spares {
 			for platform.ProcessAlive(pid) && time.Now().Before(deadline) {
 				time.Sleep(5 * time.Millisecond)
 			}
 		}
-		gone(t, "the first environment's zygote and forked spares", append(spares, zyg)...)
+		gone(t, "the first environment's forked spares", spares...)
 		p := z.pool.warm
 		p.mu.Lock()
 		for _, we := range p.envs {
@@ -634,6 +634,18 @@ func TestZygotes(t *testing.T) {
 			}
 		}
 		p.mu.Unlock()
+		if !z.zygoteIs(zyg) {
+			t.Fatalf("the first environment's zygote %d was stopped; want it kept", zyg)
+		}
+		c, err = z.runNode(context.Background(), "first-again", "import os\ndef f():\n    return {'parent': os.getppid()}\n")
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		a := answer(t, c.output(t))
+		c.end(t, true)
+		if parent := pidOf(a["outputs"].(map[string]any), "parent"); parent != zyg {
+			t.Errorf("the first environment's next call ran in a child of %d; want one forked from its zygote %d", parent, zyg)
+		}
 	})
 }
 
