@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -315,6 +316,7 @@ func BenchmarkPythonAfterHours(b *testing.B) {
 					b.ReportMetric(float64(zygotes), w.name+"-zygotes")
 					b.ReportMetric(mib, w.name+"-zygote-MiB")
 					b.ReportMetric(float64(codeCacheEntries(w.w)), w.name+"-code-entries")
+					b.ReportMetric(float64(len(inotifyWatches(w.w.cmd.Process.Pid))), w.name+"-inotify-watches")
 					logWarm(b, w.name, w.w)
 					if dir := os.Getenv("BENCH_AGED_LOGS"); dir != "" {
 						os.WriteFile(filepath.Join(dir, kind.name+"-"+w.name+".log"), []byte(w.w.logs.String()), 0o644)
@@ -406,6 +408,28 @@ func ageWorker(b *testing.B, wk *enginetest.Worker, d time.Duration) int {
 	return calls
 }
 
+// inotifyWatches lists the inodes pid's inotify instances watch (from
+// /proc/PID/fdinfo): what the worker follows its warm runners' code with.
+func inotifyWatches(pid int) []uint64 {
+	var inodes []uint64
+	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	for _, fd := range fds {
+		if link, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); link != "anon_inode:inotify" {
+			continue
+		}
+		info, _ := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", pid, fd.Name()))
+		for _, line := range strings.Split(string(info), "\n") {
+			for _, f := range strings.Fields(line) {
+				if ino, ok := strings.CutPrefix(f, "ino:"); ok && strings.HasPrefix(line, "inotify") {
+					n, _ := strconv.ParseUint(ino, 16, 64)
+					inodes = append(inodes, n)
+				}
+			}
+		}
+	}
+	return inodes
+}
+
 // benchCount is the environment variable name's count, or def where it
 // is not set.
 func benchCount(b *testing.B, name string, def int) int {
@@ -436,14 +460,18 @@ func zygoteMemory(w *worker) (int, float64) {
 // codeCacheEntries counts the entries of w's code cache (in its state
 // directory's artifact cache).
 func codeCacheEntries(w *worker) int {
-	state := ""
+	entries, _ := os.ReadDir(filepath.Join(stateDirOf(w), "artifacts", "code"))
+	return len(entries)
+}
+
+// stateDirOf is w's --state-dir.
+func stateDirOf(w *worker) string {
 	for i, arg := range w.cmd.Args {
 		if arg == "--state-dir" && i+1 < len(w.cmd.Args) {
-			state = w.cmd.Args[i+1]
+			return w.cmd.Args[i+1]
 		}
 	}
-	entries, _ := os.ReadDir(filepath.Join(state, "artifacts", "code"))
-	return len(entries)
+	return ""
 }
 
 // logWarm logs w's warm processes (-v): each zygote and spare the worker
@@ -451,6 +479,28 @@ func codeCacheEntries(w *worker) int {
 // OMP_NUM_THREADS), its private memory and its own children (the spares
 // a zygote forked).
 func logWarm(b *testing.B, name string, w *worker) {
+	// The watched inodes, by where they are in the state directory.
+	watched := map[uint64]bool{}
+	for _, ino := range inotifyWatches(w.cmd.Process.Pid) {
+		watched[ino] = true
+	}
+	where := map[string]int{}
+	state := stateDirOf(w)
+	filepath.WalkDir(state, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if info, err := d.Info(); err == nil {
+			if st, ok := info.Sys().(*syscall.Stat_t); ok && watched[st.Ino] {
+				rel, _ := filepath.Rel(state, path)
+				parts := strings.SplitN(rel, string(filepath.Separator), 3)
+				where[strings.Join(parts[:min(2, len(parts))], "/")]++
+				delete(watched, st.Ino)
+			}
+		}
+		return nil
+	})
+	b.Logf("%s: inotify watches in the state directory %v, elsewhere %d", name, where, len(watched))
 	for _, pid := range childrenOf(w.cmd.Process.Pid) {
 		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		role := "runner"
