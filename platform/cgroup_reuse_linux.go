@@ -85,13 +85,16 @@ func (w *cgroupWatch) add(dir string) int32 {
 	return int32(wd)
 }
 
-// drop forgets a cgroup being removed (its watch ends with it).
+// drop forgets a cgroup being removed, and ends its watch: removing the
+// cgroup does not (the kernel keeps the watch, and the cgroup's inode, for
+// as long as the inotify instance lives).
 func (w *cgroupWatch) drop(wd int32) {
 	if w == nil || wd < 0 {
 		return
 	}
 	w.mu.Lock()
 	delete(w.changed, wd)
+	unix.InotifyRmWatch(w.fd, uint32(wd)) // its IN_IGNORED is read as a cgroup gone
 	w.mu.Unlock()
 }
 

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -59,6 +61,8 @@ func pythonKinds(b *testing.B) []pythonKind {
 			if len(extra) == 0 {
 				args = append(args, "--warm", strconv.Itoa(parallel))
 			}
+			// BENCH_WORKER_ARGS adds options, as in bench_test.go.
+			args = append(args, strings.Fields(os.Getenv("BENCH_WORKER_ARGS"))...)
 			if bin == "" {
 				bin = releaseWorkerBin(b)
 			}
@@ -242,4 +246,288 @@ func privateBytes(pid int) int64 {
 		}
 	}
 	return total
+}
+
+// BenchmarkPythonAfterHours: trivial calls on a worker aged by mixed work
+// (BENCH_AGED of it, 60s by default) and on a fresh one started beside it
+// once the ageing is over, both --parallel 8. Calls go to the aged and
+// the fresh worker in turn, the order swapped each round, each after
+// benchPause, so that the machine's load falls on both alike:
+//
+//	BENCH_AGED=1300s go test ./test/ -run '^$' -bench 'PythonAfterHours' -benchtime 40x -timeout 2h
+//
+// The mixed work is what a few teams' pipelines send: eight environments
+// (more than the pool keeps spares for), a new pipeline's sources every
+// round beside older ones, plain, numpy, generator (metrics) and failing
+// nodes, eight at once and one at a time. Where the worker keeps warm
+// runners, it also reports what the two hold: their zygotes' private
+// memory (MiB, from smaps_rollup) and the code cache's entries.
+func BenchmarkPythonAfterHours(b *testing.B) {
+	aged := time.Minute
+	if s := os.Getenv("BENCH_AGED"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			b.Fatalf("BENCH_AGED=%q: %v (a duration, e.g. 1300s)", s, err)
+		}
+		aged = d
+	}
+	if exec.Command(benchPython, "-c", "import numpy").Run() != nil {
+		b.Skip("python3-numpy is not installed")
+	}
+	const parallel = 8
+	for _, kind := range pythonKinds(b) {
+		b.Run(kind.name, func(b *testing.B) {
+			oldEng := startEngine(b, enginetest.Options{})
+			old := kind.start(b, oldEng, parallel, false)
+			oldWk := attach(b, oldEng)
+			calls := ageWorker(b, oldWk, aged)
+			b.Logf("%s: %d calls of mixed work in %s", kind.name, calls, aged)
+			b.ReportMetric(float64(calls)/aged.Seconds(), "mixed-calls/s")
+			newEng := startEngine(b, enginetest.Options{})
+			fresh := kind.start(b, newEng, parallel, false)
+			newWk := attach(b, newEng)
+			trivial := pythonNodes[0].source
+			for i := 0; i < 3; i++ {
+				time.Sleep(benchPause)
+				benchCall(b, oldWk, "warm-aged"+strconv.Itoa(i), trivial)
+				benchCall(b, newWk, "warm-fresh"+strconv.Itoa(i), trivial)
+			}
+			var tookAged, tookFresh []time.Duration
+			timed := func(wk *enginetest.Worker, id string, into *[]time.Duration) {
+				time.Sleep(benchPause)
+				start := time.Now()
+				if !benchCall(b, wk, id, trivial) {
+					b.FailNow()
+				}
+				*into = append(*into, time.Since(start))
+			}
+			// b.Loop: the ageing above is done once, not again for each b.N.
+			for i := 0; b.Loop(); i++ {
+				if i%2 == 0 {
+					timed(oldWk, "aged"+strconv.Itoa(i), &tookAged)
+					timed(newWk, "fresh"+strconv.Itoa(i), &tookFresh)
+				} else {
+					timed(newWk, "fresh"+strconv.Itoa(i), &tookFresh)
+					timed(oldWk, "aged"+strconv.Itoa(i), &tookAged)
+				}
+			}
+			agedMedian, freshMedian := quantileMs(tookAged, 0.5), quantileMs(tookFresh, 0.5)
+			b.ReportMetric(agedMedian, "aged-median-ms")
+			b.ReportMetric(quantileMs(tookAged, 0.9), "aged-p90-ms")
+			b.ReportMetric(freshMedian, "fresh-median-ms")
+			b.ReportMetric(quantileMs(tookFresh, 0.9), "fresh-p90-ms")
+			b.ReportMetric(agedMedian/freshMedian, "aged/fresh")
+			if strings.HasPrefix(kind.name, "go-") || strings.HasPrefix(kind.name, "before-") {
+				for _, w := range []struct {
+					name string
+					w    *worker
+				}{{"aged", old}, {"fresh", fresh}} {
+					zygotes, mib := zygoteMemory(w.w)
+					b.ReportMetric(float64(zygotes), w.name+"-zygotes")
+					b.ReportMetric(mib, w.name+"-zygote-MiB")
+					b.ReportMetric(float64(codeCacheEntries(w.w)), w.name+"-code-entries")
+					b.ReportMetric(float64(len(inotifyWatches(w.w.cmd.Process.Pid))), w.name+"-inotify-watches")
+					logWarm(b, w.name, w.w)
+					if dir := os.Getenv("BENCH_AGED_LOGS"); dir != "" {
+						os.WriteFile(filepath.Join(dir, kind.name+"-"+w.name+".log"), []byte(w.w.logs.String()), 0o644)
+					}
+				}
+			}
+		})
+	}
+}
+
+// quantileMs is the q quantile of took, in milliseconds.
+func quantileMs(took []time.Duration, q float64) float64 {
+	took = slices.Sorted(slices.Values(took))
+	return float64(took[int(q*float64(len(took)-1))].Microseconds()) / 1000
+}
+
+// ageWorker sends wk mixed work for d and returns how many calls it made.
+// Each round is a pipeline: its own sources (a plain node, a numpy node,
+// a generator yielding metrics, one that fails), run eight at once in one
+// of eight environments, then one at a time in another, with an older
+// pipeline's nodes and a call with the worker's own environment between.
+//
+// To tell causes apart: BENCH_AGED_ENVS=1 sends it all in one environment
+// (8 by default), BENCH_AGED_PIPELINES=1 runs the same pipeline's sources
+// every round (by default each round's are new).
+func ageWorker(b *testing.B, wk *enginetest.Worker, d time.Duration) int {
+	envs := make([]map[string]any, max(1, benchCount(b, "BENCH_AGED_ENVS", 8)))
+	pipelines := benchCount(b, "BENCH_AGED_PIPELINES", 0)
+	for i := range envs {
+		envs[i] = map[string]any{"CUDA_VISIBLE_DEVICES": strconv.Itoa(i % 4), "OMP_NUM_THREADS": strconv.Itoa(1 << (i / 4))}
+	}
+	type node struct {
+		source, function string
+		ok               bool
+	}
+	pipeline := func(p int) []node {
+		head := fmt.Sprintf("# pipeline %d\nfrom fluksio import Port, node\n", p)
+		return []node{
+			{head + fmt.Sprintf("@node(provides=[Port('y', 'int')])\ndef prep(x=1):\n    return x + %d\n", p), "prep", true},
+			{head + fmt.Sprintf("import numpy\n@node(provides=[Port('y', 'float')])\ndef features(x=1):\n    return float(numpy.arange(%d, dtype=numpy.float64).sum() + x)\n", 100+p), "features", true},
+			{head + fmt.Sprintf("@node(provides=[Port('loss', 'float', stream=True), Port('final', 'float')])\ndef train(x=1):\n    for i in range(5):\n        yield {'loss': 1.0 / (i + %d)}\n    return 0.5\n", 1+p), "train", true},
+			{head + fmt.Sprintf("@node(provides=[Port('y', 'int')])\ndef check(x=1):\n    raise ValueError('pipeline %d: x out of range')\n", p), "check", false},
+		}
+	}
+	calls := 0
+	var mu sync.Mutex
+	call := func(id string, n node, env map[string]any) {
+		req := map[string]any{"op": "run", "call_id": id,
+			"node":     map[string]any{"source": n.source, "filename": "pipeline.py"},
+			"function": n.function, "inputs": map[string]any{"x": 1}, "settings": map[string]any{}}
+		if env != nil {
+			req["env"] = env
+		}
+		c, err := wk.Run(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		answer, _, err := c.WaitTimeout(120 * time.Second)
+		if err != nil || answer.OK != n.ok {
+			b.Errorf("ageing call %s (%s, want ok=%v): %v %s", id, n.function, n.ok, err, answer.Raw)
+		}
+		mu.Lock()
+		calls++
+		mu.Unlock()
+	}
+	until := time.Now().Add(d)
+	for r := 0; time.Now().Before(until) && !b.Failed(); r++ {
+		p := r
+		if pipelines > 0 {
+			p = r % pipelines
+		}
+		nodes := pipeline(p)
+		var wg sync.WaitGroup
+		for j := 0; j < 8; j++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				call(fmt.Sprintf("age%d-%d", r, j), nodes[j%len(nodes)], envs[r%len(envs)])
+			}()
+		}
+		wg.Wait()
+		for j, n := range nodes {
+			call(fmt.Sprintf("age%d-s%d", r, j), n, envs[(3*r+1)%len(envs)])
+		}
+		older := pipeline(p / 2)
+		call(fmt.Sprintf("age%d-old", r), older[r%len(older)], envs[(5*r+2)%len(envs)])
+		call(fmt.Sprintf("age%d-own", r), node{pythonNodes[0].source, "f", true}, nil)
+	}
+	return calls
+}
+
+// inotifyWatches lists the inodes pid's inotify instances watch (from
+// /proc/PID/fdinfo): what the worker follows its warm runners' code with.
+func inotifyWatches(pid int) []uint64 {
+	var inodes []uint64
+	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	for _, fd := range fds {
+		if link, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); link != "anon_inode:inotify" {
+			continue
+		}
+		info, _ := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", pid, fd.Name()))
+		for _, line := range strings.Split(string(info), "\n") {
+			for _, f := range strings.Fields(line) {
+				if ino, ok := strings.CutPrefix(f, "ino:"); ok && strings.HasPrefix(line, "inotify") {
+					n, _ := strconv.ParseUint(ino, 16, 64)
+					inodes = append(inodes, n)
+				}
+			}
+		}
+	}
+	return inodes
+}
+
+// benchCount is the environment variable name's count, or def where it
+// is not set.
+func benchCount(b *testing.B, name string, def int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		b.Fatalf("%s=%q: want a count", name, s)
+	}
+	return n
+}
+
+// zygoteMemory counts w's zygotes and sums their private memory, in MiB.
+func zygoteMemory(w *worker) (int, float64) {
+	n, uss := 0, int64(0)
+	for _, pid := range childrenOf(w.cmd.Process.Pid) {
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if strings.Contains(string(cmdline), "--fluksio-zygote") {
+			n++
+			uss += privateBytes(pid)
+		}
+	}
+	return n, float64(uss) / (1 << 20)
+}
+
+// codeCacheEntries counts the entries of w's code cache (in its state
+// directory's artifact cache).
+func codeCacheEntries(w *worker) int {
+	entries, _ := os.ReadDir(filepath.Join(stateDirOf(w), "artifacts", "code"))
+	return len(entries)
+}
+
+// stateDirOf is w's --state-dir.
+func stateDirOf(w *worker) string {
+	for i, arg := range w.cmd.Args {
+		if arg == "--state-dir" && i+1 < len(w.cmd.Args) {
+			return w.cmd.Args[i+1]
+		}
+	}
+	return ""
+}
+
+// logWarm logs w's warm processes (-v): each zygote and spare the worker
+// started, with the environment it is for (CUDA_VISIBLE_DEVICES,
+// OMP_NUM_THREADS), its private memory and its own children (the spares
+// a zygote forked).
+func logWarm(b *testing.B, name string, w *worker) {
+	// The watched inodes, by where they are in the state directory.
+	watched := map[uint64]bool{}
+	for _, ino := range inotifyWatches(w.cmd.Process.Pid) {
+		watched[ino] = true
+	}
+	where := map[string]int{}
+	state := stateDirOf(w)
+	filepath.WalkDir(state, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if info, err := d.Info(); err == nil {
+			if st, ok := info.Sys().(*syscall.Stat_t); ok && watched[st.Ino] {
+				rel, _ := filepath.Rel(state, path)
+				parts := strings.SplitN(rel, string(filepath.Separator), 3)
+				where[strings.Join(parts[:min(2, len(parts))], "/")]++
+				delete(watched, st.Ino)
+			}
+		}
+		return nil
+	})
+	b.Logf("%s: inotify watches in the state directory %v, elsewhere %d", name, where, len(watched))
+	for _, pid := range childrenOf(w.cmd.Process.Pid) {
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		role := "runner"
+		switch {
+		case strings.Contains(string(cmdline), "--fluksio-zygote"):
+			role = "zygote"
+		case strings.Contains(string(cmdline), "--fluksio-spare"):
+			role = "spare"
+		}
+		environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		env := []string{}
+		for _, kv := range strings.Split(string(environ), "\x00") {
+			if strings.HasPrefix(kv, "CUDA_VISIBLE_DEVICES=") || strings.HasPrefix(kv, "OMP_NUM_THREADS=") {
+				env = append(env, kv)
+			}
+		}
+		b.Logf("%s: %s %d %v: %.1f MiB private, %d children", name, role, pid, env,
+			float64(privateBytes(pid))/(1<<20), len(childrenOf(pid)))
+	}
 }

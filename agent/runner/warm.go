@@ -389,10 +389,18 @@ func (p *warmPool) fillLocked() {
 		waiting := false // for the zygote to be ready, to fork spares
 		keep := allowed
 		if we.rt.Embedded && forksHere() && !p.threaded[we.key] {
-			keep = allowed + forkedSparesAhead
-			// A zygote forks the environment's spares.
+			// None ahead for an environment that gets none.
+			if allowed > 0 {
+				keep = allowed + forkedSparesAhead
+			}
+			// A zygote forks the environment's spares. One of the few
+			// environments kept stays while other environments have the
+			// spares (it is no runner): its next call is forked from it,
+			// not started cold, and it is not started again (an
+			// interpreter, and its code cache compiled, each time an
+			// environment that ran more calls at once came first).
 			waiting = we.zyg == nil || we.zyg.state != spareReady
-			if allowed == 0 && we.zyg != nil {
+			if (i >= maxWarmEnvs || we.cold) && we.zyg != nil {
 				z := we.zyg.spare
 				p.retireLocked(z)
 				p.discardLater(z)

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -135,6 +136,12 @@ func (z *zygoteRig) run(ctx context.Context, id string) (*call, error) {
 
 // runNode starts a call of a node whose function is f.
 func (z *zygoteRig) runNode(ctx context.Context, id, source string) (*call, error) {
+	return z.runNodeIn(ctx, id, source, nil)
+}
+
+// runNodeIn starts a call of a node whose function is f, with the
+// request's env.
+func (z *zygoteRig) runNodeIn(ctx context.Context, id, source string, env []string) (*call, error) {
 	req, _ := json.Marshal(map[string]any{
 		"op": "run", "call_id": id, "function": "f", "inputs": map[string]any{}, "settings": map[string]any{},
 		"node": map[string]any{"source": source, "filename": "pipeline.py"},
@@ -143,6 +150,7 @@ func (z *zygoteRig) runNode(ctx context.Context, id, source string) (*call, erro
 	p, err := z.pool.Start(ctx, Spec{
 		CallID:  id,
 		Runtime: Runtime{Path: z.runtime, Embedded: true},
+		Env:     env,
 		Request: append(req, '\n'),
 		Log:     z.cfg.Log.With("call_id", id),
 		Send:    func(msg []byte) { c.events <- append([]byte(nil), msg...); frame.Put(msg) },
@@ -305,7 +313,7 @@ func (z *zygoteRig) zygoteIs(pid int) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, we := range p.envs {
-		if we.zyg != nil && we.zyg.box.pid == pid && we.zyg.state == spareReady {
+		if we.zyg != nil && we.zyg.state == spareReady && we.zyg.box.pid == pid {
 			return true
 		}
 	}
@@ -627,6 +635,54 @@ func TestZygotes(t *testing.T) {
 			t.Errorf("the call ran in %d; want a spare forked from the new zygote %d: %v", got, next, spares)
 		}
 		gone(t, "the killed zygote", zyg)
+	})
+	t.Run("EnvironmentPushedOutKeepsItsZygoteAndNoSpare", func(t *testing.T) {
+		t.Parallel()
+		// One warm slot: a call of another environment takes it. The
+		// first environment's forked spares are stopped (one left
+		// behind would wait up to spareMaxAge), its zygote stays (no
+		// runner, and one of the few environments kept), and its next
+		// call is forked from that zygote rather than started cold.
+		z := newZygoteRig(t, 1, nil)
+		zyg, spares := z.forking(t, warmOneKeeps)
+		c, err := z.runNodeIn(context.Background(), "other-environment", pidNode, []string{"OMP_NUM_THREADS=3"})
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		if a := answer(t, c.output(t)); a["ok"] != true {
+			t.Fatalf("the call failed: %s", c.outputLine(a))
+		}
+		c.end(t, true)
+		if containsInt(spares, c.box.pid) {
+			t.Fatalf("the call of another environment ran in %d, a spare of the first %v", c.box.pid, spares)
+		}
+		deadline := time.Now().Add(waitLong)
+		for _, pid := range spares {
+			for platform.ProcessAlive(pid) && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		gone(t, "the first environment's forked spares", spares...)
+		p := z.pool.warm
+		p.mu.Lock()
+		for _, we := range p.envs {
+			if !slices.Contains(we.env, "OMP_NUM_THREADS=3") && len(we.spares) > 0 {
+				t.Errorf("the environment pushed out still keeps %d spares", len(we.spares))
+			}
+		}
+		p.mu.Unlock()
+		if !z.zygoteIs(zyg) {
+			t.Fatalf("the first environment's zygote %d was stopped; want it kept", zyg)
+		}
+		c, err = z.runNode(context.Background(), "first-again", "import os\ndef f():\n    return {'parent': os.getppid()}\n")
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		a := answer(t, c.output(t))
+		c.end(t, true)
+		if parent := pidOf(a["outputs"].(map[string]any), "parent"); parent != zyg {
+			t.Errorf("the first environment's next call ran in a child of %d; want one forked from its zygote %d", parent, zyg)
+		}
 	})
 }
 
