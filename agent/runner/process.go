@@ -29,6 +29,7 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/frame"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
+	"github.com/fluksio/fluksio-worker/platform"
 )
 
 // Config is what starting runners takes from the worker's configuration.
@@ -83,7 +84,7 @@ func (c *Config) script(rt Runtime) string {
 	if rt.Bytecode == "" {
 		return rt.Path
 	}
-	if st, err := os.Stat(c.Python); err == nil && rt.CompiledBy != nil && os.SameFile(st, rt.CompiledBy) && st.ModTime().Equal(rt.CompiledBy.ModTime()) {
+	if st, err := os.Stat(c.Python); err == nil && platform.Unchanged(st, rt.CompiledBy) {
 		return rt.Bytecode
 	}
 	interpreterChanged.Do(func() {

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/config"
+	"github.com/fluksio/fluksio-worker/platform"
 )
 
 // compileScript, run by the interpreter with -I (no user site, no PYTHON*
@@ -70,12 +71,11 @@ var compiledScripts = struct {
 
 type compiled struct{ bytecode, interpreter os.FileInfo }
 
-// sameFile reports whether path is still the file was (same inode, size
-// and modification time); stat follows links, so a python3 link moved to
-// another version is another file.
-func sameFile(path string, was os.FileInfo, stat func(string) (os.FileInfo, error)) bool {
+// unchanged reports whether path is still the file was; stat follows
+// links, so a python3 link moved to another version is another file.
+func unchanged(path string, was os.FileInfo, stat func(string) (os.FileInfo, error)) bool {
 	now, err := stat(path)
-	return err == nil && os.SameFile(was, now) && now.Size() == was.Size() && now.ModTime().Equal(was.ModTime())
+	return err == nil && platform.Unchanged(now, was)
 }
 
 // WithBytecode sets s.Bytecode, for the embedded runtime, to the script
@@ -91,19 +91,20 @@ func WithBytecode(ctx context.Context, python string, s Script, log *slog.Logger
 	defer compiledScripts.Unlock()
 	if was, ok := compiledScripts.found[key]; ok {
 		path := bytecodePath(s.Path, was.bytecode.Name())
-		if sameFile(path, was.bytecode, os.Lstat) && sameFile(python, was.interpreter, os.Stat) {
+		if unchanged(path, was.bytecode, os.Lstat) && unchanged(python, was.interpreter, os.Stat) {
 			s.Bytecode, s.CompiledBy = path, was.interpreter
 			return s
 		}
 		delete(compiledScripts.found, key)
 	}
 	interpreter, err := os.Stat(python)
-	path := ""
 	if err == nil {
 		err = config.PrivateSubdir(filepath.Join(filepath.Dir(s.Path), "__pycache__"))
 	}
+	var path string
+	var st os.FileInfo
 	if err == nil {
-		path, err = compileWith(ctx, python, s.Path)
+		path, st, err = compileWith(ctx, python, s.Path)
 	}
 	if err == nil && path == "" {
 		return s // not CPython: it starts from the source
@@ -116,18 +117,15 @@ func WithBytecode(ctx context.Context, python string, s Script, log *slog.Logger
 		}
 		return s
 	}
-	st, err := os.Lstat(path)
-	if err != nil {
-		return s
-	}
 	compiledScripts.found[key] = compiled{st, interpreter}
 	s.Bytecode, s.CompiledBy = path, interpreter
 	return s
 }
 
 // compileWith has python compile script, and returns the bytecode's path
-// once it checked that the file is the private one it should be.
-func compileWith(ctx context.Context, python, script string) (string, error) {
+// and file once it checked that it is the private one it should be, in the
+// private directory WithBytecode made; "" where python is not CPython.
+func compileWith(ctx context.Context, python, script string) (string, os.FileInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, compileTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, python, "-I", "-c", compileScript, script)
@@ -137,44 +135,30 @@ func compileWith(ctx context.Context, python, script string) (string, error) {
 	if err != nil {
 		if msg := strings.TrimSpace(stderr.String()); msg != "" {
 			lines := strings.Split(msg, "\n")
-			return "", fmt.Errorf("%v: %s", err, lines[len(lines)-1])
+			return "", nil, fmt.Errorf("%v: %s", err, lines[len(lines)-1])
 		}
-		return "", err
+		return "", nil, err
 	}
 	path := strings.TrimSpace(string(out))
 	if path == "" {
-		return "", nil
+		return "", nil, nil
 	}
 	want := filepath.Join(filepath.Dir(script), "__pycache__")
 	base := strings.TrimSuffix(filepath.Base(script), ".py") + "."
 	if filepath.Dir(path) != want || !strings.HasPrefix(filepath.Base(path), base) || !strings.HasSuffix(path, ".pyc") {
-		return "", fmt.Errorf("the interpreter wrote the bytecode to %q, not in %s", path, want)
+		return "", nil, fmt.Errorf("the interpreter wrote the bytecode to %q, not in %s", path, want)
 	}
-	if err := privateFile(path); err != nil {
-		return "", err
+	st, err := os.Lstat(path)
+	if err != nil {
+		return "", nil, err
 	}
-	return path, nil
+	if !ownedPrivately(st) {
+		return "", nil, fmt.Errorf("%s is not a plain file of this user's that only it may write (mode %v)", path, st.Mode())
+	}
+	return path, st, nil
 }
 
 // bytecodePath is the bytecode named name beside script.
 func bytecodePath(script, name string) string {
 	return filepath.Join(filepath.Dir(script), "__pycache__", name)
-}
-
-// privateFile checks that path is a plain file of this user's that no one
-// else may write, in a directory no one else may write.
-func privateFile(path string) error {
-	for _, p := range []string{path, filepath.Dir(path)} {
-		st, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
-		if st.Mode().Perm()&0o022 != 0 || (p == path && !st.Mode().IsRegular()) || (p != path && !st.IsDir()) {
-			return fmt.Errorf("%s may be written by others (mode %v)", p, st.Mode())
-		}
-		if owner, ok := config.FileOwner(st); ok && owner != os.Geteuid() {
-			return fmt.Errorf("%s belongs to another user (uid %d)", p, owner)
-		}
-	}
-	return nil
 }

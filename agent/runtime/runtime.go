@@ -191,14 +191,21 @@ func cacheRuntime(stateDir string, content []byte, source string) (Script, error
 // only this user may write, holding exactly content.
 func cachedRuntimeOK(path string, content []byte) bool {
 	st, err := os.Lstat(path)
-	if err != nil || !st.Mode().IsRegular() || st.Size() != int64(len(content)) || st.Mode().Perm()&0o022 != 0 {
-		return false
-	}
-	if owner, ok := config.FileOwner(st); ok && owner != os.Geteuid() {
+	if err != nil || !ownedPrivately(st) || st.Size() != int64(len(content)) {
 		return false
 	}
 	have, err := os.ReadFile(path)
 	return err == nil && bytes.Equal(have, content)
+}
+
+// ownedPrivately reports whether st is a plain file of this user's that
+// only this user may write.
+func ownedPrivately(st os.FileInfo) bool {
+	if !st.Mode().IsRegular() || st.Mode().Perm()&0o022 != 0 {
+		return false
+	}
+	owner, ok := config.FileOwner(st)
+	return !ok || owner == os.Geteuid()
 }
 
 // EmbeddedHash is the sha256, in hex, of the runner embedded in this
