@@ -153,17 +153,17 @@ func (a *Agent) runSlot(c *call) {
 		connected := done.journal != nil || done.session.Err() == nil
 		var running, waiting int
 		c, running, waiting = a.book.next(done, connected && !a.life.mode().ending())
-		if c != nil {
-			c.wg.Add(1)
-			go func() {
-				done.settled()
-				done.wg.Done()
-			}()
-		} else {
+		// done's end record may wait for its runner's exit to be reported:
+		// the next call does not.
+		finished := func() {
 			done.settled()
 			done.wg.Done()
 		}
-		if c != nil {
+		if c == nil {
+			finished()
+		} else {
+			c.wg.Add(1)
+			go finished()
 			a.publishCounts(running, waiting)
 			c.log.Info("call started after waiting for a slot", "op", c.op, "function", logging.Cut(c.function, maxLoggedID),
 				"waited", time.Since(c.arrived).Round(time.Millisecond).String())

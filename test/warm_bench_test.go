@@ -143,12 +143,8 @@ func BenchmarkPythonLatency(b *testing.B) {
 					took = append(took, time.Since(start))
 				}
 				b.StopTimer()
-				slices.Sort(took)
-				ms := func(q float64) float64 {
-					return float64(took[int(q*float64(len(took)-1))].Microseconds()) / 1000
-				}
-				b.ReportMetric(ms(0.5), "median-ms")
-				b.ReportMetric(ms(0.9), "p90-ms")
+				b.ReportMetric(quantileMs(took, 0.5), "median-ms")
+				b.ReportMetric(quantileMs(took, 0.9), "p90-ms")
 			})
 		}
 	}

@@ -495,12 +495,17 @@ func (p *Process) End(answered bool) func() Usage {
 	}
 	if p.gone != p.exited && closed(p.gone) && !closed(p.exited) && p.box.cg != nil && !p.box.cg.Populated() {
 		p.warmDone()
-		usage := make(chan Usage, 1)
+		reported := make(chan struct{})
+		var u Usage
 		p.behind.Go(func() {
 			<-p.exited
-			usage <- p.finish()
+			u = p.finish()
+			close(reported)
 		})
-		return sync.OnceValue(func() Usage { return <-usage })
+		return func() Usage {
+			<-reported
+			return u
+		}
 	}
 	u := p.finish()
 	p.warmDone()

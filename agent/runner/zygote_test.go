@@ -645,6 +645,17 @@ func TestZygotes(t *testing.T) {
 		// call is forked from that zygote rather than started cold.
 		z := newZygoteRig(t, 1, nil)
 		zyg, spares := z.forking(t, warmOneKeeps)
+		// Their exits, as the kernel says (a zombie until the zygote
+		// reaps it counts), watched while they run.
+		var watches []*platform.ExitWatch
+		for _, pid := range spares {
+			w := platform.WatchExit(pid)
+			defer w.Close()
+			if w.Exited() == nil {
+				t.Skip("no pidfd here (Linux 5.3, or a seccomp filter denies it)")
+			}
+			watches = append(watches, w)
+		}
 		c, err := z.runNodeIn(context.Background(), "other-environment", pidNode, []string{"OMP_NUM_THREADS=3"})
 		if err != nil {
 			t.Fatalf("Start: %v", err)
@@ -656,13 +667,13 @@ func TestZygotes(t *testing.T) {
 		if containsInt(spares, c.box.pid) {
 			t.Fatalf("the call of another environment ran in %d, a spare of the first %v", c.box.pid, spares)
 		}
-		deadline := time.Now().Add(waitLong)
-		for _, pid := range spares {
-			for platform.ProcessAlive(pid) && time.Now().Before(deadline) {
-				time.Sleep(5 * time.Millisecond)
+		for i, w := range watches {
+			select {
+			case <-w.Exited():
+			case <-time.After(waitLong):
+				t.Errorf("the first environment's forked spare %d still runs %s later", spares[i], waitLong)
 			}
 		}
-		gone(t, "the first environment's forked spares", spares...)
 		p := z.pool.warm
 		p.mu.Lock()
 		for _, we := range p.envs {
