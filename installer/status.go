@@ -265,6 +265,9 @@ func writeWorker(row func(label, format string, args ...any), state State, st st
 	if st.Containment != "" {
 		row("contain", "%s", st.Containment)
 	}
+	if st.Sandbox != "" {
+		row("sandbox", "%s", st.Sandbox)
+	}
 	if st.Policy != "" {
 		row("policy", "%s", st.Policy)
 	}

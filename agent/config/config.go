@@ -28,6 +28,7 @@ import (
 // writes the same keys to the TOML file that `run --config` reads, so both
 // use the one option table below.
 type Config struct {
+	File        string // the config file read (absolute), if any: hidden from node code
 	URL         string
 	Token       string
 	TokenFile   string
@@ -43,6 +44,11 @@ type Config struct {
 	Runtime     string // auto, embedded or a path
 	CancelGrace time.Duration
 	Containment string // auto ("" too), cgroup or subreaper (see runner.SetupContainment)
+	// Sandbox: auto ("" too), on or off (runner.SetupSandbox); SandboxBinds
+	// are the paths shown to node code beyond the system, "PATH" read-only
+	// or "PATH:rw".
+	Sandbox      string
+	SandboxBinds []string
 	// ReloadTimeout bounds how long a reload waits for running calls; 0
 	// waits as long as they run.
 	ReloadTimeout time.Duration
@@ -215,6 +221,19 @@ var Options = []Option{
 		durationUpTo(func(c *Config, d time.Duration) { c.CancelGrace = d }, maxCancelGrace, "every stop of the service waits this long")},
 	{"containment", "auto|cgroup|subreaper", "how a call's processes are kept together so that all are stopped with it: a cgroup per call where the worker may write its cgroup (root, or systemd's Delegate=yes), else the subreaper and an environment cookie (auto)",
 		oneOf(func(c *Config, v string) { c.Containment = v }, "auto", "cgroup", "subreaper")},
+	{"sandbox", "auto|on|off", "whether each call runs in a sandbox of its own (Linux 5.12 and user namespaces): it sees its own directory and a private /tmp, /var/tmp and /dev/shm, reads the rest of the system, and cannot see the worker's state, config or token, another call, or signal the worker; auto: wherever the kernel allows; a worker with a code policy will not start without one unless this says off",
+		oneOf(func(c *Config, v string) { c.Sandbox = v }, "auto", "on", "off")},
+	{"sandbox-bind", "PATH[:rw],…", "paths a sandboxed call may reach beyond the system (read-only; :rw makes one writable): data sets, a shared cache; the flag may be repeated",
+		func(c *Config, v string) error {
+			for _, b := range SplitLabels(v) {
+				p, mode, _ := strings.Cut(b, ":")
+				if !filepath.IsAbs(p) || (mode != "" && mode != "rw" && mode != "ro") {
+					return fmt.Errorf("%q: give an absolute path, optionally followed by :rw (writable) or :ro", b)
+				}
+				c.SandboxBinds = append(c.SandboxBinds, b)
+			}
+			return nil
+		}},
 	{"reload-timeout", "DURATION", "how long a reload (SIGHUP, 'systemctl reload', a package upgrade) waits for running calls before stopping them; 0 or forever waits as long as they run",
 		func(c *Config, v string) error {
 			if strings.EqualFold(strings.TrimSpace(v), "forever") {
@@ -326,7 +345,8 @@ func Repeatable(name string) bool { return repeatable[name] != nil }
 // values adding up; each layer (file, variable, flags) replaces the one
 // before it, as for any option. Each entry empties its option.
 var repeatable = map[string]func(*Config){
-	"trust-key": func(c *Config) { c.TrustKeys = nil },
+	"trust-key":    func(c *Config) { c.TrustKeys = nil },
+	"sandbox-bind": func(c *Config) { c.SandboxBinds = nil },
 }
 
 // optionDefaults is each option's default as --help, the manual and the
@@ -350,6 +370,8 @@ var optionDefaults = map[string]string{
 	"runtime":        "auto",
 	"cancel-grace":   DefaultCancelGrace.String(),
 	"containment":    "(auto)",
+	"sandbox":        "(auto)",
+	"sandbox-bind":   "(none)",
 	"reload-timeout": "forever",
 	"max-line":       logging.FormatBytes(DefaultMaxLine),
 	"log-format":     "text",
@@ -499,6 +521,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		if err := ApplyFile(&cfg, configPath); err != nil {
 			return cfg, err
 		}
+		cfg.File, _ = filepath.Abs(configPath)
 	}
 	for _, o := range Options {
 		if o.Env() == "" {

@@ -341,6 +341,9 @@ func (p *Process) startCold(spec Spec) (*os.File, error) {
 	cmd.ExtraFiles = extra
 	stdinR, stdin, err := runnerPipe(1)
 	if err == nil {
+		err = p.cfg.sandboxed(cmd, dir, args[0], spec.Runtime.Path)
+	}
+	if err == nil {
 		cmd.Stdin = stdinR
 		err = b.start(cmd)
 		stdinR.Close()

@@ -327,6 +327,9 @@ func (s *spare) launch(args []string, extra []*os.File, stdout, stderr *os.File)
 	stdin, err := cmd.StdinPipe()
 	s.began = time.Now()
 	if err == nil {
+		err = p.cfg.sandboxed(cmd, dir, args[0], s.we.rt.Path)
+	}
+	if err == nil {
 		err = s.box.start(cmd)
 	}
 	if err != nil {

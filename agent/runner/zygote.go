@@ -58,9 +58,12 @@ var errZygoteBusy = errors.New("the zygote is busy forking a spare")
 
 // forksHere reports whether calls of this worker can be forked from
 // zygotes: a cgroup per call, and orphans adopted by this process.
-var forksHere = sync.OnceValue(func() bool {
-	return callCgroupsSet() != nil && platform.IsSubreaper()
-})
+// Not in a sandbox: a fork would share its zygote's (sandbox.go).
+func forksHere() bool {
+	return callCgroupsSet() != nil && isSubreaper() && currentSandbox() == nil
+}
+
+var isSubreaper = sync.OnceValue(platform.IsSubreaper)
 
 // zygote is an environment's zygote: a warm process watched for
 // freshness and discarded as a spare is (its spare), which forks the

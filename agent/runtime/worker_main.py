@@ -42,6 +42,15 @@ half, and a test there pins each value to its twin here):
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__" and sys.path:
+    # Python 3.11's -P on every version: the runtime's own directory,
+    # first on the path as a script's is, is the worker's, and nothing in
+    # it is to be imported (a json.py planted there would run in every
+    # later runner). Before any import that could look there.
+    del sys.path[0]
+
 import _signal
 import _thread
 import collections

@@ -57,6 +57,7 @@ type Status struct {
 	ReloadRefused *ReloadRefused `json:"reload_refused,omitempty"`
 	Listen        string         `json:"listen,omitempty"`      // where /metrics, /healthz and /livez are served
 	Containment   string         `json:"containment,omitempty"` // how calls' processes are kept together (runner.SetupContainment)
+	Sandbox       string         `json:"sandbox,omitempty"`     // "on", or "off: why, what to change" (runner.SetupSandbox)
 	Policy        string         `json:"policy,omitempty"`      // the code policy and call hooks in force (config.Config.PolicyText)
 	Warm          string         `json:"warm,omitempty"`        // what --warm keeps, said as runner.WarmShown says it
 	Updated       time.Time      `json:"updated"`

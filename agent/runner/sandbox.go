@@ -1,0 +1,164 @@
+package runner
+
+// The sandbox each runner starts in (platform/sandbox.go says what it
+// lays out): the runner package decides what a runner is shown, which is
+// its own call directory (writable), the files its interpreter executes
+// (read-only), the machine owner's paths (--sandbox-bind) and, for a
+// worker started by hand in a project directory that its runners work in,
+// that directory; and what is hidden: the state directory, the config and
+// the token.
+//
+// A runner forked from a zygote would share its zygote's namespaces, so
+// its /tmp and what it may signal would be its zygote's and its siblings';
+// while the sandbox is on, spares are started through it instead (no
+// zygote), each in a sandbox of its own made before its call arrives.
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/fluksio/fluksio-worker/platform"
+)
+
+// Sandbox is what every runner's sandbox shares.
+type Sandbox struct {
+	Exe   string                  // the worker's binary, which sets each sandbox up
+	Hide  []string                // the state directory, the config file, the token file
+	Binds []platform.SandboxBind // the machine owner's (--sandbox-bind)
+}
+
+// sandboxSet is the sandbox SetupSandbox found possible and wanted; nil:
+// runners run without one. The process's, as containment is.
+var sandboxSet atomic.Pointer[Sandbox]
+
+// currentSandbox is the runners' sandbox, nil for none.
+func currentSandbox() *Sandbox { return sandboxSet.Load() }
+
+// SandboxOff is the start of the state said for a worker without one.
+const SandboxOff = "off"
+
+// SetupSandbox sets up the runners' sandbox as --sandbox asks: "off"
+// never, "on" or "auto" where the kernel gives one. It returns the state
+// to say at start, in check and in status ("on", or "off: WHY, what to
+// change"), and whether the sandbox wanted ("on") could not be had.
+func SetupSandbox(want string, sb Sandbox, stateDir string) (state string, missing bool) {
+	sandboxSet.Store(nil)
+	if want == "off" {
+		return SandboxOff + ": --sandbox off", false
+	}
+	state = ProbeSandbox(want, sb.Exe, stateDir)
+	if strings.HasPrefix(state, SandboxOff) {
+		return state, want == "on"
+	}
+	sandboxSet.Store(&sb)
+	return state, false
+}
+
+// sandboxAdvice is what to change, for a reason the probe gave.
+func sandboxAdvice(why string) string {
+	switch {
+	case strings.Contains(why, "Linux"):
+		return ""
+	case strings.Contains(why, "namespace"), strings.Contains(why, "operation not permitted"):
+		return "; allow user namespaces (sysctl user.max_user_namespaces > 0, kernel.unprivileged_userns_clone=1; in a systemd unit RestrictNamespaces=user mnt pid and @mount allowed in SystemCallFilter), or say --sandbox off"
+	}
+	return "; or say --sandbox off"
+}
+
+// ProbeSandbox says what SetupSandbox would, for check.
+func ProbeSandbox(want, exe, stateDir string) string {
+	if want == "off" {
+		return SandboxOff + ": --sandbox off"
+	}
+	why, note := platform.ProbeSandbox(exe, stateDir)
+	switch {
+	case why != "":
+		return SandboxOff + ": " + why + sandboxAdvice(why)
+	case note != "":
+		return "on, " + note
+	}
+	return "on"
+}
+
+// sandboxed makes cmd, a runner with its call directory dir and the script
+// its interpreter runs, start in its sandbox, where there is one.
+func (c *Config) sandboxed(cmd *exec.Cmd, dir *callDir, scripts ...string) error {
+	sb := currentSandbox()
+	if sb == nil {
+		return nil
+	}
+	spec := platform.SandboxSpec{Hide: sb.Hide, Dir: cmd.Dir}
+	spec.Binds = append(spec.Binds, platform.SandboxBind{Path: dir.path, Write: true})
+	for _, s := range scripts {
+		if s != "" && !slices.ContainsFunc(spec.Binds, func(b platform.SandboxBind) bool { return b.Path == s }) {
+			spec.Binds = append(spec.Binds, platform.SandboxBind{Path: s})
+		}
+	}
+	spec.Binds = append(spec.Binds, sb.Binds...)
+	if dir.cwd == "" {
+		// The worker's own working directory, where its runners work (a
+		// person's project directory).
+		if wd, err := os.Getwd(); err == nil {
+			spec.Binds = append(spec.Binds, platform.SandboxBind{Path: wd, Write: true})
+			spec.Dir = wd
+		}
+	}
+	cmd.Env = sandboxEnv(cmd.Env, dir, sb.Hide, sb.Binds)
+	if err := platform.SandboxCommand(cmd, sb.Exe, spec); err != nil {
+		return fmt.Errorf("the runner's sandbox: %w", err)
+	}
+	return nil
+}
+
+// sandboxEnv points what the environment names that node code could not
+// use in its sandbox at the call's own directory: the artifact cache
+// (read-only, or hidden with the state directory: each call caches for
+// itself unless the owner made a cache writable with --sandbox-bind, since
+// a cache calls share is one a node could poison for the next) and HOME
+// where it is hidden (a service's is its state directory).
+func sandboxEnv(env []string, dir *callDir, hidden []string, binds []platform.SandboxBind) []string {
+	var writable []string
+	for _, b := range binds {
+		if b.Write {
+			writable = append(writable, b.Path)
+		}
+	}
+	env = slices.Clip(env)
+	set := func(name, v string) {
+		// In place: an interpreter takes the first of two entries.
+		env = slices.DeleteFunc(env, func(e string) bool { return strings.HasPrefix(e, name+"=") })
+		env = append(env, name+"="+v)
+	}
+	if v, ok := lookupEnv(env, "FLUKSIO_ARTIFACT_CACHE"); ok && !within(v, writable) {
+		set("FLUKSIO_ARTIFACT_CACHE", filepath.Join(dir.path, ".fluksio-artifacts"))
+	}
+	if v, ok := lookupEnv(env, "HOME"); ok && within(v, hidden) {
+		set("HOME", dir.path)
+	}
+	return env
+}
+
+// lookupEnv is the last value of name in env.
+func lookupEnv(env []string, name string) (string, bool) {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], name+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// within reports whether path is one of dirs or below one.
+func within(path string, dirs []string) bool {
+	for _, d := range dirs {
+		if path == d || strings.HasPrefix(path, strings.TrimSuffix(d, "/")+"/") {
+			return true
+		}
+	}
+	return false
+}
