@@ -27,8 +27,8 @@ import (
 
 // Sandbox is what every runner's sandbox shares.
 type Sandbox struct {
-	Exe   string                  // the worker's binary, which sets each sandbox up
-	Hide  []string                // the state directory, the config file, the token file
+	Exe   string                 // the worker's binary, which sets each sandbox up
+	Hide  []string               // the state directory, the config file, the token file
 	Binds []platform.SandboxBind // the machine owner's (--sandbox-bind)
 }
 
