@@ -223,7 +223,7 @@ var Options = []Option{
 		oneOf(func(c *Config, v string) { c.Containment = v }, "auto", "cgroup", "subreaper")},
 	{"sandbox", "auto|on|off", "whether each call runs in a sandbox of its own (Linux 5.12 and user namespaces): it sees its own directory and a private /tmp, /var/tmp and /dev/shm, reads the rest of the system, and cannot see the worker's state, config or token, another call, or signal the worker; auto: wherever the kernel allows; a worker with a code policy will not start without one unless this says off",
 		oneOf(func(c *Config, v string) { c.Sandbox = v }, "auto", "on", "off")},
-	{"sandbox-bind", "PATH[:rw],…", "paths a sandboxed call may reach beyond the system (read-only; :rw makes one writable): data sets, a shared cache; the flag may be repeated",
+	{"sandbox-bind", "PATH[:rw],PATH", "paths a sandboxed call may reach beyond the system (read-only; :rw makes one writable): data sets, a shared cache; the flag may be repeated",
 		func(c *Config, v string) error {
 			for _, b := range SplitLabels(v) {
 				p, mode, _ := strings.Cut(b, ":")
