@@ -18,10 +18,11 @@ package platform
 //     the runner executes shown inside (those read-only);
 //   - a /dev of its own with the usual character devices and the GPUs'
 //     (/dev/nvidia*, /dev/dri, /dev/kfd), and no disks;
-//   - its own /proc (where the kernel allows a new one: not inside a
-//     systemd unit whose ProtectKernelTunables covers parts of /proc) and
-//     its own PID namespace: the worker, its other runners and other
-//     calls' processes cannot be named, so not signalled.
+//   - Landlock's scopes (Linux 6.12): it cannot signal, trace (read the
+//     memory or environment of) or reach the abstract sockets of any
+//     process outside it: the worker, its zygotes and spares, other
+//     calls. Where the kernel is older, a PID namespace of its own (and
+//     its own /proc) instead: what is outside cannot be named.
 //
 // Node code runs as the worker's uid with no capability (in any
 // namespace) and no_new_privs: it cannot undo a mount, and since /sys is
@@ -48,6 +49,17 @@ type SandboxSpec struct {
 	// Probe: set up, then exit 0 without executing anything (what the
 	// worker tries at start).
 	Probe bool `json:"probe,omitempty"`
+	// OwnPIDs: a PID namespace of its own, with its own /proc, so that
+	// nothing outside can be named, so signalled. Without it the process
+	// keeps the worker's pids (what node code and the worker's tests see
+	// of a process is its real pid), and Landlock's scopes keep it from
+	// signalling or tracing anything outside it (Linux 6.12,
+	// SandboxScopes), which the helper then requires.
+	OwnPIDs bool `json:"own_pids,omitempty"`
+	// Zygote: the process forks runners that sandbox themselves
+	// (worker_main.py's sandbox_fork), each scoped by Landlock; it is not
+	// scoped itself.
+	Zygote bool `json:"zygote,omitempty"`
 }
 
 // SandboxBind is a path shown in the sandbox.

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -40,7 +41,10 @@ func SandboxCommand(cmd *exec.Cmd, exe string, spec SandboxSpec) error {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	a := cmd.SysProcAttr
-	a.Cloneflags |= unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID
+	a.Cloneflags |= unix.CLONE_NEWUSER | unix.CLONE_NEWNS
+	if spec.OwnPIDs {
+		a.Cloneflags |= unix.CLONE_NEWPID
+	}
 	uid, gid := os.Getuid(), os.Getgid()
 	a.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
 	a.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
@@ -64,7 +68,7 @@ func ProbeSandbox(exe, stateDir string) (why, note string) {
 	cmd.Env = []string{}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	spec := SandboxSpec{Hide: []string{stateDir}, Dir: "/", Probe: true}
+	spec := SandboxSpec{Hide: []string{stateDir}, Dir: "/", Probe: true, OwnPIDs: !SandboxScopes()}
 	if err := SandboxCommand(cmd, exe, spec); err != nil {
 		return err.Error(), ""
 	}
@@ -104,6 +108,11 @@ func SandboxExec() {
 	}
 	if err := dropCapabilities(); err != nil {
 		sandboxFail("dropping capabilities: %v", err)
+	}
+	if !spec.OwnPIDs && !spec.Zygote {
+		if err := landlockScope(); err != nil {
+			sandboxFail("keeping it from signalling the worker: Landlock's scopes (Linux 6.12): %v", err)
+		}
 	}
 	if spec.Probe {
 		os.Exit(0)
@@ -206,7 +215,9 @@ func layOut(spec SandboxSpec) error {
 	// parts of the /proc seen are covered (systemd's ProtectKernelTunables
 	// does): then the worker's /proc stays, said by the probe, and pids
 	// there name no process of this namespace.
-	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	if !spec.OwnPIDs {
+		// No PID namespace of its own, so no /proc of its own either.
+	} else if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		if spec.Probe {
 			fmt.Printf("without a /proc of its own (%v: parts of /proc are covered, as systemd's ProtectKernelTunables does), node code can read the /proc of the worker's processes\n", err)
 		}
@@ -349,4 +360,40 @@ func dropCapabilities() error {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
 	return unix.Capset(&hdr, &data[0])
+}
+
+// Landlock's scopes (ABI 6, Linux 6.12): a process restricted with them
+// signals nothing, and connects to no abstract socket, outside its own
+// domain; ptrace outside it Landlock refuses at every ABI.
+const (
+	landlockScopeAbstractUnixSocket = 1 << 0
+	landlockScopeSignal             = 1 << 1
+	landlockCreateRulesetVersion    = 1 << 0
+)
+
+// SandboxScopes reports whether the kernel has Landlock's scopes, which
+// keep a sandboxed process from signalling or tracing what is outside it
+// without a PID namespace: then runners keep their real pids, and runners
+// forked from a zygote can be sandboxed (each makes user and mount
+// namespaces of its own; a fork cannot be given a PID namespace, its pid
+// must stay the worker's to watch). Where it cannot, each runner gets a
+// PID namespace, and spares are started, not forked.
+func SandboxScopes() bool {
+	abi, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, landlockCreateRulesetVersion)
+	return errno == 0 && abi >= 6
+}
+
+// landlockScope restricts this process to signal, trace and connect to
+// abstract sockets only within its own domain (Landlock's scopes).
+func landlockScope() error {
+	attr := [3]uint64{0, 0, landlockScopeSignal | landlockScopeAbstractUnixSocket}
+	fd, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr[0])), unsafe.Sizeof(attr), 0)
+	if errno != 0 {
+		return errno
+	}
+	defer unix.Close(int(fd))
+	if _, _, errno := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, fd, 0, 0); errno != 0 {
+		return errno
+	}
+	return nil
 }

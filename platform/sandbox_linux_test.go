@@ -49,6 +49,16 @@ func sandboxed(t *testing.T, spec SandboxSpec, script string) string {
 // own directory and /tmp take files, the rest is read-only, the worker's
 // pid names no process, and the spec is not in the runner's environment.
 func TestSandboxShowsOnlyWhatIsTheCalls(t *testing.T) {
+	t.Run("own-pids", func(t *testing.T) { testSandboxShows(t, true) })
+	t.Run("scoped", func(t *testing.T) {
+		if !SandboxScopes() {
+			t.Skip("no Landlock scopes here (Linux 6.12)")
+		}
+		testSandboxShows(t, false)
+	})
+}
+
+func testSandboxShows(t *testing.T, ownPIDs bool) {
 	state := t.TempDir()
 	own := filepath.Join(state, "calls", "call-own")
 	sibling := filepath.Join(state, "calls", "call-other")
@@ -80,7 +90,8 @@ func TestSandboxShowsOnlyWhatIsTheCalls(t *testing.T) {
 			{Path: runtimeFile},
 			{Path: writable, Write: true},
 		},
-		Dir: own,
+		Dir:     own,
+		OwnPIDs: ownPIDs,
 	}
 	script := strings.Join([]string{
 		`echo "cwd=$(pwd)"`,
@@ -104,12 +115,15 @@ func TestSandboxShowsOnlyWhatIsTheCalls(t *testing.T) {
 	for _, want := range []string{
 		"cwd=" + own, "token=\n", "listed=call-own\n", "sibling=unreadable", "held=unreadable",
 		"own=writable", "runtime=read-only", "runtime-says=print('runtime')", "bind=writable",
-		"tmp=writable", "shm=writable", "etc=read-only", "worker=unsignalled", "pid=1\n",
+		"tmp=writable", "shm=writable", "etc=read-only", "worker=unsignalled",
 		"spec-in-env=0", "disks=0",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("inside the sandbox, want %q in:\n%s", want, out)
 		}
+	}
+	if ownPIDs != strings.Contains(out, "pid=1\n") {
+		t.Errorf("a PID namespace of its own: %v; the script's pid:\n%s", ownPIDs, out)
 	}
 	if strings.Contains(out, "s3cr3t-token") {
 		t.Errorf("the token was read:\n%s", out)

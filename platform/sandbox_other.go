@@ -24,3 +24,6 @@ func SandboxExec() {
 	fmt.Fprintln(os.Stderr, "fluksio-worker sandbox: a sandbox needs Linux")
 	os.Exit(SandboxExitSetup)
 }
+
+// SandboxScopes: no sandbox, no scopes.
+func SandboxScopes() bool { return false }

@@ -341,7 +341,7 @@ func (p *Process) startCold(spec Spec) (*os.File, error) {
 	cmd.ExtraFiles = extra
 	stdinR, stdin, err := runnerPipe(1)
 	if err == nil {
-		err = p.cfg.sandboxed(cmd, dir, args[0], spec.Runtime.Path)
+		err = p.cfg.sandboxed(cmd, dir, false, args[0], spec.Runtime.Path)
 	}
 	if err == nil {
 		cmd.Stdin = stdinR

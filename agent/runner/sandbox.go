@@ -8,10 +8,13 @@ package runner
 // that directory; and what is hidden: the state directory, the config and
 // the token.
 //
-// A runner forked from a zygote would share its zygote's namespaces, so
-// its /tmp and what it may signal would be its zygote's and its siblings';
-// while the sandbox is on, spares are started through it instead (no
-// zygote), each in a sandbox of its own made before its call arrives.
+// A zygote is started in a sandbox too, which keeps the worker's PID
+// namespace (the pids it reports are the worker's to watch) and shows the
+// call directories' directory: each runner it forks makes a sandbox of its
+// own before its call arrives (worker_main.py's sandbox_fork: namespaces
+// of its own, the other calls' directories hidden, Landlock's scopes for
+// signals). Where Landlock's scopes are missing (Linux before 6.12), no
+// zygote is used: spares are started, each in a sandbox of its own.
 
 import (
 	"fmt"
@@ -30,6 +33,10 @@ type Sandbox struct {
 	Exe   string                 // the worker's binary, which sets each sandbox up
 	Hide  []string               // the state directory, the config file, the token file
 	Binds []platform.SandboxBind // the machine owner's (--sandbox-bind)
+	// forks: Landlock's scopes are there (platform.SandboxScopes): runners
+	// keep their pids, and those forked from a zygote can sandbox
+	// themselves. Without, each runner has a PID namespace of its own.
+	forks bool
 }
 
 // sandboxSet is the sandbox SetupSandbox found possible and wanted; nil:
@@ -55,6 +62,7 @@ func SetupSandbox(want string, sb Sandbox, stateDir string) (state string, missi
 	if strings.HasPrefix(state, SandboxOff) {
 		return state, want == "on"
 	}
+	sb.forks = platform.SandboxScopes()
 	sandboxSet.Store(&sb)
 	return state, false
 }
@@ -87,13 +95,19 @@ func ProbeSandbox(want, exe, stateDir string) string {
 
 // sandboxed makes cmd, a runner with its call directory dir and the script
 // its interpreter runs, start in its sandbox, where there is one.
-func (c *Config) sandboxed(cmd *exec.Cmd, dir *callDir, scripts ...string) error {
+func (c *Config) sandboxed(cmd *exec.Cmd, dir *callDir, zygote bool, scripts ...string) error {
 	sb := currentSandbox()
 	if sb == nil {
 		return nil
 	}
-	spec := platform.SandboxSpec{Hide: sb.Hide, Dir: cmd.Dir}
+	spec := platform.SandboxSpec{Hide: sb.Hide, Dir: cmd.Dir, Zygote: zygote, OwnPIDs: !sb.forks}
 	spec.Binds = append(spec.Binds, platform.SandboxBind{Path: dir.path, Write: true})
+	if zygote {
+		// Its forks' directories, each of which hides the others.
+		calls := filepath.Dir(dir.path)
+		spec.Binds = append(spec.Binds, platform.SandboxBind{Path: calls, Write: true})
+		cmd.Env = append(cmd.Env, sandboxForksEnv+"="+calls)
+	}
 	for _, s := range scripts {
 		if s != "" && !slices.ContainsFunc(spec.Binds, func(b platform.SandboxBind) bool { return b.Path == s }) {
 			spec.Binds = append(spec.Binds, platform.SandboxBind{Path: s})

@@ -139,6 +139,9 @@ type spareReport struct {
 		Count  int    `json:"count"`
 		Module string `json:"module"`
 	} `json:"threads"`
+	// NoForks, from a zygote that sandboxes its forks: why it cannot
+	// (worker_main.py's sandbox_fork_tried).
+	NoForks string `json:"no_forks"`
 }
 
 // awaitReport reaps s, started, once it exits, and reads its report.
@@ -327,7 +330,7 @@ func (s *spare) launch(args []string, extra []*os.File, stdout, stderr *os.File)
 	stdin, err := cmd.StdinPipe()
 	s.began = time.Now()
 	if err == nil {
-		err = p.cfg.sandboxed(cmd, dir, args[0], s.we.rt.Path)
+		err = p.cfg.sandboxed(cmd, dir, s.box.role == platform.CgroupZygote, args[0], s.we.rt.Path)
 	}
 	if err == nil {
 		err = s.box.start(cmd)

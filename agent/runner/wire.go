@@ -35,6 +35,13 @@ import (
 	"os"
 )
 
+// sandboxForksEnv, in a zygote's environment where calls are sandboxed,
+// names the call directories' directory: each runner it forks hides it
+// but for its own (worker_main.py's SANDBOX_FORKS_ENV, sandbox_fork). Its
+// report's "no_forks" says why forks cannot be sandboxed, where they
+// cannot (spareReport.NoForks).
+const sandboxForksEnv = "FLUKSIO_SANDBOX_FORKS"
+
 // The flags of the runtime's modes (worker_main.py's SPARE_FLAG,
 // ZYGOTE_FLAG, OUTPUT_FLAG).
 const (

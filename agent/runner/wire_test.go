@@ -83,6 +83,7 @@ func TestWireMatchesTheRuntime(t *testing.T) {
 		{"LOG_RATE", float64(logRate)},
 		{"LOG_TAIL", float64(logTail)},
 		{"LOG_LINE_MAX", float64(nodeLineMax)},
+		{"SANDBOX_FORKS_ENV", sandboxForksEnv},
 	}
 	for _, tw := range twins {
 		got, ok := py[tw.name]

@@ -58,9 +58,10 @@ var errZygoteBusy = errors.New("the zygote is busy forking a spare")
 
 // forksHere reports whether calls of this worker can be forked from
 // zygotes: a cgroup per call, and orphans adopted by this process.
-// Not in a sandbox: a fork would share its zygote's (sandbox.go).
+// In a sandbox, only where forks can sandbox themselves (sandbox.go).
 func forksHere() bool {
-	return callCgroupsSet() != nil && isSubreaper() && currentSandbox() == nil
+	sb := currentSandbox()
+	return callCgroupsSet() != nil && isSubreaper() && (sb == nil || sb.forks)
 }
 
 var isSubreaper = sync.OnceValue(platform.IsSubreaper)
@@ -87,7 +88,7 @@ func (z *zygote) run() {
 		return
 	}
 	r, err := z.awaitReport(report)
-	if r.Threads != nil {
+	if r.Threads != nil || r.NoForks != "" {
 		// A fork keeps only the thread that forks: the library whose
 		// threads are gone hangs or aborts in every call. The zygote
 		// forks none (it answers 0); its environment's spares start cold.
@@ -95,7 +96,11 @@ func (z *zygote) run() {
 		if z.state == spareStarting {
 			if !p.threaded[z.we.key] {
 				p.threaded[z.we.key] = true
-				z.box.log.Warn("a --preload module started threads, and a process with threads cannot be forked safely; spares of its environment start cold instead of forked from a zygote", "module", r.Threads.Module, "threads", r.Threads.Count)
+				if r.Threads != nil {
+					z.box.log.Warn("a --preload module started threads, and a process with threads cannot be forked safely; spares of its environment start cold instead of forked from a zygote", "module", r.Threads.Module, "threads", r.Threads.Count)
+				} else {
+					z.box.log.Warn("runners forked from a zygote cannot sandbox themselves here; spares of its environment start cold, each in a sandbox of its own", "why", r.NoForks)
+				}
 			}
 			p.dropLocked(z.spare)
 			p.fillLocked()

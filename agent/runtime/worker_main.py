@@ -104,6 +104,11 @@ FORK_REQUEST_KEYS = ("env", "cwd", "token")
 FORK_FDS = 5
 FORKED_OUTPUT_FD = 3
 FORK_FAILED = b"0"
+# In a zygote's environment where the worker sandboxes calls: the directory
+# of the call directories, which each fork hides but for its own
+# (sandbox_fork). Its report says, under "no_forks", why forks cannot be
+# sandboxed where they cannot.
+SANDBOX_FORKS_ENV = "FLUKSIO_SANDBOX_FORKS"
 # One exit report of a zygote (ExitReports), in one write, in native byte
 # order: the runner's pid, its raw wait status, its peak memory in KiB.
 EXIT_RECORD_FORMAT = "=iIQ"
@@ -2861,7 +2866,7 @@ def spare_prepare() -> None:
     preload_and_report(fd, preloads)
 
 
-def preload_and_report(fd: int, preloads: list, forks: bool = False) -> bool:
+def preload_and_report(fd: int, preloads: list, forks: bool = False, no_forks: str = "") -> bool:
     """Imports the SDK and the preloads, and reports as spare_prepare says; True if this process has threads a fork cannot keep.
 
     A process that forks (a zygote) also says in the report, under
@@ -2936,6 +2941,8 @@ def preload_and_report(fd: int, preloads: list, forks: bool = False) -> bool:
         # gives each call a library whose threads are gone (its next
         # parallel op hangs, or aborts). The worker starts spares cold.
         report["threads"] = {"count": threads, "module": started_by}
+    if no_forks:
+        report["no_forks"] = no_forks
     with os.fdopen(fd, "w") as out:
         json.dump(report, out)
     return threads > 1
@@ -3068,6 +3075,132 @@ class ExitReports:
             os.close(fd)
 
 
+# ---------------------------------------------------------------------------
+# A forked runner's sandbox. A zygote in a sandbox (platform/sandbox.go:
+# the file system read-only, the worker's state hidden but for the call
+# directories, no capability) forks runners that must be kept from each
+# other and from it as runners started cold are by namespaces of their
+# own. Each makes, off its call's path (forks wait for their request):
+# user and mount namespaces of its own, with a private /tmp, /var/tmp and
+# /dev/shm, and the call directories hidden but for its own; then it drops
+# every capability, and Landlock's scopes (Linux 6.12) keep it from
+# signalling, tracing or connecting to what is outside it (the zygote, the
+# worker, the other calls), which a PID namespace does for a cold runner:
+# a fork keeps the worker's PID namespace, whose pids the worker watches.
+# ---------------------------------------------------------------------------
+
+SANDBOX_CALLS = []  # the call directories' directory, in a zygote that sandboxes its forks
+SANDBOX_EXIT_SETUP = 125  # as the worker's helper: nothing of the call ran
+
+_CLONE_NEWNS, _CLONE_NEWUSER = 0x00020000, 0x10000000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
+_MS_REMOUNT, _MS_BIND, _MS_REC = 32, 4096, 16384
+_PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 38, 47, 4
+# System call numbers the C library has no wrapper for everywhere.
+_SYSCALLS = {"x86_64": {"capset": 126}, "aarch64": {"capset": 91}}
+_SYS_LANDLOCK_CREATE_RULESET, _SYS_LANDLOCK_RESTRICT_SELF = 444, 446
+_LANDLOCK_SCOPES = 1 | 2  # abstract unix sockets, signals
+
+
+_LIBC = []  # (ctypes, the C library, its machine's system call numbers), loaded once in the zygote
+
+
+def _libc():
+    if _LIBC:
+        return _LIBC[0]
+    import ctypes
+    import platform as _platform
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    numbers = _SYSCALLS.get(_platform.machine())
+    if numbers is None:
+        raise OSError("no system call numbers known for %s" % _platform.machine())
+
+    def check(ret, what):
+        if ret < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, "%s: %s" % (what, os.strerror(err)))
+        return ret
+
+    _LIBC.append((ctypes, libc, numbers, check))
+    return _LIBC[0]
+
+
+def sandbox_fork(calls_dir: str, call_dir) -> None:
+    """Puts this forked runner in a sandbox of its own (the section's comment); raises if it cannot."""
+    ctypes, libc, numbers, check = _libc()
+    uid, gid = os.getuid(), os.getgid()
+    kept = os.open(call_dir, os.O_PATH | os.O_CLOEXEC) if call_dir else -1
+    check(libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS), "unshare")
+    for name, line in (("uid_map", "%d %d 1" % (uid, uid)), ("setgroups", "deny"), ("gid_map", "%d %d 1" % (gid, gid))):
+        with open("/proc/self/" + name, "w") as f:
+            f.write(line)
+    mount = libc.mount
+    mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+
+    def mnt(source, target, fstype, flags, data=None):
+        enc = lambda v: v.encode() if isinstance(v, str) else v  # noqa: E731
+        check(mount(enc(source), enc(target), enc(fstype), flags, enc(data)), "mount %s" % target)
+
+    mnt("tmpfs", calls_dir, "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "mode=0755,size=64k")
+    if kept >= 0:
+        os.mkdir(call_dir)
+        mnt("/proc/self/fd/%d" % kept, call_dir, None, _MS_BIND | _MS_REC)
+        os.close(kept)
+    mnt(None, calls_dir, None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    for d in ("/tmp", "/var/tmp", "/dev/shm"):
+        if os.path.isdir(d):
+            mnt("tmpfs", d, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
+    # No capability left, none to gain back: the mounts stay as they are.
+    prctl = libc.prctl
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    check(prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clearing ambient capabilities")
+    cap = 0
+    while prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) == 0:
+        cap += 1
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()
+    syscall = libc.syscall
+    syscall.restype = ctypes.c_long
+    check(syscall(ctypes.c_long(numbers["capset"]), header, data), "capset")
+    check(prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    # struct landlock_ruleset_attr: handled_access_fs, handled_access_net, scoped.
+    attr = (ctypes.c_uint64 * 3)(0, 0, _LANDLOCK_SCOPES)
+    ruleset = check(syscall(ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET), attr, ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0)), "landlock")
+    try:
+        check(syscall(ctypes.c_long(_SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)), "landlock")
+    finally:
+        os.close(ruleset)
+
+
+def sandbox_fork_tried() -> str:
+    """In a zygote, at its start: a fork that sandboxes itself and exits; why forks cannot be sandboxed, or ""."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            sandbox_fork(SANDBOX_CALLS[0], None)
+            os._exit(0)
+        except BaseException as exc:
+            try:
+                os.write(w, ("%s: %s" % (type(exc).__name__, exc)).encode()[:1000])
+            finally:
+                os._exit(1)
+    os.close(w)
+    why = b""
+    while True:
+        chunk = os.read(r, 1024)
+        if not chunk:
+            break
+        why += chunk
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    if status == 0:
+        return ""
+    return why.decode("utf-8", "replace") or "the trial fork ended with status %d" % status
+
+
 def zygote_serve():
     """In zygote mode, serves forks and returns only in a forked runner, with its output pipes (take_output_pipes)."""
     if len(sys.argv) < 5 or sys.argv[1] != ZYGOTE_FLAG:
@@ -3084,7 +3217,16 @@ def zygote_serve():
     # The code cache's sources compiled now, not while a call waits for a
     # fork, and frozen below with the rest.
     remember_cached_code(CODE_MEMO_START_S)
-    threaded = preload_and_report(report_fd, preloads, forks=True)
+    calls_dir = os.environ.pop(SANDBOX_FORKS_ENV, "")
+    no_forks = ""
+    if calls_dir:
+        SANDBOX_CALLS[:] = [calls_dir]
+        try:
+            _libc()  # here, not in each fork
+            no_forks = sandbox_fork_tried()
+        except Exception as exc:
+            no_forks = "%s: %s" % (type(exc).__name__, exc)
+    threaded = preload_and_report(report_fd, preloads, forks=True, no_forks=no_forks) or bool(no_forks)
     # What each fork would otherwise do first, to objects it shares with
     # this process (every page it writes there is copied).
     line_buffered_std_streams()
@@ -3176,6 +3318,13 @@ def zygote_child(request: dict, fds: list, control_fd: int):
         os.setpgid(0, 0)
     except OSError:
         pass
+    if SANDBOX_CALLS:
+        env = dict(e.split("=", 1) for e in request.get("env") or [] if "=" in e)
+        try:
+            sandbox_fork(SANDBOX_CALLS[0], env.get("FLUKSIO_CALL_DIR"))
+        except Exception as exc:
+            os.write(2, ("fluksio-worker sandbox: the forked runner could not sandbox itself: %s\n" % exc).encode())
+            os._exit(SANDBOX_EXIT_SETUP)
     set_title(TITLE_SPARE)  # until its request comes
     # The call's descriptors take the places a cold start gives them:
     # stdin, stdout, stderr, then the node's output pipes at 3 and 4.
