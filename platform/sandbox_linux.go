@@ -106,7 +106,13 @@ func SandboxExec() {
 	if err := layOut(spec); err != nil {
 		sandboxFail("%v", err)
 	}
-	if err := dropCapabilities(); err != nil {
+	var keep []uintptr
+	if spec.Zygote {
+		// Its forks each make a mount namespace of their own, and then
+		// drop these too, before any node code runs (sandbox_fork).
+		keep = zygoteCaps
+	}
+	if err := dropCapabilities(keep); err != nil {
 		sandboxFail("dropping capabilities: %v", err)
 	}
 	if !spec.OwnPIDs && !spec.Zygote {
@@ -216,16 +222,23 @@ func layOut(spec SandboxSpec) error {
 	// does): then the worker's /proc stays, said by the probe, and pids
 	// there name no process of this namespace.
 	if !spec.OwnPIDs {
-		// No PID namespace of its own, so no /proc of its own either.
+		// No PID namespace of its own, so no /proc of its own either: the
+		// worker's, writable again where a process writes its own
+		// settings (/proc/self/uid_map, for a zygote's forks).
+		if err := setAttr("/proc", false, 0, unix.MOUNT_ATTR_RDONLY); err != nil {
+			return fmt.Errorf("/proc: %w", err)
+		}
 	} else if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		if spec.Probe {
 			fmt.Printf("without a /proc of its own (%v: parts of /proc are covered, as systemd's ProtectKernelTunables does), node code can read the /proc of the worker's processes\n", err)
 		}
-	} else {
-		for _, p := range []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus"} {
-			if unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, "") == nil {
-				setAttr(p, true, unix.MOUNT_ATTR_RDONLY, 0)
-			}
+	}
+	// The kernel's settings stay read-only (as container runtimes keep
+	// them): a worker run as root runs node code as uid 0 without a
+	// capability, and a few of them check the uid alone.
+	for _, p := range []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus"} {
+		if unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, "") == nil {
+			setAttr(p, true, unix.MOUNT_ATTR_RDONLY, 0)
 		}
 	}
 	if spec.Dir != "" {
@@ -342,15 +355,24 @@ func ownDev() error {
 	return os.Remove(stage)
 }
 
-// dropCapabilities leaves this thread no capability, none to gain back
-// (the bounding set emptied, no_new_privs), so that the runner it
-// executes has none, whatever its uid.
-func dropCapabilities() error {
-	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
-		return err
-	}
+// zygoteCaps are what a zygote keeps, in its own namespaces only: what a
+// fork needs to make a mount namespace of its own and lay it out, and to
+// empty its bounding set after.
+var zygoteCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_SETPCAP}
+
+// dropCapabilities leaves this thread no capability but keep (in its own
+// namespaces: kept across the exec as ambient ones), none to gain back
+// (the bounding set emptied of the rest, no_new_privs), so that the
+// process it executes has none but those, whatever its uid.
+func dropCapabilities(keep []uintptr) error {
 	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+		if slices.Contains(keep, uintptr(c)) {
+			continue
+		}
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			return err
+		}
+		if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_LOWER, uintptr(c), 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
 			return err
 		}
 	}
@@ -359,7 +381,21 @@ func dropCapabilities() error {
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
-	return unix.Capset(&hdr, &data[0])
+	for _, c := range keep {
+		bit := uint32(1) << (c % 32)
+		data[c/32].Effective |= bit
+		data[c/32].Permitted |= bit
+		data[c/32].Inheritable |= bit
+	}
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return err
+	}
+	for _, c := range keep {
+		if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_RAISE, c, 0, 0); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Landlock's scopes (ABI 6, Linux 6.12): a process restricted with them

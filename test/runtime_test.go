@@ -287,8 +287,11 @@ func TestRuntimeArtifactsRoundTripThroughTheEngine(t *testing.T) {
 func TestRuntimeBigArtifact(t *testing.T) {
 	t.Parallel()
 	const size = 128 << 20
-	eng, wk, _ := pythonWorker(t)
-	path := filepath.Join(t.TempDir(), "weights.bin")
+	// A file of the machine's, shown to the sandboxed node as an owner
+	// shows a data set.
+	data := t.TempDir()
+	eng, wk, _ := pythonWorker(t, "FLUKSIO_WORKER_SANDBOX_BIND="+data)
+	path := filepath.Join(data, "weights.bin")
 	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)

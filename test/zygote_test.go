@@ -35,7 +35,9 @@ func needZygotes(t *testing.T) {
 // hold the control socket (fd 4; a forked runner has a pipe there).
 func zygotePids(w *worker) []int {
 	var pids []int
-	for _, pid := range sparePids(w) {
+	// The worker's own children only: a runner just forked from a zygote
+	// holds its socket at fd 4 too, until it takes its call's descriptors.
+	for _, pid := range childrenOf(w.cmd.Process.Pid) {
 		if target, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/4"); strings.HasPrefix(target, "socket:") {
 			pids = append(pids, pid)
 		}
@@ -226,7 +228,8 @@ def gpu():
     fakecuda.init()
     return os.getpid()
 `
-	_, wk, w, _ := warmWorker(t, []string{"PYTHONPATH=" + lib, "FAKECUDA_RECORD=" + record}, "--warm", "1", "--preload", "fakecuda")
+	_, wk, w, _ := warmWorker(t, []string{"PYTHONPATH=" + lib, "FAKECUDA_RECORD=" + record}, "--warm", "1", "--preload", "fakecuda",
+		"--sandbox-bind", lib+","+filepath.Dir(record)+":rw")
 	addr := monitorAddr(t, w)
 	runWarm(t, wk, nodeRun("teach", node, "gpu", nil))
 	waitSpares(t, addr, 1)

@@ -17,6 +17,7 @@ package runner
 // zygote is used: spares are started, each in a sandbox of its own.
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -106,7 +107,12 @@ func (c *Config) sandboxed(cmd *exec.Cmd, dir *callDir, zygote bool, scripts ...
 		// Its forks' directories, each of which hides the others.
 		calls := filepath.Dir(dir.path)
 		spec.Binds = append(spec.Binds, platform.SandboxBind{Path: calls, Write: true})
-		cmd.Env = append(cmd.Env, sandboxForksEnv+"="+calls)
+		shown := []string{calls}
+		for _, b := range sb.Binds {
+			shown = append(shown, b.Path)
+		}
+		js, _ := json.Marshal(shown)
+		cmd.Env = append(cmd.Env, sandboxForksEnv+"="+string(js))
 	}
 	for _, s := range scripts {
 		if s != "" && !slices.ContainsFunc(spec.Binds, func(b platform.SandboxBind) bool { return b.Path == s }) {

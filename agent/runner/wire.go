@@ -36,8 +36,10 @@ import (
 )
 
 // sandboxForksEnv, in a zygote's environment where calls are sandboxed,
-// names the call directories' directory: each runner it forks hides it
-// but for its own (worker_main.py's SANDBOX_FORKS_ENV, sandbox_fork). Its
+// names the call directories' directory and then the owner's paths
+// (--sandbox-bind), as a JSON list: each runner it forks hides the first
+// but for its own directory, and shows the others again above its own
+// /tmp (worker_main.py's SANDBOX_FORKS_ENV, sandbox_fork). Its
 // report's "no_forks" says why forks cannot be sandboxed, where they
 // cannot (spareReport.NoForks).
 const sandboxForksEnv = "FLUKSIO_SANDBOX_FORKS"

@@ -244,6 +244,9 @@ func (z *zygote) fork(s *spare, forCall bool) error {
 		return err
 	}
 	env := s.box.make(dir.env(effectiveEnv(p.cfg.env(z.we.env)), p.cfg.CancelGrace))
+	if sb := currentSandbox(); sb != nil {
+		env = sandboxEnv(env, dir, sb.Hide, sb.Binds)
+	}
 	fail := func(err error) error {
 		closeAll()
 		pipes.close()

@@ -104,8 +104,9 @@ FORK_REQUEST_KEYS = ("env", "cwd", "token")
 FORK_FDS = 5
 FORKED_OUTPUT_FD = 3
 FORK_FAILED = b"0"
-# In a zygote's environment where the worker sandboxes calls: the directory
-# of the call directories, which each fork hides but for its own
+# In a zygote's environment where the worker sandboxes calls, a JSON list:
+# the directory of the call directories, which each fork hides but for its
+# own, and the owner's paths, which it shows above its own /tmp
 # (sandbox_fork). Its report says, under "no_forks", why forks cannot be
 # sandboxed where they cannot.
 SANDBOX_FORKS_ENV = "FLUKSIO_SANDBOX_FORKS"
@@ -3080,10 +3081,10 @@ class ExitReports:
 # the file system read-only, the worker's state hidden but for the call
 # directories, no capability) forks runners that must be kept from each
 # other and from it as runners started cold are by namespaces of their
-# own. Each makes, off its call's path (forks wait for their request):
-# user and mount namespaces of its own, with a private /tmp, /var/tmp and
+# own. Each makes, off its call's path (forks wait for their request): a
+# mount namespace of its own, with a private /tmp, /var/tmp and
 # /dev/shm, and the call directories hidden but for its own; then it drops
-# every capability, and Landlock's scopes (Linux 6.12) keep it from
+# the capability to mount, the zygote's last, and Landlock's scopes (Linux 6.12) keep it from
 # signalling, tracing or connecting to what is outside it (the zygote, the
 # worker, the other calls), which a PID namespace does for a cold runner:
 # a fork keeps the worker's PID namespace, whose pids the worker watches.
@@ -3092,7 +3093,7 @@ class ExitReports:
 SANDBOX_CALLS = []  # the call directories' directory, in a zygote that sandboxes its forks
 SANDBOX_EXIT_SETUP = 125  # as the worker's helper: nothing of the call ran
 
-_CLONE_NEWNS, _CLONE_NEWUSER = 0x00020000, 0x10000000
+_CLONE_NEWNS = 0x00020000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_REMOUNT, _MS_BIND, _MS_REC = 32, 4096, 16384
 _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 38, 47, 4
@@ -3126,15 +3127,19 @@ def _libc():
     return _LIBC[0]
 
 
-def sandbox_fork(calls_dir: str, call_dir) -> None:
-    """Puts this forked runner in a sandbox of its own (the section's comment); raises if it cannot."""
+def sandbox_fork(shown: list, call_dir) -> None:
+    """Puts this forked runner in a sandbox of its own (the section's comment); raises if it cannot.
+
+    shown: the call directories' directory, then the owner's paths.
+    """
     ctypes, libc, numbers, check = _libc()
-    uid, gid = os.getuid(), os.getgid()
-    kept = os.open(call_dir, os.O_PATH | os.O_CLOEXEC) if call_dir else -1
-    check(libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS), "unshare")
-    for name, line in (("uid_map", "%d %d 1" % (uid, uid)), ("setgroups", "deny"), ("gid_map", "%d %d 1" % (gid, gid))):
-        with open("/proc/self/" + name, "w") as f:
-            f.write(line)
+    calls_dir = shown[0]
+    # The zygote's user namespace, in which it kept the capability to
+    # mount for this (platform/sandbox_linux.go's zygoteCaps).
+    check(libc.unshare(_CLONE_NEWNS), "unshare")
+    # Opened in the new namespace, before anything hides them: a bind's
+    # source must be a mount of the namespace it is made in.
+    kept = [(p, os.open(p, os.O_PATH | os.O_CLOEXEC)) for p in ([call_dir] if call_dir else []) + shown[1:] if os.path.exists(p)]
     mount = libc.mount
     mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
 
@@ -3142,15 +3147,25 @@ def sandbox_fork(calls_dir: str, call_dir) -> None:
         enc = lambda v: v.encode() if isinstance(v, str) else v  # noqa: E731
         check(mount(enc(source), enc(target), enc(fstype), flags, enc(data)), "mount %s" % target)
 
-    mnt("tmpfs", calls_dir, "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "mode=0755,size=64k")
-    if kept >= 0:
-        os.mkdir(call_dir)
-        mnt("/proc/self/fd/%d" % kept, call_dir, None, _MS_BIND | _MS_REC)
-        os.close(kept)
-    mnt(None, calls_dir, None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    # The private temporary directories first: a state directory under
+    # /tmp is gone with them, and the call's directory is bound in anew.
     for d in ("/tmp", "/var/tmp", "/dev/shm"):
         if os.path.isdir(d):
             mnt("tmpfs", d, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
+    hide = os.path.isdir(calls_dir)
+    if hide:
+        mnt("tmpfs", calls_dir, "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "mode=0755,size=64k")
+    for path, fd in kept:
+        if path == call_dir or not os.path.exists(path):
+            if os.path.isdir("/proc/self/fd/%d" % fd):
+                os.makedirs(path, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                open(path, "a").close()
+            mnt("/proc/self/fd/%d" % fd, path, None, _MS_BIND | _MS_REC)
+        os.close(fd)
+    if hide:
+        mnt(None, calls_dir, None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     # No capability left, none to gain back: the mounts stay as they are.
     prctl = libc.prctl
     prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
@@ -3180,7 +3195,7 @@ def sandbox_fork_tried() -> str:
     if pid == 0:
         os.close(r)
         try:
-            sandbox_fork(SANDBOX_CALLS[0], None)
+            sandbox_fork(SANDBOX_CALLS, None)
             os._exit(0)
         except BaseException as exc:
             try:
@@ -3217,10 +3232,12 @@ def zygote_serve():
     # The code cache's sources compiled now, not while a call waits for a
     # fork, and frozen below with the rest.
     remember_cached_code(CODE_MEMO_START_S)
-    calls_dir = os.environ.pop(SANDBOX_FORKS_ENV, "")
+    sandbox = os.environ.pop(SANDBOX_FORKS_ENV, "")
     no_forks = ""
-    if calls_dir:
-        SANDBOX_CALLS[:] = [calls_dir]
+    if sandbox:
+        # The call directories' directory, then the paths the machine's
+        # owner showed, which a fork's own /tmp would hide.
+        SANDBOX_CALLS[:] = json.loads(sandbox)
         try:
             _libc()  # here, not in each fork
             no_forks = sandbox_fork_tried()
@@ -3318,13 +3335,6 @@ def zygote_child(request: dict, fds: list, control_fd: int):
         os.setpgid(0, 0)
     except OSError:
         pass
-    if SANDBOX_CALLS:
-        env = dict(e.split("=", 1) for e in request.get("env") or [] if "=" in e)
-        try:
-            sandbox_fork(SANDBOX_CALLS[0], env.get("FLUKSIO_CALL_DIR"))
-        except Exception as exc:
-            os.write(2, ("fluksio-worker sandbox: the forked runner could not sandbox itself: %s\n" % exc).encode())
-            os._exit(SANDBOX_EXIT_SETUP)
     set_title(TITLE_SPARE)  # until its request comes
     # The call's descriptors take the places a cold start gives them:
     # stdin, stdout, stderr, then the node's output pipes at 3 and 4.
@@ -3339,6 +3349,14 @@ def zygote_child(request: dict, fds: list, control_fd: int):
             os.close(control_fd)
         except OSError:
             pass
+    if SANDBOX_CALLS:
+        # Its stderr is the call's now: the worker logs why.
+        env = dict(e.split("=", 1) for e in request.get("env") or [] if "=" in e)
+        try:
+            sandbox_fork(SANDBOX_CALLS, env.get("FLUKSIO_CALL_DIR"))
+        except Exception as exc:
+            os.write(2, ("fluksio-worker sandbox: the forked runner could not sandbox itself: %s: %s\n" % (type(exc).__name__, exc)).encode())
+            os._exit(SANDBOX_EXIT_SETUP)
     reset_environ(request.get("env") or [])
     if request.get("cwd"):
         os.chdir(request["cwd"])
