@@ -445,7 +445,7 @@ func (p *warmPool) retireLocked(s *spare) bool {
 		s.we.zyg = nil
 	}
 	s.we.spares = slices.DeleteFunc(s.we.spares, func(x *spare) bool { return x == s })
-	return s.move(spareRetired)
+	return s.tryMove(spareRetired)
 }
 
 func (p *warmPool) publishLocked() {
