@@ -176,19 +176,6 @@ func (s *spare) startFailed(err error) {
 	close(s.exited)
 }
 
-// spareReport is what a warm process reports once it loaded the runtime
-// and the preloads.
-type spareReport struct {
-	Watch  [][2]any          `json:"watch"`
-	Failed map[string]string `json:"failed"`
-	// Threads, when the process has more than one after its
-	// preloads: how many, and the preload that started the first.
-	Threads *struct {
-		Count  int    `json:"count"`
-		Module string `json:"module"`
-	} `json:"threads"`
-}
-
 // awaitReport reaps s, started, once it exits, and reads its report.
 func (s *spare) awaitReport(report *os.File) (spareReport, error) {
 	go func() {
@@ -211,15 +198,9 @@ func (s *spare) awaitReport(report *os.File) (spareReport, error) {
 // did.
 func (s *spare) settle(r spareReport, decodeErr error) bool {
 	p := s.pool
-	paths := make([]reportedPath, 0, len(r.Watch))
-	for _, w := range r.Watch {
-		path, _ := w[0].(string)
-		existed, _ := w[1].(bool)
-		paths = append(paths, reportedPath{path, existed})
-	}
 	var code *codeWatch
 	if decodeErr == nil {
-		code = p.changes.follow(paths, s.began)
+		code = p.changes.follow(r.paths(), s.began)
 	}
 	p.mu.Lock()
 	for name, why := range r.Failed {
@@ -327,7 +308,7 @@ func (s *spare) start() (*os.File, error) {
 		return nil, err
 	}
 	args := []string{p.cfg.script(s.we.rt), spareFlag, strconv.Itoa(spareReportFD)}
-	extra := []*os.File{reportW}
+	extra := extraFiles(map[int]*os.File{spareReportFD: reportW})
 	var pipes *nodePipes
 	if s.we.rt.Embedded {
 		if p.preload != "" {
