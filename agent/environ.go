@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/fluksio/fluksio-worker/agent/config"
+	"github.com/fluksio/fluksio-worker/agent/runner"
 )
 
 // runnerBaseEnv is the environment every runner starts from, before its
@@ -20,19 +21,19 @@ func runnerBaseEnv(cfg config.Config, stateDir string, environ []string, getenv 
 	env := make([]string, 0, len(environ)+5)
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, config.EnvPrefix) || name == "FLUKSIO_ARTIFACT_URL" || name == "FLUKSIO_ARTIFACT_TOKEN" {
+		if strings.HasPrefix(name, config.EnvPrefix) || name == runner.ArtifactURLEnv || name == runner.ArtifactTokenEnv {
 			continue
 		}
 		env = append(env, kv)
 	}
 	env = append(env,
-		"FLUKSIO_ARTIFACT_URL="+cfg.ArtifactBase(),
-		"FLUKSIO_ARTIFACT_TOKEN="+cfg.Token)
-	if getenv("FLUKSIO_ARTIFACT_CACHE") == "" {
+		runner.ArtifactURLEnv+"="+cfg.ArtifactBase(),
+		runner.ArtifactTokenEnv+"="+cfg.Token)
+	if getenv(runner.ArtifactCacheEnv) == "" {
 		// Loaded artifacts are cached where this worker can surely write
 		// (a service may not write its account's home), not in ~/.cache,
 		// in the directory config.ResolveStateDir made private.
-		env = append(env, "FLUKSIO_ARTIFACT_CACHE="+filepath.Join(stateDir, "artifacts"))
+		env = append(env, runner.ArtifactCacheEnv+"="+filepath.Join(stateDir, "artifacts"))
 	}
 	if cfg.CAFile != "" {
 		caFile, _ := filepath.Abs(cfg.CAFile)

@@ -24,6 +24,7 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
 	"github.com/fluksio/fluksio-worker/agent/logging"
+	"github.com/fluksio/fluksio-worker/agent/runner"
 	"github.com/fluksio/fluksio-worker/agent/runtime"
 	"github.com/fluksio/fluksio-worker/platform"
 )
@@ -216,7 +217,7 @@ func (st *selftest) run(ctx context.Context, python, token string, log *slog.Log
 	st.hello = wk.Hello
 
 	// The cache is the self-test's own, so the load really fetches.
-	env := map[string]any{"FLUKSIO_ARTIFACT_CACHE": filepath.Join(tmp, "artifacts")}
+	env := map[string]any{runner.ArtifactCacheEnv: filepath.Join(tmp, "artifacts")}
 	if st.own != nil {
 		return st.runOwn(ctx, wk, env)
 	}

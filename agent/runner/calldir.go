@@ -76,8 +76,8 @@ var workingDirWritable = sync.OnceValue(func() bool {
 // and the cancel grace, last so that a request's env cannot override them.
 func (d *callDir) env(base []string, grace time.Duration) []string {
 	return append(slices.Clip(base),
-		"FLUKSIO_CALL_DIR="+d.path,
-		"FLUKSIO_CANCEL_GRACE="+strconv.FormatFloat(grace.Seconds(), 'f', -1, 64))
+		callDirEnv+"="+d.path,
+		cancelGraceEnv+"="+strconv.FormatFloat(grace.Seconds(), 'f', -1, 64))
 }
 
 // remove deletes the directory, including what node code left read-only.

@@ -95,9 +95,13 @@ func (np *nodePipes) pass(args []string, extra []*os.File) ([]string, []*os.File
 		return nil, nil, fmt.Errorf("passing the node's output mark: %w", err)
 	}
 	np.tokenR = r
-	first := 3 + len(extra)
+	// The node's stdout and stderr pipes next, and the token's
+	// outputTokenAfter past the first.
+	first := firstExtraFD + len(extra)
 	args = append([]string{args[0], outputFlag, strconv.Itoa(first)}, args[1:]...)
-	return args, append(extra, np.w[0], np.w[1], r), nil
+	passed := make([]*os.File, outputTokenAfter+1)
+	passed[0], passed[1], passed[outputTokenAfter] = np.w[0], np.w[1], r
+	return args, append(extra, passed...), nil
 }
 
 // passedNodePipes makes a runner's node pipes and passes them (pass).

@@ -154,8 +154,8 @@ func sandboxEnv(env []string, dir *callDir, hidden []string, binds []platform.Sa
 		env = slices.DeleteFunc(env, func(e string) bool { return strings.HasPrefix(e, name+"=") })
 		env = append(env, name+"="+v)
 	}
-	if v, ok := lookupEnv(env, "FLUKSIO_ARTIFACT_CACHE"); ok && !within(v, writable) {
-		set("FLUKSIO_ARTIFACT_CACHE", filepath.Join(dir.path, ".fluksio-artifacts"))
+	if v, ok := lookupEnv(env, ArtifactCacheEnv); ok && !within(v, writable) {
+		set(ArtifactCacheEnv, filepath.Join(dir.path, ".fluksio-artifacts"))
 	}
 	if v, ok := lookupEnv(env, "HOME"); ok && within(v, hidden) {
 		set("HOME", dir.path)

@@ -93,15 +93,63 @@ var spareMoves = map[spareState][]spareState{
 	spareClaimed:  {spareServing, spareRefused},
 }
 
-// move changes s's state to, where that is a legal move from its state,
-// and reports whether it did; an illegal move changes nothing. The pool's
-// mutex is held.
-func (s *spare) move(to spareState) bool {
+// move changes s's state to, a move its caller knows is legal (it holds
+// the pool's mutex and saw the state it moves from). An illegal one is a
+// bug in the pool, and loud (as containerd's shim is on an impossible
+// transition): a panic under test (illegalMovePanics), an error in the
+// log otherwise, where the worker goes on; it changes nothing.
+func (s *spare) move(to spareState) {
+	if !s.tryMove(to) {
+		s.illegalMove(to)
+	}
+}
+
+// tryMove changes s's state to, where that is a legal move from its
+// state, and reports whether it did: for a move that may lose to another
+// (the spare retired meanwhile, or out of the pool already), whose false
+// its caller expects and handles. The pool's mutex is held.
+func (s *spare) tryMove(to spareState) bool {
 	if !slices.Contains(spareMoves[s.state], to) {
 		return false
 	}
 	s.state = to
 	return true
+}
+
+// illegalMovePanics makes an illegal move panic; the package's tests set
+// it (spare_state_test.go).
+var illegalMovePanics = false
+
+// illegalMove says that s cannot move to: a bug in the pool.
+func (s *spare) illegalMove(to spareState) {
+	msg := fmt.Sprintf("a spare runner cannot move from %s to %s (a bug in the worker's warm pool; please report it)", s.state, to)
+	if illegalMovePanics {
+		panic(msg)
+	}
+	log := slog.Default()
+	if s.box != nil {
+		log = s.box.log
+	}
+	log.Error(msg)
+}
+
+// String names a state in the log and the tests' messages.
+func (st spareState) String() string {
+	switch st {
+	case spareStarting:
+		return "starting"
+	case spareReady:
+		return "ready"
+	case spareClaimed:
+		return "claimed"
+	case spareServing:
+		return "serving"
+	case spareRefused:
+		return "refused"
+	case spareRetired:
+		return "retired"
+	}
+	return "unknown"
 }
 
 // run starts the spare, waits for its report, and then for its end:
@@ -128,22 +176,6 @@ func (s *spare) startFailed(err error) {
 	close(s.exited)
 }
 
-// spareReport is what a warm process reports once it loaded the runtime
-// and the preloads.
-type spareReport struct {
-	Watch  [][2]any          `json:"watch"`
-	Failed map[string]string `json:"failed"`
-	// Threads, when the process has more than one after its
-	// preloads: how many, and the preload that started the first.
-	Threads *struct {
-		Count  int    `json:"count"`
-		Module string `json:"module"`
-	} `json:"threads"`
-	// NoForks, from a zygote that sandboxes its forks: why it cannot
-	// (worker_main.py's sandbox_fork_tried).
-	NoForks string `json:"no_forks"`
-}
-
 // awaitReport reaps s, started, once it exits, and reads its report.
 func (s *spare) awaitReport(report *os.File) (spareReport, error) {
 	go func() {
@@ -166,15 +198,9 @@ func (s *spare) awaitReport(report *os.File) (spareReport, error) {
 // did.
 func (s *spare) settle(r spareReport, decodeErr error) bool {
 	p := s.pool
-	paths := make([]reportedPath, 0, len(r.Watch))
-	for _, w := range r.Watch {
-		path, _ := w[0].(string)
-		existed, _ := w[1].(bool)
-		paths = append(paths, reportedPath{path, existed})
-	}
 	var code *codeWatch
 	if decodeErr == nil {
-		code = p.changes.follow(paths, s.began)
+		code = p.changes.follow(r.paths(), s.began)
 	}
 	p.mu.Lock()
 	for name, why := range r.Failed {
@@ -184,7 +210,7 @@ func (s *spare) settle(r spareReport, decodeErr error) bool {
 		}
 	}
 	alive := decodeErr == nil && !closed(s.exited)
-	kept := alive && s.move(spareReady)
+	kept := alive && s.tryMove(spareReady) // not if it was retired meanwhile
 	if kept {
 		s.code = code
 		p.publishLocked()
@@ -282,7 +308,7 @@ func (s *spare) start() (*os.File, error) {
 		return nil, err
 	}
 	args := []string{p.cfg.script(s.we.rt), spareFlag, strconv.Itoa(spareReportFD)}
-	extra := []*os.File{reportW}
+	extra := extraFiles(map[int]*os.File{spareReportFD: reportW})
 	var pipes *nodePipes
 	if s.we.rt.Embedded {
 		if p.preload != "" {

@@ -24,6 +24,7 @@ package runner
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -71,6 +72,11 @@ type warmPool struct {
 	// changes follows what warm runners' code came from (fresh.go): the
 	// process's watcher, or one without notifications in a test.
 	changes *changeWatcher
+	// spareMode is, for each runtime file, whether it speaks spare mode,
+	// asked once (speaksSpareMode); guarded by modesMu, not mu: it is
+	// asked with mu let go.
+	modesMu   sync.Mutex
+	spareMode map[string]func() bool
 
 	mu       sync.Mutex
 	envs     []*warmEnv // most recently used first
@@ -78,9 +84,6 @@ type warmPool struct {
 	spares   sync.WaitGroup // every spare's goroutines
 	janitor  chan struct{}  // closed by close
 	reported map[string]bool
-	// spareMode is, for each runtime not the worker's own, whether it
-	// speaks spare mode (speaksSpareMode), read once.
-	spareMode map[string]bool
 	// threaded holds the environments (by key) whose preloads start
 	// threads: their spares start cold, never forked from a zygote.
 	threaded map[string]bool
@@ -107,7 +110,7 @@ func newWarmPool(cfg *Config) *warmPool {
 	}
 	p := &warmPool{cfg: cfg, max: n, forkTimeout: forkTimeout, replaceDelay: replaceDelay, exitReportWait: exitReportWait,
 		changes: systemChanges(), janitor: make(chan struct{}), reported: map[string]bool{},
-		spareMode: map[string]bool{}, threaded: map[string]bool{}}
+		spareMode: map[string]func() bool{}, threaded: map[string]bool{}}
 	if len(cfg.Preload) > 0 {
 		p.preload = strings.Join(cfg.Preload, ",")
 	}
@@ -139,12 +142,13 @@ func (p *warmPool) take(rt Runtime, env []string) (s *spare, done func()) {
 	if p == nil {
 		return nil, func() {}
 	}
+	spares := p.speaksSpareMode(rt)
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		return nil, func() {}
 	}
-	we := p.learnLocked(p.keyLocked(rt, env), rt, env)
+	we := p.learnLocked(p.keyLocked(rt, env), rt, env, spares)
 	we.running++
 	we.want = max(we.want, we.running)
 	forked := false
@@ -304,38 +308,49 @@ func (p *warmPool) keyLocked(rt Runtime, env []string) string {
 	return envKey(rt.Path, p.cfg.env(env))
 }
 
-// learnLocked finds or adds the environment, and makes it the most recent.
-func (p *warmPool) learnLocked(key string, rt Runtime, env []string) *warmEnv {
+// learnLocked finds or adds the environment, and makes it the most recent;
+// one added keeps spares if its runtime speaks spare mode.
+func (p *warmPool) learnLocked(key string, rt Runtime, env []string, spares bool) *warmEnv {
 	i := slices.IndexFunc(p.envs, func(we *warmEnv) bool { return we.key == key })
 	var we *warmEnv
 	if i >= 0 {
 		we = p.envs[i]
 		p.envs = slices.Delete(p.envs, i, i+1)
 	} else {
-		we = &warmEnv{key: key, rt: rt, env: slices.Clone(env), cold: !p.speaksSpareModeLocked(rt)}
+		we = &warmEnv{key: key, rt: rt, env: slices.Clone(env), cold: !spares}
 	}
 	p.envs = slices.Insert(p.envs, 0, we)
 	return we
 }
 
-// speaksSpareModeLocked reports whether rt can be started as a spare: the
-// worker's own runtime can; another is read once, at its first call, so
-// that one which would never report is told apart at once, not after
-// spareReadyTimeout, and its calls start cold.
-func (p *warmPool) speaksSpareModeLocked(rt Runtime) bool {
-	if rt.Embedded {
-		return true
+// speaksSpareMode reports whether rt can be started as a spare: whether
+// it says so when asked (askCapabilities), the worker's own runtime as
+// any other. Each runtime file is asked once, at its first call, with the
+// pool's mutex let go (calls of other runtimes go on meanwhile; those of
+// this one wait for the answer), so that one which would never report is
+// told apart at once, not after spareReadyTimeout, and its calls start
+// cold.
+func (p *warmPool) speaksSpareMode(rt Runtime) bool {
+	p.modesMu.Lock()
+	ask := p.spareMode[rt.Path]
+	if ask == nil {
+		ask = sync.OnceValue(func() bool {
+			c, err := askCapabilities(p.cfg, rt)
+			if err == nil && c.speaks(spareFlag) {
+				p.cfg.Log.Debug("the runner script speaks spare mode", "runtime", rt.Path, "version", c.Version, "modes", c.Modes)
+				return true
+			}
+			if err == nil {
+				err = fmt.Errorf("it speaks %q only", c.Modes)
+			}
+			p.cfg.Log.Warn("the runner script does not know spare mode; its calls start cold, without spares",
+				"runtime", rt.Path, "error", err)
+			return false
+		})
+		p.spareMode[rt.Path] = ask
 	}
-	ok, known := p.spareMode[rt.Path]
-	if !known {
-		ok = speaksSpareMode(rt.Path)
-		p.spareMode[rt.Path] = ok
-		if !ok {
-			p.cfg.Log.Warn("the runner script does not know spare mode (it never names "+spareFlag+"); its calls start cold, without spares",
-				"runtime", rt.Path)
-		}
-	}
-	return ok
+	p.modesMu.Unlock()
+	return ask()
 }
 
 // forkingLocked is a spare of we being forked from its zygote, or nil.
@@ -445,7 +460,7 @@ func (p *warmPool) retireLocked(s *spare) bool {
 		s.we.zyg = nil
 	}
 	s.we.spares = slices.DeleteFunc(s.we.spares, func(x *spare) bool { return x == s })
-	return s.move(spareRetired)
+	return s.tryMove(spareRetired)
 }
 
 func (p *warmPool) publishLocked() {

@@ -221,30 +221,18 @@ func TestCloseStopsTheSpares(t *testing.T) {
 }
 
 // A runner script that does not know spare mode (an engine's own, from
-// before spares) is told apart at its first call: its calls start cold
-// and no spare is started for them (one would never report, and hold its
-// place for spareReadyTimeout), and the log says why, once.
+// before spares: it does not answer --fluksio-capabilities) is told apart
+// at its first call: its calls start cold and no spare is started for
+// them (one would never report, and hold its place for
+// spareReadyTimeout), and the log says why, once.
 func TestRuntimeWithoutSpareModeGetsNoSpares(t *testing.T) {
 	t.Parallel()
 	r, m := warmRig(t, 1)
-	if err := os.WriteFile(r.runtime, []byte("# an engine's runner that knows no modes\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	r.pool.Close()
+	r.cfg.BaseEnv = append(r.cfg.BaseEnv, "FAKERUNNER_NO_MODES=1")
+	r.open(nil)
 	for _, id := range []string{"first", "second"} {
-		req, _ := json.Marshal(map[string]any{"call_id": id})
-		c := &call{id: id, events: make(chan []byte, 1024)}
-		p, err := r.pool.Start(context.Background(), Spec{
-			Runtime: Runtime{Path: r.runtime}, // not the worker's own
-			Request: append(req, '\n'),
-			Log:     r.cfg.Log.With("call_id", id),
-			Send:    func(msg []byte) { c.events <- append([]byte(nil), msg...); frame.Put(msg) },
-		})
-		if err != nil {
-			t.Fatalf("Start: %v", err)
-		}
-		c.Process = p
-		answer(t, c.output(t))
-		c.end(t, true)
+		r.runOn(t, Runtime{Path: r.runtime}, id)
 	}
 	p := r.pool.warm
 	p.mu.Lock()
@@ -262,4 +250,37 @@ func TestRuntimeWithoutSpareModeGetsNoSpares(t *testing.T) {
 	if n := strings.Count(r.log.String(), "does not know spare mode"); n != 1 {
 		t.Errorf("the log says %d times that the runtime does not know spare mode; want once:\n%s", n, r.log.String())
 	}
+}
+
+// A runner script that says it speaks spare mode when asked gets spares,
+// whoever made it: an engine's as the worker's own (the Embedded flag
+// does not decide).
+func TestRuntimeThatSpeaksSpareModeGetsSpares(t *testing.T) {
+	t.Parallel()
+	r, m := warmRig(t, 1)
+	cold := pidOf(r.runOn(t, Runtime{Path: r.runtime}, "teach")["outputs"].(map[string]any), "pid")
+	if spare := r.waitSpare(t, m); spare == cold {
+		t.Fatalf("the spare %d is the process that ran the first call", spare)
+	}
+}
+
+// runOn runs a call with no steps on the runtime rt to its end, and
+// returns its answer.
+func (r *rig) runOn(t *testing.T, rt Runtime, id string) map[string]any {
+	t.Helper()
+	req, _ := json.Marshal(map[string]any{"call_id": id})
+	c := &call{id: id, events: make(chan []byte, 1024)}
+	p, err := r.pool.Start(context.Background(), Spec{
+		Runtime: rt,
+		Request: append(req, '\n'),
+		Log:     r.cfg.Log.With("call_id", id),
+		Send:    func(msg []byte) { c.events <- append([]byte(nil), msg...); frame.Put(msg) },
+	})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	c.Process = p
+	a := answer(t, c.output(t))
+	c.end(t, true)
+	return a
 }

@@ -26,13 +26,25 @@ package runner
 //	    not fork); it reports each runner's exit on EXITS, a pipe, in
 //	    records of exitRecordSize bytes (zygote_exits.go).
 //
-// A runtime that is not the worker's own (one the engine serves, or
-// --runtime FILE) is given spares only when its text names spareFlag
-// (speaksSpareMode): one that does not would never report.
+// Before it starts a runtime file in a mode, the worker asks it once what
+// it speaks (askCapabilities):
+//
+//	RUNTIME --fluksio-capabilities
+//	    it writes one runtimeCapabilities on stdout and exits.
+//
+// A runtime that does not know the flag (an engine's, from before the
+// modes) takes it for a call whose request never comes, and says nothing
+// of the kind: it is given no spares (one would never report).
 
 import (
-	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"time"
 )
 
 // sandboxForksEnv, in a zygote's environment where calls are sandboxed,
@@ -52,10 +64,68 @@ const (
 	outputFlag = "--fluksio-output"
 )
 
+// capabilitiesFlag asks a runtime what it speaks (worker_main.py's
+// CAPABILITIES_FLAG).
+const capabilitiesFlag = "--fluksio-capabilities"
+
+// runtimeCapabilities is a runtime's answer to capabilitiesFlag
+// (worker_main.py's CAPABILITY_VERSION and CAPABILITY_MODES): its
+// version, and the flags of the modes it speaks (MODES).
+type runtimeCapabilities struct {
+	Version string   `json:"version"`
+	Modes   []string `json:"modes"`
+}
+
+// speaks reports whether the runtime speaks the mode of flag.
+func (c runtimeCapabilities) speaks(flag string) bool { return slices.Contains(c.Modes, flag) }
+
+// capabilitiesTimeout bounds the run that asks: an interpreter start and
+// the runtime's imports, on a loaded machine with a cold page cache.
+const capabilitiesTimeout = 30 * time.Second
+
+// capabilitiesMax bounds what is read of the answer: one small object.
+const capabilitiesMax = 64 << 10
+
+// askCapabilities runs rt with capabilitiesFlag alone, as the worker's
+// own user with the runners' base environment and no call's, and reads
+// its answer. It is asked rather than read off the file (a runtime may be
+// bytecode, and a flag named in its text is no promise to speak it), once
+// per runtime file (warmPool.speaksSpareMode): one interpreter start, on
+// the first call of that runtime only.
+func askCapabilities(cfg *Config, rt Runtime) (runtimeCapabilities, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), capabilitiesTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, cfg.Python, cfg.script(rt), capabilitiesFlag)
+	cmd.Env = effectiveEnv(cfg.env(nil))
+	cmd.WaitDelay = time.Second // a child it left holding stdout
+	var out limitedBuffer
+	cmd.Stdout = &out
+	err := cmd.Run()
+	line, _, _ := strings.Cut(out.String(), "\n")
+	var c runtimeCapabilities
+	if jerr := json.Unmarshal([]byte(line), &c); jerr != nil {
+		return runtimeCapabilities{}, fmt.Errorf("it does not answer %s (it exited %s; its output is no answer: %w)", capabilitiesFlag, exitStatus(err), jerr)
+	}
+	return c, nil
+}
+
+// limitedBuffer keeps the first capabilitiesMax bytes written to it.
+type limitedBuffer struct{ strings.Builder }
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if room := capabilitiesMax - b.Len(); room > 0 {
+		b.Builder.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
 // Descriptor positions. The runtime reads a mode's own from its argv;
 // those it assumes have twins (worker_main.py's OUTPUT_TOKEN_AFTER,
 // FORK_FDS, FORKED_OUTPUT_FD).
 const (
+	// firstExtraFD is a runner's first descriptor past stdin, stdout and
+	// stderr: exec.Cmd.ExtraFiles[0]'s (extraFiles).
+	firstExtraFD = 3
 	// spareReportFD is where a spare reports what it loaded.
 	spareReportFD = 3
 	// zygoteReportFD, zygoteControlFD and zygoteExitsFD are a zygote's
@@ -73,14 +143,72 @@ const (
 	forkedOutputFD = 3
 )
 
+// extraFiles lays files out as a runner's exec.Cmd.ExtraFiles, each at
+// the descriptor it is keyed by: the runtime is told that descriptor, and
+// finds its file there. The descriptors run from firstExtraFD, without a
+// gap.
+func extraFiles(at map[int]*os.File) []*os.File {
+	extra := make([]*os.File, len(at))
+	for fd, f := range at {
+		extra[fd-firstExtraFD] = f
+	}
+	return extra
+}
+
 // forkRequest is what the zygote's fork gets besides the descriptors
-// (worker_main.py's FORK_REQUEST_KEYS). The token travels here, on the
-// worker's private socket to the zygote, which runs no node code.
+// (worker_main.py's FORK_ENV, FORK_CWD and FORK_TOKEN, which are its
+// FORK_REQUEST_KEYS: a request with other keys is refused). The token
+// travels here, on the worker's private socket to the zygote, which runs
+// no node code.
 type forkRequest struct {
 	Env   []string `json:"env"`
 	Cwd   string   `json:"cwd"`
 	Token string   `json:"token"`
 }
+
+// spareReport is what a spare (or a zygote) reports once it loaded the
+// runtime and the preloads (worker_main.py's SPARE_WATCH, SPARE_FAILED,
+// SPARE_THREADS): every file and directory its code came from or would
+// import from, with whether it existed then; the preloads that failed, and
+// why.
+type spareReport struct {
+	Watch  [][2]any          `json:"watch"`
+	Failed map[string]string `json:"failed"`
+	// Threads, when the process has more than one after its
+	// preloads: how many, and the preload that started the first
+	// (SPARE_THREADS_COUNT, SPARE_THREADS_MODULE).
+	Threads *struct {
+		Count  int    `json:"count"`
+		Module string `json:"module"`
+	} `json:"threads"`
+	// NoForks, from a zygote that sandboxes its forks: why it cannot
+	// (worker_main.py's SPARE_NO_FORKS, sandbox_fork_tried).
+	NoForks string `json:"no_forks"`
+}
+
+// paths is what the report says to watch.
+func (r spareReport) paths() []reportedPath {
+	paths := make([]reportedPath, 0, len(r.Watch))
+	for _, w := range r.Watch {
+		path, _ := w[0].(string)
+		existed, _ := w[1].(bool)
+		paths = append(paths, reportedPath{path, existed})
+	}
+	return paths
+}
+
+// The environment every runner gets beyond its call's (worker_main.py's
+// CALL_DIR_ENV, CANCEL_GRACE_ENV, ARTIFACT_URL_ENV, ARTIFACT_TOKEN_ENV,
+// ARTIFACT_CACHE_ENV): its call directory and --cancel-grace in seconds
+// (callDir.env), the artifact store's URL and token and the artifact
+// cache (the agent's runnerBaseEnv).
+const (
+	callDirEnv       = "FLUKSIO_CALL_DIR"
+	cancelGraceEnv   = "FLUKSIO_CANCEL_GRACE"
+	ArtifactURLEnv   = "FLUKSIO_ARTIFACT_URL"
+	ArtifactTokenEnv = "FLUKSIO_ARTIFACT_TOKEN"
+	ArtifactCacheEnv = "FLUKSIO_ARTIFACT_CACHE"
+)
 
 // forkAnswerMax bounds the zygote's answer: a pid in decimal, or "0"
 // (worker_main.py's FORK_FAILED) where it could not fork.
@@ -109,12 +237,3 @@ const (
 	logTail     = 100  // the last lines over the budget, always sent before the answer
 	nodeLineMax = 8192 // bytes; a longer line is cut (one dumped array must not be MiB of log)
 )
-
-// speaksSpareMode reports whether the runtime at path knows spare mode: its
-// text names spareFlag. The worker's own runtime does; a runtime that does
-// not would take the flag for nothing, never report, and hold a spare's
-// place until spareReadyTimeout.
-func speaksSpareMode(path string) bool {
-	text, err := os.ReadFile(path)
-	return err == nil && bytes.Contains(text, []byte(spareFlag))
-}

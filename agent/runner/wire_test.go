@@ -11,7 +11,8 @@ import (
 
 // runtimeConstants reads the top-level constants of the embedded runtime
 // (the file go:embed takes into the binary) as Go values: strings (str and
-// bytes literals), numbers, and tuples of strings.
+// bytes literals), numbers, and tuples of strings (literals, or the names
+// of string constants above them).
 func runtimeConstants(t *testing.T) map[string]any {
 	t.Helper()
 	src, err := os.ReadFile("../runtime/worker_main.py")
@@ -21,15 +22,16 @@ func runtimeConstants(t *testing.T) map[string]any {
 	consts := map[string]any{}
 	for _, m := range regexp.MustCompile(`(?m)^([A-Z][A-Z0-9_]*) = (.+)$`).FindAllStringSubmatch(string(src), -1) {
 		name, lit := m[1], strings.TrimSpace(m[2])
-		if v, ok := pythonLiteral(lit); ok {
+		if v, ok := pythonLiteral(lit, consts); ok {
 			consts[name] = v
 		}
 	}
 	return consts
 }
 
-// pythonLiteral reads the few literal forms the wire's constants use.
-func pythonLiteral(lit string) (any, bool) {
+// pythonLiteral reads the few literal forms the wire's constants use; a
+// tuple's item may name a string constant of consts.
+func pythonLiteral(lit string, consts map[string]any) (any, bool) {
 	if strings.HasPrefix(lit, "(") && strings.HasSuffix(lit, ")") {
 		var items []string
 		for _, part := range strings.Split(strings.Trim(lit, "()"), ",") {
@@ -38,6 +40,9 @@ func pythonLiteral(lit string) (any, bool) {
 				continue
 			}
 			s, err := strconv.Unquote(part)
+			if named, ok := consts[part].(string); ok && err != nil {
+				s, err = named, nil
+			}
 			if err != nil {
 				return nil, false
 			}
@@ -58,11 +63,7 @@ func pythonLiteral(lit string) (any, bool) {
 // "The worker's wire" of worker_main.py) is the same on both sides.
 func TestWireMatchesTheRuntime(t *testing.T) {
 	py := runtimeConstants(t)
-	var tags []string
-	rt := reflect.TypeOf(forkRequest{})
-	for i := range rt.NumField() {
-		tags = append(tags, strings.Split(rt.Field(i).Tag.Get("json"), ",")[0])
-	}
+	threads, _ := reflect.TypeFor[spareReport]().FieldByName("Threads")
 	twins := []struct {
 		name string
 		want any
@@ -71,7 +72,20 @@ func TestWireMatchesTheRuntime(t *testing.T) {
 		{"ZYGOTE_FLAG", zygoteFlag},
 		{"OUTPUT_FLAG", outputFlag},
 		{"OUTPUT_TOKEN_AFTER", float64(outputTokenAfter)},
-		{"FORK_REQUEST_KEYS", tags},
+		{"CAPABILITIES_FLAG", capabilitiesFlag},
+		{"MODES", []string{outputFlag, spareFlag, zygoteFlag}},
+		{"CAPABILITY_VERSION", jsonKey[runtimeCapabilities]("Version")},
+		{"CAPABILITY_MODES", jsonKey[runtimeCapabilities]("Modes")},
+		{"SPARE_WATCH", jsonKey[spareReport]("Watch")},
+		{"SPARE_FAILED", jsonKey[spareReport]("Failed")},
+		{"SPARE_THREADS", jsonKey[spareReport]("Threads")},
+		{"SPARE_THREADS_COUNT", jsonKeyOf(threads.Type.Elem(), "Count")},
+		{"SPARE_THREADS_MODULE", jsonKeyOf(threads.Type.Elem(), "Module")},
+		{"SPARE_NO_FORKS", jsonKey[spareReport]("NoForks")},
+		{"FORK_ENV", jsonKey[forkRequest]("Env")},
+		{"FORK_CWD", jsonKey[forkRequest]("Cwd")},
+		{"FORK_TOKEN", jsonKey[forkRequest]("Token")},
+		{"FORK_REQUEST_KEYS", jsonKeys[forkRequest]()},
 		{"FORK_FDS", float64(forkFDs)},
 		{"FORKED_OUTPUT_FD", float64(forkedOutputFD)},
 		{"FORK_FAILED", strconv.Itoa(0)},
@@ -83,6 +97,11 @@ func TestWireMatchesTheRuntime(t *testing.T) {
 		{"LOG_RATE", float64(logRate)},
 		{"LOG_TAIL", float64(logTail)},
 		{"LOG_LINE_MAX", float64(nodeLineMax)},
+		{"CALL_DIR_ENV", callDirEnv},
+		{"CANCEL_GRACE_ENV", cancelGraceEnv},
+		{"ARTIFACT_URL_ENV", ArtifactURLEnv},
+		{"ARTIFACT_TOKEN_ENV", ArtifactTokenEnv},
+		{"ARTIFACT_CACHE_ENV", ArtifactCacheEnv},
 		{"SANDBOX_FORKS_ENV", sandboxForksEnv},
 	}
 	for _, tw := range twins {
@@ -117,4 +136,25 @@ func TestWireMatchesTheRuntime(t *testing.T) {
 	if len(np.token) != markTokenSize {
 		t.Errorf("a runner's token has %d hex digits; markTokenSize is %d", len(np.token), markTokenSize)
 	}
+}
+
+// jsonKey is the JSON key of T's field named field.
+func jsonKey[T any](field string) string { return jsonKeyOf(reflect.TypeFor[T](), field) }
+
+func jsonKeyOf(t reflect.Type, field string) string {
+	f, ok := t.FieldByName(field)
+	if !ok {
+		panic(t.String() + " has no field " + field)
+	}
+	return strings.Split(f.Tag.Get("json"), ",")[0]
+}
+
+// jsonKeys is every JSON key of T, in the order of its fields.
+func jsonKeys[T any]() []string {
+	t := reflect.TypeFor[T]()
+	var keys []string
+	for i := range t.NumField() {
+		keys = append(keys, jsonKeyOf(t, t.Field(i).Name))
+	}
+	return keys
 }

@@ -144,7 +144,8 @@ func (z *zygote) start() (*os.File, error) {
 		args = append(args, p.preload)
 	}
 	// Its own output goes nowhere: no call reads it.
-	err = z.launch(args, []*os.File{reportW, ctlChild, exitsW}, nil, nil)
+	extra := extraFiles(map[int]*os.File{zygoteReportFD: reportW, zygoteControlFD: ctlChild, zygoteExitsFD: exitsW})
+	err = z.launch(args, extra, nil, nil)
 	ctlChild.Close()
 	exitsW.Close()
 	reportW.Close()
@@ -260,10 +261,12 @@ func (z *zygote) fork(s *spare, forCall bool) error {
 	if err != nil {
 		return fail(err)
 	}
-	// The runner's ends (forkFDs): stdin's read end, stdout's and
-	// stderr's write ends, the node's output pipes (at forkedOutputFD in
-	// the runner).
-	child := []*os.File{ends[0][0], ends[1][1], ends[2][1], pipes.w[0], pipes.w[1]}
+	// The runner's ends (forkFDs), at the descriptors it gets them at:
+	// stdin's read end, stdout's and stderr's write ends, the node's
+	// output pipes.
+	child := make([]*os.File, forkFDs)
+	child[0], child[1], child[2] = ends[0][0], ends[1][1], ends[2][1]
+	child[forkedOutputFD], child[forkedOutputFD+1] = pipes.w[0], pipes.w[1]
 	fds := make([]int, len(child))
 	for i, f := range child {
 		fds[i] = int(f.Fd())

@@ -20,10 +20,13 @@ protocol in agent/protocol/doc.go; the request schema in README.md here). This f
 It is shipped as this one file and uses the standard library only (Python
 3.8 and later). It handles one request, answers, and exits.
 
-Started with no flag, it is a runner started cold. The worker also starts it
-in three modes, each a flag right after this file's path (their constants are
-the block "The worker's wire" below; agent/runner/wire.go is the worker's
-half, and a test there pins each value to its twin here):
+Started with no flag, it is a runner started cold. Started with
+``--fluksio-capabilities`` alone, it says what it is (its version and the
+modes it speaks, report_capabilities) and exits: the worker asks once per
+runtime file. The worker also starts it in three modes, each a flag right
+after this file's path (their constants are the block "The worker's wire"
+below; agent/runner/wire.go is the worker's half, and a test there pins
+each value to its twin here):
 
 - ``--fluksio-output FD``: the node's stdout and stderr are the worker's
   pipes at FD and FD+1, which the worker reads itself; at FD+2 is a pipe
@@ -78,7 +81,6 @@ import types
 # starts a fresh interpreter, and most calls need neither (together they
 # cost ~0.1 s of start-up).
 
-RUNTIME_VERSION = "1"
 # The runtime's source file. The worker starts runners from the bytecode it
 # compiled beside it (__pycache__), where __file__ names the .pyc: the code's
 # own file name is the source's either way, and is what tracebacks show.
@@ -93,6 +95,29 @@ RUNTIME_FILE = os.path.abspath(sys._getframe().f_code.co_filename)
 SPARE_FLAG = "--fluksio-spare"
 ZYGOTE_FLAG = "--fluksio-zygote"
 OUTPUT_FLAG = "--fluksio-output"
+# What this runtime is, said once: started with CAPABILITIES_FLAG alone, it
+# writes one JSON object on stdout and exits (report_capabilities): its
+# RUNTIME_VERSION under CAPABILITY_VERSION, and under CAPABILITY_MODES the
+# flags of the modes it speaks (MODES). The worker asks each runtime file
+# once before it starts one in a mode; a runtime without the flag takes it
+# for a call whose request never comes, and is started in none.
+CAPABILITIES_FLAG = "--fluksio-capabilities"
+RUNTIME_VERSION = "1"
+MODES = (OUTPUT_FLAG, SPARE_FLAG, ZYGOTE_FLAG)
+CAPABILITY_VERSION = "version"
+CAPABILITY_MODES = "modes"
+# A spare's (and a zygote's) report, one JSON object (preload_and_report):
+# under SPARE_WATCH the [path, existed] pairs its code came from, under
+# SPARE_FAILED the preloads that failed and why, and, in a zygote with
+# threads, under SPARE_THREADS how many (SPARE_THREADS_COUNT) and the
+# preload that started the first (SPARE_THREADS_MODULE).
+SPARE_WATCH = "watch"
+SPARE_FAILED = "failed"
+SPARE_THREADS = "threads"
+SPARE_THREADS_COUNT = "count"
+SPARE_THREADS_MODULE = "module"
+# A zygote that sandboxes its forks and cannot says why under SPARE_NO_FORKS.
+SPARE_NO_FORKS = "no_forks"
 # How far past --fluksio-output's FD the token's pipe is.
 OUTPUT_TOKEN_AFTER = 2
 # A zygote's fork request: one JSON object with these keys, and FORK_FDS
@@ -100,7 +125,13 @@ OUTPUT_TOKEN_AFTER = 2
 # output pipes, which the runner gets at 0 to 4 (its output pipes at
 # FORKED_OUTPUT_FD and the next). The answer is the runner's pid in decimal,
 # FORK_FAILED where there is none.
-FORK_REQUEST_KEYS = ("env", "cwd", "token")
+# FORK_ENV is the runner's environment (a list of NAME=VALUE), FORK_CWD
+# its working directory ("": the zygote's), FORK_TOKEN its output mark's.
+# A request with other keys is refused.
+FORK_ENV = "env"
+FORK_CWD = "cwd"
+FORK_TOKEN = "token"
+FORK_REQUEST_KEYS = (FORK_ENV, FORK_CWD, FORK_TOKEN)
 FORK_FDS = 5
 FORKED_OUTPUT_FD = 3
 FORK_FAILED = b"0"
@@ -134,6 +165,15 @@ LOG_TAIL = 100
 # One log line longer than this is cut: a progress bar without newlines or a
 # dumped array must not become one event of hundreds of MiB.
 LOG_LINE_MAX = 8192
+# The environment the worker gives every runner, beyond the call's: the
+# call's directory (removed once the call's processes are gone), its
+# --cancel-grace in seconds (cancel_grace), the artifact store's URL and
+# token, and the artifact cache (the code cache in it).
+CALL_DIR_ENV = "FLUKSIO_CALL_DIR"
+CANCEL_GRACE_ENV = "FLUKSIO_CANCEL_GRACE"
+ARTIFACT_URL_ENV = "FLUKSIO_ARTIFACT_URL"
+ARTIFACT_TOKEN_ENV = "FLUKSIO_ARTIFACT_TOKEN"
+ARTIFACT_CACHE_ENV = "FLUKSIO_ARTIFACT_CACHE"
 # (The end of the worker's wire.)
 
 # Artifact transfers: chunk size for hashing and streaming, and the retry
@@ -149,7 +189,6 @@ HTTP_TIMEOUT_S = 120.0
 # and sends SIGKILL only a moment after it, so the answer still goes out.
 # Without the variable (an older agent, the unit tests) the runtime keeps a
 # short grace that any agent's SIGKILL leaves room for.
-CANCEL_GRACE_ENV = "FLUKSIO_CANCEL_GRACE"
 DEFAULT_CANCEL_GRACE_S = 1.0
 
 
@@ -1050,10 +1089,10 @@ class ArtifactCall:
 def _store():
     if not ArtifactCall.active:
         raise RuntimeError("artifacts can only be saved or loaded while a node runs on a worker")
-    base = os.environ.get("FLUKSIO_ARTIFACT_URL", "")
+    base = os.environ.get(ARTIFACT_URL_ENV, "")
     if not base:
-        raise RuntimeError("FLUKSIO_ARTIFACT_URL is not set: this worker has no artifact store")
-    return base.rstrip("/"), os.environ.get("FLUKSIO_ARTIFACT_TOKEN", "")
+        raise RuntimeError("%s is not set: this worker has no artifact store" % ARTIFACT_URL_ENV)
+    return base.rstrip("/"), os.environ.get(ARTIFACT_TOKEN_ENV, "")
 
 
 def _connection(url: str):
@@ -1223,7 +1262,7 @@ def _send_file(conn, path: str, hexdigest: str) -> None:
 
 
 def artifact_cache_dir() -> str:
-    configured = os.environ.get("FLUKSIO_ARTIFACT_CACHE")
+    configured = os.environ.get(ARTIFACT_CACHE_ENV)
     if configured:
         return configured
     xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -1844,7 +1883,7 @@ def prepare_code() -> None:
     # shipped source before the source is in it could keep that listing,
     # within a tick of the file system's clock. Nothing on the way to
     # ship_source, the rehearsal included, imports from a file.)
-    if os.environ.get("FLUKSIO_ARTIFACT_CACHE"):
+    if os.environ.get(ARTIFACT_CACHE_ENV):
         try:
             import importlib.util
             import zlib
@@ -1856,7 +1895,7 @@ def prepare_code() -> None:
             CODE_CACHE.append((cache, importlib.util.MAGIC_NUMBER.hex(), zlib.crc32, there))
         except Exception:
             pass  # no cache: shipped source is compiled
-    if os.environ.get("FLUKSIO_CALL_DIR"):
+    if os.environ.get(CALL_DIR_ENV):
         try:
             code_dir = call_dir("fluksio-code-")
         except OSError:
@@ -1879,7 +1918,7 @@ def call_dir(prefix: str) -> str:
     The call directory is the call's alone, so there it has a fixed name
     (prefix without its dash) when that is free; elsewhere a random one.
     """
-    base = os.environ.get("FLUKSIO_CALL_DIR") or None
+    base = os.environ.get(CALL_DIR_ENV) or None
     path = None
     if base is not None:
         try:
@@ -2098,7 +2137,7 @@ def remember_cached_code(budget_s: float = CODE_MEMO_FORK_S) -> None:
     stale or old, and a runner that finds nothing here compiles.
     """
     if not CODE_MEMO_DIR:
-        cached = os.environ.get("FLUKSIO_ARTIFACT_CACHE")
+        cached = os.environ.get(ARTIFACT_CACHE_ENV)
         CODE_MEMO_DIR.append(os.path.join(artifact_cache_dir(), "code") if cached else None)
     cache = CODE_MEMO_DIR[0]
     if cache is None:
@@ -2849,7 +2888,7 @@ def spare_prepare() -> None:
     """In spare mode, preloads and reports; otherwise does nothing.
 
     The report is one JSON object on the worker's descriptor, then it is
-    closed: {"watch": [[path, existed], ...], "failed": {module: reason}}.
+    closed: {SPARE_WATCH: [[path, existed], ...], SPARE_FAILED: {module: reason}}.
     watch is every file and directory the code this process holds came
     from or would import from: the interpreter, each sys.path entry, the
     user site directory, and each loaded module's file and directory. The
@@ -2871,7 +2910,7 @@ def preload_and_report(fd: int, preloads: list, forks: bool = False, no_forks: s
     """Imports the SDK and the preloads, and reports as spare_prepare says; True if this process has threads a fork cannot keep.
 
     A process that forks (a zygote) also says in the report, under
-    "threads", how many threads it has once the preloads are imported and
+    SPARE_THREADS, how many threads it has once the preloads are imported and
     a fork's prepare handlers ran (threads_past_a_fork), and which preload
     started the first of them, when it has more than one.
     """
@@ -2935,15 +2974,15 @@ def preload_and_report(fd: int, preloads: list, forks: bool = False, no_forks: s
         if path not in seen:
             seen.add(path)
             watch.append([path, os.path.exists(path)])
-    report = {"watch": watch, "failed": failed}
+    report = {SPARE_WATCH: watch, SPARE_FAILED: failed}
     threads = threads_past_a_fork() if forks else 1
     if threads > 1:
         # A fork keeps only the thread that forks: a zygote that forks now
         # gives each call a library whose threads are gone (its next
         # parallel op hangs, or aborts). The worker starts spares cold.
-        report["threads"] = {"count": threads, "module": started_by}
+        report[SPARE_THREADS] = {SPARE_THREADS_COUNT: threads, SPARE_THREADS_MODULE: started_by}
     if no_forks:
-        report["no_forks"] = no_forks
+        report[SPARE_NO_FORKS] = no_forks
     with os.fdopen(fd, "w") as out:
         json.dump(report, out)
     return threads > 1
@@ -2987,8 +3026,8 @@ def thread_count() -> int:
 # `worker_main.py --fluksio-zygote REPORT CONTROL EXITS [MOD,MOD]` is a warm
 # interpreter that forks each call's runner (agent/runner/zygote.go). It
 # preloads and reports on REPORT as a spare does, then serves requests on
-# CONTROL, a unix socket: one JSON message {"env": [...], "cwd": DIR or "",
-# "token": TOKEN} with five descriptors (the call's stdin, stdout, stderr and
+# CONTROL, a unix socket: one JSON message {FORK_ENV: [...], FORK_CWD: DIR or
+# "", FORK_TOKEN: TOKEN} with five descriptors (the call's stdin, stdout, stderr and
 # the node's two output pipes). For each it forks once: the runner is its
 # child, in a process group of its own, and the zygote answers with the
 # runner's pid. The zygote reaps its runners and reports each one's exit to
@@ -3276,7 +3315,7 @@ def zygote_serve():
             request = json.loads(msg.decode("utf-8"))
         except ValueError:
             request = None
-        if not isinstance(request, dict) or len(fds) != FORK_FDS or threaded:
+        if not isinstance(request, dict) or sorted(request) != sorted(FORK_REQUEST_KEYS) or len(fds) != FORK_FDS or threaded:
             for fd in fds:
                 os.close(fd)
             control.send(FORK_FAILED)
@@ -3351,15 +3390,15 @@ def zygote_child(request: dict, fds: list, control_fd: int):
             pass
     if SANDBOX_CALLS:
         # Its stderr is the call's now: the worker logs why.
-        env = dict(e.split("=", 1) for e in request.get("env") or [] if "=" in e)
+        env = dict(e.split("=", 1) for e in request[FORK_ENV] or [] if "=" in e)
         try:
-            sandbox_fork(SANDBOX_CALLS, env.get("FLUKSIO_CALL_DIR"))
+            sandbox_fork(SANDBOX_CALLS, env.get(CALL_DIR_ENV))
         except Exception as exc:
             os.write(2, ("fluksio-worker sandbox: the forked runner could not sandbox itself: %s: %s\n" % (type(exc).__name__, exc)).encode())
             os._exit(SANDBOX_EXIT_SETUP)
-    reset_environ(request.get("env") or [])
-    if request.get("cwd"):
-        os.chdir(request["cwd"])
+    reset_environ(request[FORK_ENV] or [])
+    if request[FORK_CWD]:
+        os.chdir(request[FORK_CWD])
     # The zygote's own directories (the SDK module for other interpreters)
     # are not this call's: the call writes its own, in its place on sys.path.
     zygote_dirs = list(CALL_DIRS)
@@ -3371,7 +3410,7 @@ def zygote_child(request: dict, fds: list, control_fd: int):
     FORKED.append(True)
     for fd in (FORKED_OUTPUT_FD, FORKED_OUTPUT_FD + 1):
         os.set_inheritable(fd, False)  # the node's children get them as fd 1 and 2 only
-    mark = MARK_PREFIX + str(request.get("token", "")).encode("ascii") + MARK_SUFFIX
+    mark = MARK_PREFIX + str(request[FORK_TOKEN]).encode("ascii") + MARK_SUFFIX
     return (FORKED_OUTPUT_FD, FORKED_OUTPUT_FD + 1), mark
 
 
@@ -3525,7 +3564,18 @@ def mark_node_output() -> None:
     MARK_NODE_OUTPUT[0]()
 
 
+def report_capabilities() -> bool:
+    """Started with CAPABILITIES_FLAG alone, writes what this runtime speaks on stdout (the wire block) and returns True."""
+    if sys.argv[1:] != [CAPABILITIES_FLAG]:
+        return False
+    sys.stdout.write(json.dumps({CAPABILITY_VERSION: RUNTIME_VERSION, CAPABILITY_MODES: list(MODES)}) + "\n")
+    sys.stdout.flush()
+    return True
+
+
 def main() -> None:
+    if report_capabilities():
+        return
     worker_pipes = zygote_serve() or take_output_pipes()
     spare_prepare()
     # The real stdout is the protocol channel and nothing else may reach it:

@@ -16,7 +16,11 @@
 // `RUNNER RUNTIME_PATH [...] --fluksio-spare FD [MODULES]` it is a spare (as the
 // runtime's spare mode): it reports {"watch": [[RUNTIME_PATH, true]],
 // "failed": {...}} on FD, every module whose name starts with "missing"
-// failed, then waits for its request. Started as `RUNNER -c …` it answers
+// failed, then waits for its request. Started as `RUNNER RUNTIME_PATH
+// --fluksio-capabilities` it says it speaks spare mode, as the runtime
+// does; with FAKERUNNER_NO_MODES=1 in its environment it knows no flag
+// (an engine's runner from before the modes), and takes that for a call
+// whose request never comes. Started as `RUNNER -c …` it answers
 // the agent's Python version check; as `RUNNER -m pip freeze` it prints a
 // fixed package list (after FAKERUNNER_FREEZE_MS milliseconds of CPU, when
 // that is set).
@@ -89,6 +93,10 @@ func run() {
 			spare(os.Args[1], os.Args[i+1], os.Args[i+2:])
 			break
 		}
+	}
+	if len(os.Args) == 3 && os.Args[2] == "--fluksio-capabilities" && os.Getenv("FAKERUNNER_NO_MODES") != "1" {
+		fmt.Println(`{"version": "fake", "modes": ["--fluksio-spare"]}`)
+		return
 	}
 	if len(os.Args) > 1 {
 		switch os.Args[1] {

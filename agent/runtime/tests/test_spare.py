@@ -22,6 +22,14 @@ class SpareTest(unittest.TestCase):
         with os.fdopen(read_fd) as report:
             return proc, json.load(report)
 
+    def test_says_what_it_speaks_when_asked(self):
+        # The worker asks each runtime file once, before it starts one as a spare.
+        out = subprocess.run([PYTHON, RUNTIME, "--fluksio-capabilities"], stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        said = json.loads(out.stdout.decode().splitlines()[0])
+        self.assertEqual(sorted(said["modes"]), ["--fluksio-output", "--fluksio-spare", "--fluksio-zygote"])
+        self.assertTrue(said["version"])
+
     def test_reports_then_serves_one_call_like_a_cold_runner(self):
         proc, report = self.start("json,no_such_module_here")
         self.assertEqual(list(report["failed"]), ["no_such_module_here"])

@@ -1,5 +1,6 @@
 """Zygote mode: the runtime loaded once, forking each call's runner (--fluksio-zygote REPORT CONTROL EXITS MODS)."""
 
+import array
 import json
 import os
 import shutil
@@ -293,6 +294,20 @@ class ZygoteTest(unittest.TestCase):
     def test_a_bad_request_is_refused_and_the_zygote_goes_on(self):
         self.control.send(b"not json")
         self.assertEqual(self.control.recv(32), b"0")
+        env = [k + "=" + v for k, v in os.environ.items()]
+        self.assertIsNone(self.fork(env)["marker"])
+
+    def test_a_request_with_other_keys_is_refused(self):
+        # Its keys are FORK_REQUEST_KEYS, no more and no fewer: a worker that
+        # names one otherwise gets no runner, rather than one in the wrong
+        # directory or environment.
+        r, w = os.pipe()
+        for request in ({"env": [], "workdir": "/", "token": "0" * 32}, {"env": [], "token": "0" * 32}):
+            fds = array.array("i", [r, w, w, w, w])
+            self.control.sendmsg([json.dumps(request).encode()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+            self.assertEqual(self.control.recv(32), b"0")
+        os.close(r)
+        os.close(w)
         env = [k + "=" + v for k, v in os.environ.items()]
         self.assertIsNone(self.fork(env)["marker"])
 
