@@ -41,7 +41,7 @@ func TestPolicySignedSourceThroughTheBinary(t *testing.T) {
 	}
 	startBinary(t, []string{"FLUKSIO_ARTIFACT_CACHE=" + t.TempDir()}, "run", "--url", eng.AttachURL(), "--token-file", tokenFile,
 		"--python", runtimePython(t), "--state-dir", t.TempDir(), "--warm", "0",
-		"--allow-source", "signed", "--trust-key", key+".pub")
+		"--allow-source", "signed", "--trust-key", key+".pub", "--allow-env", "WANDB_*")
 	wk := attach(t, eng)
 
 	req := nodeRun("signed", string(signed), "double", map[string]any{"x": 21})
@@ -53,6 +53,23 @@ func TestPolicySignedSourceThroughTheBinary(t *testing.T) {
 	answer, _ = wait(t, startNode(t, wk, nodeRun("tampered", tampered, "double", map[string]any{"x": 21})))
 	if answer.OK || answer.Error == nil || answer.Error.Type != "PolicyRefused" || !strings.Contains(answer.Error.Message, "does not match the source") {
 		t.Errorf("the tampered node answered %s", answer.Raw)
+	}
+	// The signed node with an env that would load the engine's code
+	// (OPENSSL_CONF names an openssl.cnf that loads a .so when the runner
+	// imports hashlib; a bash function replaces echo) is refused; with
+	// what only tunes and what --allow-env names, it runs.
+	for _, env := range []map[string]any{{"OPENSSL_CONF": filepath.Join(dir, "openssl.cnf")}, {"BASH_FUNC_echo%%": "() { touch " + dir + "/owned; }"}} {
+		req := nodeRun("env", string(signed), "double", map[string]any{"x": 21})
+		req["env"] = env
+		answer, _ = wait(t, startNode(t, wk, req))
+		if answer.OK || answer.Error == nil || answer.Error.Type != "PolicyRefused" || !strings.Contains(answer.Error.Message, "--allow-env") {
+			t.Errorf("the signed node with env %v answered %s", env, answer.Raw)
+		}
+	}
+	req = nodeRun("tuned", string(signed), "double", map[string]any{"x": 21})
+	req["env"] = map[string]any{"OMP_NUM_THREADS": "2", "LANG": "C.UTF-8", "WANDB_PROJECT": "p"}
+	if answer, _ = wait(t, startNode(t, wk, req)); !answer.OK {
+		t.Errorf("the signed node with tuning env answered %s", answer.Raw)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "engine-runner-ran")); err == nil {
 		t.Error("the engine's runner ran under a code policy")

@@ -11,12 +11,18 @@ import (
 // c.Policy, so that a key that cannot be read stops the worker (and a
 // reload) before it dials, rather than refusing every call later.
 func (c *Config) resolvePolicy() error {
-	p, err := policy.New(c.AllowModule, c.AllowSource, c.TrustKeys)
+	p, err := policy.New(c.AllowModule, c.AllowSource, c.TrustKeys, c.AllowEnv)
 	if err != nil {
 		return &UsageError{err}
 	}
 	if len(c.TrustKeys) > 0 && c.AllowSource != policy.SourceSigned {
 		c.Warnings = append(c.Warnings, "--trust-key is given but --allow-source is not signed: the keys are read and not used")
+	}
+	if len(c.AllowEnv) > 0 && !p.On() {
+		c.Warnings = append(c.Warnings, "--allow-env is given but no code policy is on (--allow-module, --allow-source none or signed): a call's env may set anything")
+	}
+	if p.On() {
+		c.Warnings = append(c.Warnings, p.EnvWarnings()...)
 	}
 	c.Policy = p
 	return nil
