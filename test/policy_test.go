@@ -11,8 +11,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
+	"github.com/fluksio/fluksio-worker/agent/policy"
 )
 
 func TestPolicySignedSourceThroughTheBinary(t *testing.T) {
@@ -74,4 +76,65 @@ func TestPolicySignedSourceThroughTheBinary(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "engine-runner-ran")); err == nil {
 		t.Error("the engine's runner ran under a code policy")
 	}
+}
+
+// TestKeysAndHooksOthersMayWriteRefusedAtStart: a --trust-key directory
+// or key, or a hook's program, that a user other than root and the
+// worker's may change is refused at start (exit 2, saying what to change)
+// and the worker never attaches; kept private, the same start attaches.
+func TestKeysAndHooksOthersMayWriteRefusedAtStart(t *testing.T) {
+	t.Parallel()
+	eng := startEngine(t, enginetest.Options{})
+	setup := func(t *testing.T) (keys, hook string) {
+		dir := filepath.Join(t.TempDir(), "etc")
+		keys = filepath.Join(dir, "keys")
+		if err := os.MkdirAll(keys, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := policy.GenerateKey(filepath.Join(keys, "owner")); err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(filepath.Join(keys, "owner"))
+		hook = filepath.Join(dir, "gpu-free.sh")
+		if err := os.WriteFile(hook, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{dir, keys, hook} {
+			os.Chmod(p, 0o755)
+		}
+		os.Chmod(filepath.Join(keys, "owner.pub"), 0o644)
+		return keys, hook
+	}
+	for _, tc := range []struct {
+		name  string
+		spoil func(keys, hook string)
+		says  []string
+	}{
+		{"a key directory at 0777", func(keys, hook string) { os.Chmod(keys, 0o777) }, []string{"--trust-key KEYS", "mode 0777", "chmod go-w KEYS"}},
+		{"a key another user owns", func(keys, hook string) { os.Chown(filepath.Join(keys, "owner.pub"), neighbour, neighbour) },
+			[]string{"--trust-key KEYS/owner.pub", "belongs to uid 4242", "chown"}},
+		{"a pre-call hook at 0777", func(keys, hook string) { os.Chmod(hook, 0o777) }, []string{"--pre-call-hook program HOOK", "mode 0777", "chmod go-w HOOK"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			keys, hook := setup(t)
+			tc.spoil(keys, hook)
+			w := startWorker(t, eng, nil, "--allow-source", "signed", "--trust-key", keys, "--pre-call-hook", hook)
+			if code := w.wait(20 * time.Second); code != 2 {
+				t.Fatalf("exit %d, want 2 (refused at start)", code)
+			}
+			logs := w.logs.String()
+			for _, want := range tc.says {
+				want = strings.NewReplacer("KEYS", keys, "HOOK", hook).Replace(want)
+				if !strings.Contains(logs, want) {
+					t.Errorf("the message does not say %q:\n%s", want, logs)
+				}
+			}
+		})
+	}
+	if len(eng.Hellos()) != 0 {
+		t.Errorf("a worker attached with keys or a hook others may change")
+	}
+	keys, hook := setup(t)
+	startWorker(t, eng, nil, "--allow-source", "signed", "--trust-key", keys, "--pre-call-hook", hook)
+	attach(t, eng)
 }

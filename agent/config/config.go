@@ -271,7 +271,7 @@ var Options = []Option{
 		func(c *Config, v string) error { c.AllowModule = SplitLabels(v); return nil }},
 	{"allow-source", "none|signed|any", "whether node source shipped with a call runs: never, only when signed by a --trust-key key (SIGNING.md), or always; none or signed puts a code policy on",
 		oneOf(func(c *Config, v string) { c.AllowSource = v }, "none", "signed", "any")},
-	{"trust-key", "PATH,PATH", "public keys (files 'fluksio-worker keygen' made, or directories of *.pub files) whose signatures --allow-source signed accepts; the flag may be repeated",
+	{"trust-key", "PATH,PATH", "public keys (files 'fluksio-worker keygen' made, or directories of *.pub files) whose signatures --allow-source signed accepts, refused at start when a user other than root and the worker's may change them; the flag may be repeated",
 		func(c *Config, v string) error { c.TrustKeys = append(c.TrustKeys, SplitLabels(v)...); return nil }},
 	{"allow-env", "PATTERN,PATTERN", "under a code policy, the variables a call's env may set besides the built-in ones that only tune (thread counts, CUDA_VISIBLE_DEVICES, locale, TZ): names or patterns such as WANDB_*; any other is refused (PolicyRefused); the flag may be repeated",
 		func(c *Config, v string) error { c.AllowEnv = append(c.AllowEnv, SplitLabels(v)...); return nil }},
