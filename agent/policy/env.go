@@ -38,7 +38,7 @@ var Tuning = []TuningVar{
 	{Name: "OPENBLAS_NUM_THREADS", Why: "OpenBLAS's thread count, a number"},
 	{Name: "NUMEXPR_NUM_THREADS", Why: "numexpr's thread count, a number"},
 	{Name: "TOKENIZERS_PARALLELISM", Why: "whether Hugging Face tokenizers use threads, true or false"},
-	{Name: "CUDA_VISIBLE_DEVICES", Why: "which of the worker's GPUs the call sees, read as positions in the worker's own mask, so never one beyond it"},
+	{Name: "CUDA_VISIBLE_DEVICES", Why: "which GPUs CUDA shows the call (read as positions in the worker's own mask, where it has one); it chooses devices and loads nothing"},
 	{Name: "PYTHONUNBUFFERED", Why: "Python writes its output unbuffered"},
 	{Name: "PYTHONHASHSEED", Why: "the seed of Python's str hashing (a number), so that set order repeats from run to run; it names no file and imports nothing"},
 	{Name: "LANG", Why: "the locale, by name", valueOK: notAPath, Values: "a locale name, not a path"},
