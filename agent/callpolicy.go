@@ -28,7 +28,8 @@ const msgHookDeclined = "declined by this worker's pre-call hook: "
 
 // checkPolicy refuses a call the code policy does not allow: its node
 // (a module outside --allow-module, source --allow-source refuses) or its
-// env (a side door). It also returns the node, for the pre-call hook.
+// env (a variable neither tuning nor --allow-env allows). It also returns
+// the node, for the pre-call hook.
 func (a *Agent) checkPolicy(m protocol.Message, env []string) (policy.Node, *refusal) {
 	node, err := policy.ReadNode(m.Fields["node"])
 	if err != nil {

@@ -19,12 +19,16 @@ import (
 )
 
 // TestPolicyRefusesCodeAndSideDoors: a module outside --allow-module,
-// shipped source under --allow-source none, and an env that sets
-// LD_PRELOAD are each answered PolicyRefused, with the rule and what the
-// owner can change, and never take a slot; an allowed module runs.
+// shipped source under --allow-source none, and an env that sets a
+// variable neither built-in nor named by --allow-env (LD_PRELOAD,
+// OPENSSL_CONF, BASH_FUNC_echo%%, git's config by environment) are each
+// answered PolicyRefused, with the rule and what the owner can change, and
+// never take a slot; an allowed module runs with a tuning variable and
+// what --allow-env names.
 func TestPolicyRefusesCodeAndSideDoors(t *testing.T) {
 	t.Parallel()
-	f := serveFake(t, enginetest.Options{}, "--listen", "127.0.0.1:0", "--allow-module", "acme_pipelines.*", "--allow-source", "none")
+	f := serveFake(t, enginetest.Options{}, "--listen", "127.0.0.1:0", "--allow-module", "acme_pipelines.*", "--allow-source", "none",
+		"--allow-env", "SEED", "--allow-env", "WANDB_*")
 	base := monitoring(t, f)
 	refused := func(id string, req map[string]any, want ...string) {
 		t.Helper()
@@ -40,20 +44,30 @@ func TestPolicyRefusesCodeAndSideDoors(t *testing.T) {
 			}
 		}
 	}
+	allowed := map[string]any{"module": "acme_pipelines.train"}
 	refused("module", map[string]any{"node": map[string]any{"module": "os"}, "function": "system"},
 		"--allow-module acme_pipelines.*", "module os is not among", "owner can add a pattern")
 	refused("source", map[string]any{"op": "compile", "node": map[string]any{"source": "import os\n", "filename": "evil.py"}},
 		"--allow-source none", "evil.py", "--allow-source signed")
-	refused("preload", map[string]any{"node": map[string]any{"module": "acme_pipelines.train"}, "env": map[string]any{"LD_PRELOAD": "/tmp/x.so", "SEED": 1}},
-		"LD_PRELOAD", "could load code")
-	refused("pythonpath", map[string]any{"node": map[string]any{"module": "acme_pipelines.train"}, "env": map[string]any{"PYTHONPATH": "/tmp"}},
+	refused("preload", map[string]any{"node": allowed, "env": map[string]any{"LD_PRELOAD": "/tmp/x.so", "SEED": 1}},
+		"LD_PRELOAD", "--allow-env LD_PRELOAD")
+	refused("pythonpath", map[string]any{"node": allowed, "env": map[string]any{"PYTHONPATH": "/tmp"}},
 		"PYTHONPATH")
-	ok := answerOf(t, f.runReq(t, map[string]any{"call_id": "allowed", "node": map[string]any{"module": "acme_pipelines.train"}, "env": map[string]any{"SEED": 1}}))
+	refused("openssl", map[string]any{"node": allowed, "env": map[string]any{"OPENSSL_CONF": "/state/artifacts/openssl.cnf"}},
+		"OPENSSL_CONF", "--allow-env OPENSSL_CONF")
+	refused("bash-function", map[string]any{"node": allowed, "env": map[string]any{"BASH_FUNC_echo%%": "() { touch /tmp/owned; }"}},
+		"BASH_FUNC_echo%%", "--allow-env BASH_FUNC_echo%%")
+	refused("git-config", map[string]any{"node": allowed, "env": map[string]any{"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "core.fsmonitor", "GIT_CONFIG_VALUE_0": "/tmp/x"}},
+		"GIT_CONFIG_COUNT, GIT_CONFIG_KEY_0, GIT_CONFIG_VALUE_0")
+	refused("git-parameters", map[string]any{"node": allowed, "env": map[string]any{"GIT_CONFIG_PARAMETERS": "'core.fsmonitor'='/tmp/x'"}},
+		"GIT_CONFIG_PARAMETERS")
+	ok := answerOf(t, f.runReq(t, map[string]any{"call_id": "allowed", "node": allowed,
+		"env": map[string]any{"SEED": 1, "WANDB_PROJECT": "p", "OMP_NUM_THREADS": 2, "LANG": "C.UTF-8"}}))
 	if !ok.OK {
 		t.Errorf("an allowed module answered %s", ok.Raw)
 	}
 	_, m := httpGet(t, base+"/metrics")
-	for _, want := range []string{`fluksio_worker_calls_declined_total{reason="policy"} 4`, `fluksio_worker_calls_started_total{op="run"} 1`, `fluksio_worker_calls_started_total{op="compile"} 0`} {
+	for _, want := range []string{`fluksio_worker_calls_declined_total{reason="policy"} 8`, `fluksio_worker_calls_started_total{op="run"} 1`, `fluksio_worker_calls_started_total{op="compile"} 0`} {
 		if !strings.Contains(m, want) {
 			t.Errorf("/metrics does not say %s:\n%s", want, m)
 		}

@@ -20,7 +20,7 @@ func TestCheckAndStatusShowThePolicy(t *testing.T) {
 	if !strings.Contains(got["runtime"], "embedded") {
 		t.Errorf("with a code policy, check's runtime is %s", got["runtime"])
 	}
-	for _, want := range []string{"modules acme.*", "source none", "env may not load code", `pre-call hook "/etc/fluksio-worker/gpu-free.sh"`} {
+	for _, want := range []string{"modules acme.*", "source none", "env only tuning variables", `pre-call hook "/etc/fluksio-worker/gpu-free.sh"`} {
 		if !strings.Contains(policy, want) {
 			t.Errorf("check's policy item %q does not say %q", policy, want)
 		}
@@ -34,14 +34,19 @@ func TestCheckAndStatusShowThePolicy(t *testing.T) {
 	}
 }
 
-// TestInstallTrustsEveryKeyGiven: install --trust-key given twice writes
-// both keys to the config, as run takes them, not the last alone.
+// TestInstallTrustsEveryKeyGiven: install --trust-key (and --allow-env)
+// given twice writes both values to the config, as run takes them, not
+// the last alone; a pattern that is none is refused before anything else.
 func TestInstallTrustsEveryKeyGiven(t *testing.T) {
-	req, err := parseInstall([]string{"--url", "wss://e.example.com", "--trust-key", "/etc/keys/a.pub", "--trust-key", "/etc/keys/b.pub"})
+	req, err := parseInstall([]string{"--url", "wss://e.example.com", "--trust-key", "/etc/keys/a.pub", "--trust-key", "/etc/keys/b.pub",
+		"--allow-env", "WANDB_*", "--allow-env", "SEED"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := req.given["trust-key"]; got != "/etc/keys/a.pub,/etc/keys/b.pub" {
 		t.Errorf("install keeps --trust-key %q", got)
+	}
+	if got := req.given["allow-env"]; got != "WANDB_*,SEED" {
+		t.Errorf("install keeps --allow-env %q", got)
 	}
 }

@@ -69,6 +69,7 @@ type Config struct {
 	AllowModule  []string      // module patterns a module node may name; empty: any
 	AllowSource  string        // none, signed or any ("" too): shipped source
 	TrustKeys    []string      // public key files or directories signed source may be signed with
+	AllowEnv     []string      // patterns of the env names a call may set under a code policy, besides policy.Tuning
 	PreCallHook  string        // a shell command that accepts or declines each call; "": none
 	PostCallHook string        // a shell command told each call's outcome; "": none
 	HookTimeout  time.Duration // how long a hook may run; 0: DefaultHookTimeout
@@ -289,8 +290,10 @@ var Options = []Option{
 		func(c *Config, v string) error { c.AllowModule = SplitLabels(v); return nil }},
 	{"allow-source", "none|signed|any", "whether node source shipped with a call runs: never, only when signed by a --trust-key key (SIGNING.md), or always; none or signed puts a code policy on",
 		oneOf(func(c *Config, v string) { c.AllowSource = v }, "none", "signed", "any")},
-	{"trust-key", "PATH,PATH", "public keys (files 'fluksio-worker keygen' made, or directories of *.pub files) whose signatures --allow-source signed accepts; the flag may be repeated",
+	{"trust-key", "PATH,PATH", "public keys (files 'fluksio-worker keygen' made, or directories of *.pub files) whose signatures --allow-source signed accepts, refused at start when a user other than root and the worker's may change them; the flag may be repeated",
 		func(c *Config, v string) error { c.TrustKeys = append(c.TrustKeys, SplitLabels(v)...); return nil }},
+	{"allow-env", "PATTERN,PATTERN", "under a code policy, the variables a call's env may set besides the built-in ones that only tune (thread counts, CUDA_VISIBLE_DEVICES, locale, TZ): names or patterns such as WANDB_*; any other is refused (PolicyRefused); the flag may be repeated",
+		func(c *Config, v string) error { c.AllowEnv = append(c.AllowEnv, SplitLabels(v)...); return nil }},
 	{"pre-call-hook", "CMD", "a shell command run before a call takes its slot, the call's metadata as JSON on stdin: exit 0 takes the call, any other status declines it (NodeCancelled, its first stderr line the reason) so the engine runs it elsewhere",
 		func(c *Config, v string) error { c.PreCallHook = v; return nil }},
 	{"post-call-hook", "CMD", "a shell command run after a call's processes are gone, its outcome as JSON on stdin; its failure is logged, not the call's",
@@ -347,6 +350,7 @@ func Repeatable(name string) bool { return repeatable[name] != nil }
 var repeatable = map[string]func(*Config){
 	"trust-key":    func(c *Config) { c.TrustKeys = nil },
 	"sandbox-bind": func(c *Config) { c.SandboxBinds = nil },
+	"allow-env":    func(c *Config) { c.AllowEnv = nil },
 }
 
 // optionDefaults is each option's default as --help, the manual and the
@@ -388,6 +392,7 @@ var optionDefaults = map[string]string{
 	"allow-module":   "(any module; none under a code policy)",
 	"allow-source":   "(any)",
 	"trust-key":      "(none)",
+	"allow-env":      "(only the tuning variables)",
 	"pre-call-hook":  "(none)",
 	"post-call-hook": "(none)",
 	"hook-timeout":   "(" + DefaultHookTimeout.String() + ")",

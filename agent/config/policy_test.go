@@ -2,6 +2,7 @@ package config
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -23,5 +24,36 @@ func TestTrustKeyRepeats(t *testing.T) {
 	}
 	if _, err := Load([]string{"--allow-source", "unsigned"}, getenv); err == nil {
 		t.Error("--allow-source unsigned accepted")
+	}
+}
+
+// TestAllowEnvRepeatsAndWarns: --allow-env given several times allows
+// every pattern; one that lets a call set a variable known to load code,
+// or one given without a code policy, is warned about at start.
+func TestAllowEnvRepeatsAndWarns(t *testing.T) {
+	getenv := func(string) string { return "" }
+	cfg, err := Load([]string{"--allow-module", "acme.*", "--allow-env", "WANDB_*", "--allow-env", "SEED,LD_*"}, getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"WANDB_*", "SEED", "LD_*"}; !slices.Equal(cfg.AllowEnv, want) {
+		t.Errorf("allow-env %v, want %v", cfg.AllowEnv, want)
+	}
+	if err := cfg.resolvePolicy(); err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Warnings) != 1 || !strings.Contains(cfg.Warnings[0], "--allow-env LD_* lets a call set LD_PRELOAD") {
+		t.Errorf("warnings: %q", cfg.Warnings)
+	}
+	if no := cfg.Policy.CheckEnv([]string{"WANDB_MODE=offline", "SEED=3"}, ""); no != nil {
+		t.Errorf("allowed env refused: %v", no)
+	}
+	off, _ := Load([]string{"--allow-env", "SEED"}, getenv)
+	if err := off.resolvePolicy(); err != nil || len(off.Warnings) != 1 || !strings.Contains(off.Warnings[0], "no code policy is on") {
+		t.Errorf("--allow-env without a policy: %v %q", err, off.Warnings)
+	}
+	bad, _ := Load([]string{"--allow-module", "acme.*", "--allow-env", "A=B"}, getenv)
+	if err := bad.resolvePolicy(); err == nil || !strings.Contains(err.Error(), "--allow-env A=B") {
+		t.Errorf("--allow-env A=B: %v", err)
 	}
 }

@@ -68,7 +68,7 @@ func ResolveStateDir(cfg Config, getenv func(string) string) (string, error) {
 	if err := checkPrivateDir(abs, "the state directory"); err != nil {
 		return "", err
 	}
-	if err := checkAncestors(abs); err != nil {
+	if err := checkAncestors(abs, "the state directory "+abs, "set --state-dir to a directory under one only you (or root) control"); err != nil {
 		return "", err
 	}
 	for _, sub := range stateSubdirs {
@@ -133,30 +133,6 @@ func checkPrivateDir(dir, what string) error {
 		return Usagef("%s %s is mode %04o: users other than its owner may write in it and plant code the worker runs. Make it private: chmod 700 %s (or set --state-dir to another directory)", what, dir, perm, dir)
 	}
 	return nil
-}
-
-// checkAncestors refuses a state directory inside a directory that another
-// user owns (other than root) or that every user may write without the
-// sticky bit: there it could be renamed away and replaced.
-func checkAncestors(dir string) error {
-	uid := os.Geteuid()
-	for parent := filepath.Dir(dir); ; parent = filepath.Dir(parent) {
-		st, err := os.Stat(parent)
-		if err != nil {
-			return nil // not ours to judge; creating the directory worked
-		}
-		owner, ok := FileOwner(st)
-		perm := st.Mode()
-		switch {
-		case ok && owner != uid && owner != 0:
-			return Usagef("the state directory %s is inside %s, which belongs to uid %d, who could replace it and plant code the worker runs; set --state-dir to a directory under one only you (or root) control", dir, parent, owner)
-		case perm.Perm()&0o002 != 0 && perm&fs.ModeSticky == 0:
-			return Usagef("the state directory %s is inside %s, which every user may write (mode %04o, no sticky bit), so it could be replaced; set --state-dir to a directory under one only you (or root) control", dir, parent, perm.Perm())
-		}
-		if parent == filepath.Dir(parent) {
-			return nil
-		}
-	}
 }
 
 // FileOwner is the uid owning a file, where the system says.

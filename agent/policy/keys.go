@@ -110,20 +110,9 @@ type KeyRing struct {
 func LoadKeyRing(paths []string) (*KeyRing, error) {
 	r := &KeyRing{keys: map[string]ed25519.PublicKey{}, from: map[string]string{}}
 	for _, p := range paths {
-		st, err := os.Stat(p)
+		files, err := KeyFiles(p)
 		if err != nil {
-			return nil, fmt.Errorf("--trust-key %s: %w", p, err)
-		}
-		files := []string{p}
-		if st.IsDir() {
-			files, err = filepath.Glob(filepath.Join(p, "*"+PublicKeySuffix))
-			if err != nil {
-				return nil, err
-			}
-			if len(files) == 0 {
-				return nil, fmt.Errorf("--trust-key %s: the directory holds no *%s file", p, PublicKeySuffix)
-			}
-			sort.Strings(files)
+			return nil, err
 		}
 		for _, f := range files {
 			if err := r.readFile(f); err != nil {
@@ -132,6 +121,27 @@ func LoadKeyRing(paths []string) (*KeyRing, error) {
 		}
 	}
 	return r, nil
+}
+
+// KeyFiles are the files a --trust-key path names: the file itself, or
+// every *.pub file of a directory, sorted.
+func KeyFiles(path string) ([]string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("--trust-key %s: %w", path, err)
+	}
+	if !st.IsDir() {
+		return []string{path}, nil
+	}
+	files, err := filepath.Glob(filepath.Join(path, "*"+PublicKeySuffix))
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("--trust-key %s: the directory holds no *%s file", path, PublicKeySuffix)
+	}
+	sort.Strings(files)
+	return files, nil
 }
 
 func (r *KeyRing) readFile(path string) error {

@@ -33,11 +33,12 @@ type Policy struct {
 	modules []string // --allow-module patterns; empty allows every module
 	source  string   // SourceAny ("" too), SourceSigned or SourceNone
 	keys    *KeyRing // the keys signed source may be signed with
+	env     []string // --allow-env patterns: what a call's env may set besides Tuning
 }
 
 // New makes the policy of the owner's settings; it reads the trusted keys.
-func New(modules []string, source string, trustKeys []string) (*Policy, error) {
-	p := &Policy{source: source}
+func New(modules []string, source string, trustKeys, allowEnv []string) (*Policy, error) {
+	p := &Policy{source: source, env: allowEnv}
 	if p.source == "" {
 		p.source = SourceAny
 	}
@@ -50,6 +51,9 @@ func New(modules []string, source string, trustKeys []string) (*Policy, error) {
 		return nil, fmt.Errorf("--allow-module: %q allows no module and cannot be given with patterns", ModulesNone)
 	}
 	p.modules = modules
+	if err := checkEnvPatterns(allowEnv); err != nil {
+		return nil, err
+	}
 	switch p.source {
 	case SourceAny:
 	case SourceNone:
@@ -74,8 +78,8 @@ func New(modules []string, source string, trustKeys []string) (*Policy, error) {
 }
 
 // On says whether any code policy is in force: a module list, or shipped
-// source less than always. With one, a call's env may not load other code
-// and the runner is never the engine's.
+// source less than always. With one, a call's env may set only what tunes
+// (Tuning, --allow-env) and the runner is never the engine's.
 func (p *Policy) On() bool {
 	return p != nil && (len(p.modules) > 0 || p.source != SourceAny)
 }
@@ -99,7 +103,11 @@ func (p *Policy) Describe() string {
 	if p.source == SourceSigned {
 		src += " by key " + strings.Join(p.keys.IDs(), ",")
 	}
-	return mods + "; " + src + "; env may not load code; runner embedded or a local file"
+	env := "env only tuning variables"
+	if len(p.env) > 0 {
+		env += " and " + strings.Join(p.env, ",")
+	}
+	return mods + "; " + src + "; " + env + "; runner embedded or a local file"
 }
 
 // Refusal is why the policy refused a call: the rule, what it found, and

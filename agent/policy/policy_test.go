@@ -2,6 +2,7 @@ package policy
 
 import (
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,7 @@ func nodeOf(t *testing.T, raw string) Node {
 }
 
 func TestPolicyOffAllowsEverything(t *testing.T) {
-	p, err := New(nil, "", nil)
+	p, err := New(nil, "", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +36,7 @@ func TestPolicyOffAllowsEverything(t *testing.T) {
 }
 
 func TestPolicyRefusesModuleOutsideItsPatterns(t *testing.T) {
-	p, err := New([]string{"acme_pipelines.*", "tools.prep"}, SourceAny, nil)
+	p, err := New([]string{"acme_pipelines.*", "tools.prep"}, SourceAny, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,25 +57,25 @@ func TestPolicyRefusesModuleOutsideItsPatterns(t *testing.T) {
 	}
 	// Source wins over module, as in the runtime: a module allowed does
 	// not smuggle source through.
-	none, _ := New([]string{"acme_pipelines.*"}, SourceNone, nil)
+	none, _ := New([]string{"acme_pipelines.*"}, SourceNone, nil, nil)
 	if no := none.CheckNode(nodeOf(t, `{"module": "acme_pipelines.x", "source": "import os"}`)); no == nil || no.Rule != "--allow-source none" {
 		t.Errorf("source beside an allowed module: %v", no)
 	}
-	nomods, _ := New([]string{"none"}, SourceAny, nil)
+	nomods, _ := New([]string{"none"}, SourceAny, nil, nil)
 	if no := nomods.CheckNode(nodeOf(t, `{"module": "none"}`)); no == nil {
 		t.Error("--allow-module none allowed a module")
 	}
-	if _, err := New([]string{"a/b"}, SourceAny, nil); err == nil {
+	if _, err := New([]string{"a/b"}, SourceAny, nil, nil); err == nil {
 		t.Error("a pattern that names no module was accepted")
 	}
 }
 
 func TestPolicySignedSourceRule(t *testing.T) {
 	key, other := newKey(t, "k"), newKey(t, "o")
-	if _, err := New(nil, SourceSigned, nil); err == nil || !strings.Contains(err.Error(), "--trust-key") {
+	if _, err := New(nil, SourceSigned, nil, nil); err == nil || !strings.Contains(err.Error(), "--trust-key") {
 		t.Errorf("signed without keys: %v", err)
 	}
-	p, err := New(nil, SourceSigned, []string{key + PublicKeySuffix})
+	p, err := New(nil, SourceSigned, []string{key + PublicKeySuffix}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +95,7 @@ func TestPolicySignedSourceRule(t *testing.T) {
 	if no := p.CheckNode(nodeOf(t, `{"module": "subprocess"}`)); no == nil || !strings.Contains(no.Error(), "--allow-module") {
 		t.Errorf("a module under --allow-source signed alone: %v", no)
 	}
-	if _, err := New(nil, SourceNone, nil); err == nil || !strings.Contains(err.Error(), "lets nothing run") {
+	if _, err := New(nil, SourceNone, nil, nil); err == nil || !strings.Contains(err.Error(), "lets nothing run") {
 		t.Errorf("--allow-source none alone: %v", err)
 	}
 	if !strings.Contains(p.Describe(), "source signed by key") {
@@ -102,20 +103,98 @@ func TestPolicySignedSourceRule(t *testing.T) {
 	}
 }
 
-func TestPolicyRefusesEnvSideDoors(t *testing.T) {
-	p, _ := New([]string{"acme.*"}, SourceNone, nil)
-	for _, kv := range []string{"LD_PRELOAD=/tmp/evil.so", "LD_LIBRARY_PATH=/tmp", "PYTHONPATH=/tmp", "PYTHONSTARTUP=/tmp/x.py",
-		"PYTHONHOME=/tmp", "PYTHONINSPECT=1", "PYTHONUSERBASE=/tmp", "PYTHONSAFEPATH=", "PYTHONBREAKPOINT=os.system",
-		"PATH=/tmp:/usr/bin", "BASH_ENV=/tmp/x", "GCONV_PATH=/tmp"} {
-		no := p.CheckEnv([]string{"SEED=1", kv}, "/usr/bin")
+// TestPolicyEnvIsAnAllowList: under a code policy a call's env may set
+// only the tuning variables and what --allow-env names. The variables
+// below each make a program load or run code that no rule checked, and a
+// deny-list missed most of them (OPENSSL_CONF, BASH_FUNC_x%%, git's config
+// by environment...); each is refused by default, and named in the refusal
+// with the option that would allow it.
+func TestPolicyEnvIsAnAllowList(t *testing.T) {
+	p, err := New([]string{"acme.*"}, SourceNone, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doors := []string{"LD_PRELOAD=/tmp/evil.so", "LD_LIBRARY_PATH=/tmp", "PYTHONPATH=/tmp", "PYTHONSTARTUP=/tmp/x.py",
+		"PYTHONHOME=/tmp", "PYTHONINSPECT=1", "PYTHONWARNINGS=ignore::evil.Warning", "PATH=/tmp:/usr/bin", "BASH_ENV=/tmp/x", "GCONV_PATH=/tmp",
+		"OPENSSL_CONF=/cache/artifacts/openssl.cnf", "BASH_FUNC_echo%%=() { id; }", "GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=core.fsmonitor",
+		"GIT_CONFIG_VALUE_0=/tmp/x", "GIT_CONFIG_PARAMETERS='core.fsmonitor'='/tmp/x'", "OMP_TOOL_LIBRARIES=/tmp/tool.so",
+		"NCCL_NET_PLUGIN=/tmp/net.so", "NCCL_TUNER_PLUGIN=/tmp/tuner.so", "GIT_TEMPLATE_DIR=/tmp/hooks", "SSH_ASKPASS=/tmp/x",
+		"HF_ENDPOINT=https://evil.example", "PIP_INDEX_URL=https://evil.example/simple", "HTTPS_PROXY=http://evil.example:3128",
+		"SSL_CERT_FILE=/cache/artifacts/ca.pem", "http_proxy=http://evil.example:3128", "omp_num_threads=4",
+		"LC_ALL=/cache/artifacts/locale", "LANG=/tmp", "TZ=/cache/artifacts/zone", "TZ=:../../../tmp/zone"}
+	for _, kv := range doors {
+		no := p.CheckEnv([]string{"OMP_NUM_THREADS=4", kv}, "/usr/bin")
 		key, _, _ := strings.Cut(kv, "=")
-		if no == nil || !strings.Contains(no.Error(), key) {
+		if no == nil || !strings.Contains(no.Error(), "sets "+key+",") || !strings.Contains(no.Error(), "--allow-env "+key) {
 			t.Errorf("%s: %v", kv, no)
 		}
 	}
-	for _, kv := range []string{"PATH=/usr/bin", "PYTHONUNBUFFERED=1", "CUDA_VISIBLE_DEVICES=0", "OMP_NUM_THREADS=4"} {
+	// A proxy with the authority it needs (a man in the middle for pip or
+	// huggingface_hub): both named at once.
+	if no := p.CheckEnv([]string{"HTTPS_PROXY=http://evil.example:3128", "SSL_CERT_FILE=/cache/ca.pem"}, "/usr/bin"); no == nil ||
+		!strings.Contains(no.Error(), "HTTPS_PROXY, SSL_CERT_FILE") || !strings.Contains(no.Error(), "--allow-env HTTPS_PROXY,SSL_CERT_FILE") {
+		t.Errorf("a proxy and its authority: %v", no)
+	}
+	if no := p.CheckEnv([]string{"TZ=/tmp/zone"}, "/usr/bin"); no == nil || !strings.Contains(no.Error(), "TZ must be a zone name") {
+		t.Errorf("TZ as a file: %v", no)
+	}
+	for _, kv := range []string{"PATH=/usr/bin", "PYTHONUNBUFFERED=1", "PYTHONHASHSEED=0", "CUDA_VISIBLE_DEVICES=0", "OMP_NUM_THREADS=4",
+		"MKL_NUM_THREADS=2", "OPENBLAS_NUM_THREADS=2", "NUMEXPR_NUM_THREADS=2", "TOKENIZERS_PARALLELISM=false",
+		"LANG=C.UTF-8", "LC_ALL=en_US.UTF-8", "LC_NUMERIC=de_DE.UTF-8", "TZ=Europe/Paris", "TZ=:America/New_York", "TZ=UTC"} {
 		if no := p.CheckEnv([]string{kv}, "/usr/bin"); no != nil {
 			t.Errorf("%s refused: %v", kv, no)
+		}
+	}
+
+	// What the owner adds with --allow-env, by name or by pattern.
+	owner, err := New([]string{"acme.*"}, SourceNone, nil, []string{"WANDB_*", "SEED"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if no := owner.CheckEnv([]string{"WANDB_PROJECT=x", "WANDB_MODE=offline", "SEED=1", "OMP_NUM_THREADS=4"}, "/usr/bin"); no != nil {
+		t.Errorf("--allow-env WANDB_*,SEED refused: %v", no)
+	}
+	if no := owner.CheckEnv([]string{"WANDB_PROJECT=x", "SEEDS=1"}, "/usr/bin"); no == nil || !strings.Contains(no.Error(), "SEEDS") {
+		t.Errorf("a name outside the patterns: %v", no)
+	}
+	if !strings.Contains(owner.Describe(), "env only tuning variables and WANDB_*,SEED") {
+		t.Errorf("describe: %s", owner.Describe())
+	}
+	for _, bad := range []string{"", "A=B", "[", "a b"} {
+		if _, err := New([]string{"acme.*"}, SourceNone, nil, []string{bad}); err == nil || !strings.Contains(err.Error(), "--allow-env") {
+			t.Errorf("--allow-env %q: %v", bad, err)
+		}
+	}
+	if w := owner.EnvWarnings(); len(w) != 0 {
+		t.Errorf("warnings for WANDB_*: %v", w)
+	}
+	wide, _ := New([]string{"acme.*"}, SourceNone, nil, []string{"*", "GIT_*"})
+	if w := wide.EnvWarnings(); len(w) != 2 || !strings.Contains(w[0], "--allow-env * lets a call set LD_PRELOAD") || !strings.Contains(w[1], "GIT_CONFIG") {
+		t.Errorf("warnings for * and GIT_*: %v", w)
+	}
+	// Without a code policy, every env runs as before.
+	off, _ := New(nil, SourceAny, nil, nil)
+	if no := off.CheckEnv([]string{"OPENSSL_CONF=/tmp/x", "BASH_FUNC_echo%%=() { id; }"}, "/usr/bin"); no != nil {
+		t.Errorf("env refused without a code policy: %v", no)
+	}
+}
+
+// TestTuningIsDocumented: each variable a call may set under any code
+// policy is in the README's table of why it only tunes.
+func TestTuningIsDocumented(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	i := strings.Index(readme, "| variable | why it only tunes |")
+	if i < 0 {
+		t.Fatal("README.md has no table of the tuning variables")
+	}
+	table := readme[i : i+strings.Index(readme[i:], "\n\n")]
+	for _, v := range Tuning {
+		if !strings.Contains(table, "`"+v.Name+"`") {
+			t.Errorf("README.md's table of tuning variables does not name %s (%s)", v.Name, v.Why)
 		}
 	}
 }

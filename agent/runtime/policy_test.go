@@ -12,7 +12,7 @@ import (
 // auto does not ask the engine for a runner, even one it serves.
 func TestEnsureRuntimeWithPolicyNeverFetches(t *testing.T) {
 	cfg, hits := engineServing(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("import os\n")) })
-	p, err := policy.New([]string{"acme.*"}, policy.SourceNone, nil)
+	p, err := policy.New([]string{"acme.*"}, policy.SourceNone, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
