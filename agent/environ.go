@@ -29,10 +29,7 @@ func runnerBaseEnv(cfg config.Config, stateDir string, environ []string, getenv 
 		"FLUKSIO_ARTIFACT_URL="+cfg.ArtifactBase(),
 		"FLUKSIO_ARTIFACT_TOKEN="+cfg.Token)
 	if getenv("FLUKSIO_ARTIFACT_CACHE") == "" {
-		// Loaded artifacts are cached where this worker can surely write
-		// (a service may not write its account's home), not in ~/.cache,
-		// in the directory config.ResolveStateDir made private.
-		env = append(env, "FLUKSIO_ARTIFACT_CACHE="+filepath.Join(stateDir, "artifacts"))
+		env = append(env, "FLUKSIO_ARTIFACT_CACHE="+artifactCacheDir(stateDir, getenv))
 	}
 	if cfg.CAFile != "" {
 		caFile, _ := filepath.Abs(cfg.CAFile)
@@ -47,4 +44,16 @@ func runnerBaseEnv(cfg config.Config, stateDir string, environ []string, getenv 
 		env = append(env, "SSL_CERT_FILE="+bundle)
 	}
 	return env
+}
+
+// artifactCacheDir is where runners cache the artifacts node code loads
+// (FLUKSIO_ARTIFACT_CACHE): the directory the worker's own environment
+// names, else one where this worker can surely write (a service may not
+// write its account's home), not ~/.cache: the state directory's
+// artifacts/, which config.ResolveStateDir made private.
+func artifactCacheDir(stateDir string, getenv func(string) string) string {
+	if dir := getenv("FLUKSIO_ARTIFACT_CACHE"); dir != "" {
+		return dir
+	}
+	return filepath.Join(stateDir, "artifacts")
 }
