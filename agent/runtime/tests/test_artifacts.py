@@ -222,8 +222,68 @@ class ParallelLoads(ArtifactCase):
         self.assertEqual(self.store.count("GET"), 1, "the archive is fetched once, by the first call")
         self.load_at_once(digest)  # warm
         self.assertEqual(self.store.count("GET"), 1)
-        left = [n for n in os.listdir(os.path.join(self.cache, "sha256")) if n.startswith(".") and not n.endswith(".lock")]
+        left = [n for n in os.listdir(os.path.join(self.cache, "sha256")) if n.startswith(".") and not n.endswith((".lock", ".use"))]
         self.assertEqual(left, [], "temporary files were left in the cache")
+
+
+LOAD_AND_TRY_TO_PRUNE = source(
+    """
+    import fcntl, os
+    from fluksio import load_artifact
+
+    def f(digest):
+        path = load_artifact(digest)
+        use = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".use")
+        # What the worker's trim tries (agent/artifacts), on a file of its own.
+        fd = os.open(use, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            pruned = True
+        except BlockingIOError:
+            pruned = False
+        finally:
+            os.close(fd)
+        return {"pruned": pruned, "used": os.stat(use).st_mtime}
+    """
+)
+
+
+class InUse(ArtifactCase):
+    """What the worker's trim of the cache relies on: a call keeps what it loaded, and each load marks it used."""
+
+    def test_a_load_holds_its_entry_and_marks_it_used(self):
+        digest = self.store.put_bytes(b"weights" * 1000)
+        answer, _, _ = self.run_call(run_request(LOAD_AND_TRY_TO_PRUNE, "f", {"digest": digest}), env=self.env())
+        self.assertOk(answer)
+        self.assertFalse(answer["outputs"]["pruned"], "the entry a call loaded could be locked for removal while the call ran")
+        use = os.path.join(self.cache, "sha256", "." + digest.split(":", 1)[1] + ".use")
+        a_day_ago = os.stat(use).st_mtime - 86400
+        os.utime(use, (a_day_ago, a_day_ago))
+        answer, _, _ = self.run_call(run_request(LOAD_AND_TRY_TO_PRUNE, "f", {"digest": digest}), env=self.env())
+        self.assertOk(answer)
+        self.assertGreater(answer["outputs"]["used"], a_day_ago + 3600, "a load from the cache did not mark the entry used")
+        self.assertEqual(self.store.count("GET"), 1)
+        # Once its call is gone, the entry is the worker's to remove.
+        fd = os.open(use, os.O_RDWR)
+        try:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+
+    def test_a_load_after_the_worker_removed_the_entry_fetches_it_again(self):
+        digest = self.store.put_bytes(b"gone and back")
+        self.assertOk(self.load(digest)[0])
+        hexdigest = digest.split(":", 1)[1]
+        cache = os.path.join(self.cache, "sha256")
+        for name in (hexdigest, hexdigest + ".ok", "." + hexdigest + ".use", "." + hexdigest + ".lock"):
+            p = os.path.join(cache, name)
+            os.chmod(p, 0o600)
+            os.unlink(p)
+        answer, _ = self.load(digest)
+        self.assertEqual(answer["outputs"]["text"], "gone and back")
+        self.assertEqual(self.store.count("GET"), 2)
 
 
 class HostileArchive(ArtifactCase):
