@@ -83,10 +83,16 @@ func (a *Agent) cacheLimit() int64 {
 }
 
 // fitCache trims the artifact cache to --artifact-cache-max and, while
-// lowDisk says the disk is short, below it, least recently used first;
-// entries a running call loaded stay (agent/artifacts).
+// its own file system has less than --min-free-disk free, below it, least
+// recently used first; entries a running call loaded stay
+// (agent/artifacts). A cache on a file system of its own is not emptied
+// for another that is short: that would free nothing there.
 func (a *Agent) fitCache() {
-	r, err := a.artifacts.Trim(a.cacheLimit(), func() bool { return a.lowDisk() != "" })
+	short := func() bool {
+		free, err := platform.FreeBytes(a.artifactDir)
+		return err == nil && free < a.cfg.MinFreeDisk
+	}
+	r, err := a.artifacts.Trim(a.cacheLimit(), short)
 	if err != nil {
 		a.log.Warn("could not trim the artifact cache", "dir", a.artifactDir, "error", err)
 	}

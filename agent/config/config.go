@@ -307,7 +307,7 @@ var Options = []Option{
 			c.CallCPUMax = n
 			return nil
 		}},
-	{"min-free-disk", "BYTES", "new calls are declined (as in a drain, so the engine runs them elsewhere) and /healthz says why while less than this is free where calls write: the state directory (call directories, runtime cache, held output); 0 never declines",
+	{"min-free-disk", "BYTES", "new calls are declined (as in a drain, so the engine runs them elsewhere) and /healthz says why while less than this is free where calls write: the state directory (call directories, runtime cache, held output), once the artifact cache gave way (--artifact-cache-max); 0 never declines",
 		sizeAtLeast(func(c *Config, n int64) { c.MinFreeDisk = n }, 0, "0")},
 	{"held-disk-max", "BYTES", "how much held output (resume extension) all held calls together may spill to the state directory while the engine is unreachable; past it, held calls are paused until the engine takes their output",
 		sizeAtLeast(func(c *Config, n int64) { c.HeldDiskMax = n }, 1<<20, "1MiB")},
