@@ -12,6 +12,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"math"
 	"path/filepath"
 
 	"github.com/fluksio/fluksio-worker/agent/logging"
@@ -68,7 +69,8 @@ func (a *Agent) diskRefusal() *refusal {
 
 // cacheLimit is --artifact-cache-max in bytes: a size, or a share of the
 // file system the cache is on (of the state directory's, before the cache
-// is made).
+// is made; with neither to measure, no bound: the cache is not emptied
+// for want of a number).
 func (a *Agent) cacheLimit() int64 {
 	pct := int64(a.cfg.ArtifactCachePercent)
 	if pct == 0 {
@@ -79,7 +81,7 @@ func (a *Agent) cacheLimit() int64 {
 			return size / 100 * pct
 		}
 	}
-	return 0
+	return math.MaxInt64
 }
 
 // fitCache trims the artifact cache to --artifact-cache-max and, while
