@@ -8,6 +8,8 @@ import shutil
 import sys
 import tarfile
 import tempfile
+import time
+import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -283,6 +285,63 @@ class InUse(ArtifactCase):
             os.unlink(p)
         answer, _ = self.load(digest)
         self.assertEqual(answer["outputs"]["text"], "gone and back")
+        self.assertEqual(self.store.count("GET"), 2)
+
+
+def _waited_for(path, also=lambda: False, timeout=60.0):
+    """Waits until a process waits for a flock on path's file (/proc/locks shows it, '->'), or also() is true.
+
+    Returns whether one waits. Polls the kernel's table: waiting is not
+    otherwise observable from outside the waiting process.
+    """
+    st = os.stat(path)
+    key = " %02x:%02x:%d " % (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open("/proc/locks") as f:
+            if any("->" in line and key in line for line in f):
+                return True
+        if also():
+            return False
+        time.sleep(0.01)
+    raise AssertionError("nothing waited for the lock %s in %.0fs" % (path, timeout))
+
+
+@unittest.skipUnless(os.path.exists("/proc/locks"), "needs /proc/locks to see a process wait for a lock")
+class RemovedWhileWaiting(ArtifactCase):
+    def test_a_load_waiting_for_an_entry_the_worker_removes_locks_the_new_lock_file(self):
+        """The worker removes an entry, lock file last, holding its lock; a load waiting for it must not go on under the old file.
+
+        Went on, it would hold "the" lock of that digest beside a process
+        that locked the file now of that name: two fetching, unpacking or
+        replacing one entry at once.
+        """
+        import fcntl
+
+        digest = self.store.put_bytes(b"removed and fetched again")
+        self.assertOk(self.load(digest)[0])
+        hexdigest = digest.split(":", 1)[1]
+        cache = os.path.join(self.cache, "sha256")
+        lock = os.path.join(cache, "." + hexdigest + ".lock")
+        held = os.open(lock, os.O_RDWR)
+        fcntl.flock(held, fcntl.LOCK_EX)  # the worker, about to remove the entry
+        call = self.call(run_request(LOAD, "load", {"blob": digest}), env=self.env())
+        self.assertTrue(_waited_for(lock))
+        for name in (hexdigest, hexdigest + ".ok", "." + hexdigest + ".use", "." + hexdigest + ".lock"):
+            try:
+                os.unlink(os.path.join(cache, name))
+            except FileNotFoundError:
+                pass  # a runtime that keeps no use file
+        # Another process takes the digest's lock file anew, then the worker lets go of the old one.
+        anew = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(anew, fcntl.LOCK_EX)
+        os.close(held)
+        waits = _waited_for(lock, also=lambda: not call.lines.empty())
+        os.close(anew)
+        answer, _ = call.wait()
+        self.assertTrue(waits, "the load went on under the removed lock file while another process held the new one")
+        self.assertOk(answer)
+        self.assertEqual(answer["outputs"]["text"], "removed and fetched again")
         self.assertEqual(self.store.count("GET"), 2)
 
 
