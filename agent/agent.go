@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fluksio/fluksio-worker/agent/artifacts"
 	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/frame"
 	"github.com/fluksio/fluksio-worker/agent/hold"
@@ -42,6 +43,12 @@ type Agent struct {
 	metrics  *metrics.Metrics  // nil without --listen
 	runners  *runner.Pool      // starts runners, keeps the warm spares
 	digests  *platform.VenvDigests
+
+	// The artifacts calls load (FLUKSIO_ARTIFACT_CACHE), trimmed by
+	// keepCache, woken through cacheUsed (disk.go).
+	artifactDir string
+	artifacts   *artifacts.Cache
+	cacheUsed   chan struct{}
 
 	attaching    chan struct{} // closed when the first attempt to attach starts
 	attachOnce   sync.Once
@@ -90,6 +97,9 @@ func New(cfg config.Config, log *slog.Logger, python, stateDir string) *Agent {
 		a.metrics = metrics.New(Version, protocol.Version)
 	}
 	a.baseEnv = runnerBaseEnv(cfg, stateDir, platform.WithoutServiceManager(os.Environ()), os.Getenv, log)
+	a.artifactDir = artifactCacheDir(stateDir, os.Getenv)
+	a.artifacts = artifacts.New(a.artifactDir)
+	a.cacheUsed = make(chan struct{}, 1)
 	a.redact = logging.NewRedactor(cfg.Token)
 	// A reload re-executes the worker in place, so the status file this
 	// process wrote before it is its own: the calls done so far count on,
@@ -176,6 +186,7 @@ func (a *Agent) Serve(ctx context.Context) (err error) {
 	held, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	go a.watchHeld(held)
+	go a.keepCache(held)
 	backoff := backoffMin
 	a.outage = outage{since: time.Now()}
 	for {

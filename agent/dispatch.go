@@ -201,6 +201,7 @@ func (a *Agent) callEnded(c *call) {
 	a.publishCounts(running, waiting)
 	a.status.Update(func(s *status.Status) { s.CallsDone = done })
 	a.notify()
+	a.cacheMayHaveGrown()
 }
 
 // requestEnv is the request's env as KEY=VALUE entries, with CUDA devices

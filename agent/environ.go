@@ -30,10 +30,7 @@ func runnerBaseEnv(cfg config.Config, stateDir string, environ []string, getenv 
 		runner.ArtifactURLEnv+"="+cfg.ArtifactBase(),
 		runner.ArtifactTokenEnv+"="+cfg.Token)
 	if getenv(runner.ArtifactCacheEnv) == "" {
-		// Loaded artifacts are cached where this worker can surely write
-		// (a service may not write its account's home), not in ~/.cache,
-		// in the directory config.ResolveStateDir made private.
-		env = append(env, runner.ArtifactCacheEnv+"="+filepath.Join(stateDir, "artifacts"))
+		env = append(env, runner.ArtifactCacheEnv+"="+artifactCacheDir(stateDir, getenv))
 	}
 	if cfg.CAFile != "" {
 		caFile, _ := filepath.Abs(cfg.CAFile)
@@ -48,4 +45,16 @@ func runnerBaseEnv(cfg config.Config, stateDir string, environ []string, getenv 
 		env = append(env, "SSL_CERT_FILE="+bundle)
 	}
 	return env
+}
+
+// artifactCacheDir is where runners cache the artifacts node code loads
+// (FLUKSIO_ARTIFACT_CACHE): the directory the worker's own environment
+// names, else one where this worker can surely write (a service may not
+// write its account's home), not ~/.cache: the state directory's
+// artifacts/, which config.ResolveStateDir made private.
+func artifactCacheDir(stateDir string, getenv func(string) string) string {
+	if dir := getenv(runner.ArtifactCacheEnv); dir != "" {
+		return dir
+	}
+	return filepath.Join(stateDir, "artifacts")
 }

@@ -69,7 +69,7 @@ func (a *Agent) health(now time.Time) (bool, string) {
 	if ok, why := a.looping(now); !ok {
 		return false, why
 	}
-	if why := a.lowDisk(); why != "" {
+	if why := a.shortOfDisk(); why != "" {
 		return false, "declining calls: " + why
 	}
 	st := a.status.Get()

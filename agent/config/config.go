@@ -84,6 +84,11 @@ type Config struct {
 	// HeldDiskMax bounds the spill files of all held calls together
 	// (resume extension); past it, held calls are paused.
 	HeldDiskMax int64
+	// ArtifactCacheMax bounds the artifact cache, in bytes, when
+	// ArtifactCachePercent is 0; ArtifactCachePercent (1-100) bounds it to
+	// that share of the file system it is on.
+	ArtifactCacheMax     int64
+	ArtifactCachePercent int
 	// Policy is the code policy these settings make, read (trusted keys
 	// and all) by Resolve; nil before, and nil is no policy.
 	Policy *policy.Policy
@@ -161,6 +166,12 @@ const DefaultMinFreeDisk = 1 << 30
 // times one call's own bound (1GiB), so that a few held calls fill it, not
 // a state directory shared with the runtime cache.
 const DefaultHeldDiskMax = 4 << 30
+
+// DefaultArtifactCachePercent: the artifact cache may fill a quarter of
+// its file system. A share rather than a size, so that it means something
+// on a 30 GiB root disk and on a 4 TiB scratch disk alike; whatever the
+// bound, the cache also gives way to --min-free-disk.
+const DefaultArtifactCachePercent = 25
 
 // maxCallPids: the kernel's own limit on pid numbers (PID_MAX_LIMIT).
 const maxCallPids = 1 << 22
@@ -318,10 +329,27 @@ var Options = []Option{
 			c.CallCPUMax = n
 			return nil
 		}},
-	{"min-free-disk", "BYTES", "new calls are declined (as in a drain, so the engine runs them elsewhere) and /healthz says why while less than this is free where calls write: the state directory (call directories, runtime cache, held output); 0 never declines",
+	{"min-free-disk", "BYTES", "new calls are declined (as in a drain, so the engine runs them elsewhere) and /healthz says why while less than this is free where calls write: the state directory (call directories, runtime cache, held output), once the artifact cache gave way (--artifact-cache-max); 0 never declines",
 		sizeAtLeast(func(c *Config, n int64) { c.MinFreeDisk = n }, 0, "0")},
 	{"held-disk-max", "BYTES", "how much held output (resume extension) all held calls together may spill to the state directory while the engine is unreachable; past it, held calls are paused until the engine takes their output",
 		sizeAtLeast(func(c *Config, n int64) { c.HeldDiskMax = n }, 1<<20, "1MiB")},
+	{"artifact-cache-max", "SIZE|PERCENT", "how much the artifacts node code loaded (load_artifact, cached in the state directory) may keep on disk: a size, e.g. 20GiB, or a share of the file system they are on, e.g. 25%; those used least recently are removed first, after each call and before a call would be declined for --min-free-disk, never one a running call loaded; 0 keeps only those of running calls",
+		func(c *Config, v string) error {
+			if pct, ok := strings.CutSuffix(strings.TrimSpace(v), "%"); ok {
+				n, err := strconv.Atoi(strings.TrimSpace(pct))
+				if err != nil || n < 0 || n > 100 {
+					return errors.New("expected a share of the disk from 0% to 100%, or a size, e.g. 20GiB")
+				}
+				c.ArtifactCacheMax, c.ArtifactCachePercent = 0, n
+				return nil
+			}
+			n, err := ParseBytes(v)
+			if err != nil {
+				return fmt.Errorf("%w; or a share of the disk, e.g. 25%%", err)
+			}
+			c.ArtifactCacheMax, c.ArtifactCachePercent = n, 0
+			return nil
+		}},
 }
 
 // sizeAtLeast accepts a size (ParseBytes) of at least minimum, which
@@ -403,6 +431,9 @@ var optionDefaults = map[string]string{
 	"call-cpu-max":    "(no limit)",
 	"min-free-disk":   logging.FormatBytes(DefaultMinFreeDisk),
 	"held-disk-max":   logging.FormatBytes(DefaultHeldDiskMax),
+
+	// What the worker keeps for itself.
+	"artifact-cache-max": strconv.Itoa(DefaultArtifactCachePercent) + "%",
 }
 
 // Default is the option's default as a reader should see it ("3s", "the
@@ -465,6 +496,8 @@ func DefaultConfig() Config {
 		OutageGrace: DefaultOutageGrace,
 		MinFreeDisk: DefaultMinFreeDisk,
 		HeldDiskMax: DefaultHeldDiskMax,
+
+		ArtifactCachePercent: DefaultArtifactCachePercent,
 	}
 }
 

@@ -75,6 +75,8 @@ func TestLoadDefaults(t *testing.T) {
 		OutageGrace: 5 * time.Minute,
 		MinFreeDisk: 1 << 30,
 		HeldDiskMax: 4 << 30,
+
+		ArtifactCachePercent: 25,
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("defaults = %+v, want %+v", cfg, want)
@@ -136,6 +138,8 @@ func checkFullConfig(t *testing.T, cfg Config) {
 		OutageGrace: 2 * time.Minute,
 		MinFreeDisk: 1 << 30,
 		HeldDiskMax: 4 << 30,
+
+		ArtifactCachePercent: 25,
 	}
 	cfg.File = "" // where it was read, which each test chooses
 	if !reflect.DeepEqual(cfg, want) {
@@ -618,5 +622,31 @@ func TestOptionDefaultsAreTheRealOnes(t *testing.T) {
 		if _, ok := OptionByName(name); !ok {
 			t.Errorf("optionDefaults has %q, which is no option", name)
 		}
+	}
+}
+
+// TestArtifactCacheMax: the artifact cache's bound is a size or a share of
+// its file system, from the flag, the variable or the file alike.
+func TestArtifactCacheMax(t *testing.T) {
+	for _, tt := range []struct {
+		args    []string
+		env     map[string]string
+		bytes   int64
+		percent int
+	}{
+		{nil, nil, 0, 25},
+		{[]string{"--artifact-cache-max", "20GiB"}, nil, 20 << 30, 0},
+		{[]string{"--artifact-cache-max", "10%"}, nil, 0, 10},
+		{[]string{"--artifact-cache-max", "0"}, nil, 0, 0},
+		{nil, map[string]string{"FLUKSIO_WORKER_ARTIFACT_CACHE_MAX": "512MiB"}, 512 << 20, 0},
+	} {
+		cfg := mustLoad(t, tt.args, tt.env)
+		if cfg.ArtifactCacheMax != tt.bytes || cfg.ArtifactCachePercent != tt.percent {
+			t.Errorf("%q %v: %d bytes, %d%%; want %d, %d%%", tt.args, tt.env, cfg.ArtifactCacheMax, cfg.ArtifactCachePercent, tt.bytes, tt.percent)
+		}
+	}
+	for _, bad := range []string{"101%", "-5%", "half%", "lots"} {
+		_, err := Load([]string{"--artifact-cache-max", bad}, envMap(nil))
+		wantUsageError(t, err, "--artifact-cache-max", "%")
 	}
 }

@@ -1405,6 +1405,7 @@ def load_artifact(ref):
     with _digest_lock(final):
         if not _verified_file(final, hexdigest):
             _fetch(base, token, digest, cache, final)
+        _hold_in_use(final)
         if is_directory_archive(final):
             return unpacked_directory(cache, final)
         return final
@@ -1416,9 +1417,10 @@ class _digest_lock:
     Everything that checks, fetches, unpacks or replaces an entry holds it,
     so two calls never unpack one archive at once, and none replaces a tree
     or file another has just verified. The kernel lets go of a lock whose
-    process dies, so a killed call leaves none held. The lock files stay
-    (hidden, empty, one a digest): removing one another process is about
-    to lock would let two hold "the" lock at once.
+    process dies, so a killed call leaves none held. The worker removes a
+    whole entry, lock file last, while it holds this lock (agent/artifacts):
+    so once the lock is ours, the file locked must still be the one of that
+    name, or it is locked again, anew.
     """
 
     def __init__(self, final: str):
@@ -1428,13 +1430,46 @@ class _digest_lock:
     def __enter__(self):
         import fcntl
 
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        return self
+        while True:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+            try:
+                if os.path.samestat(os.fstat(self.fd), os.stat(self.path)):
+                    return self
+            except FileNotFoundError:
+                pass  # removed with its entry while we waited
+            os.close(self.fd)
 
     def __exit__(self, *exc):
         os.close(self.fd)  # lets go of the lock
         return False
+
+
+# The entries this process loaded: a shared lock on each one's use file,
+# held until the process ends, by path.
+IN_USE = {}
+
+
+def _hold_in_use(final: str) -> None:
+    """Keeps the entry from the worker's pruning while this call lives, and marks it used now.
+
+    The caller holds the digest's lock. The path load_artifact returns may
+    be opened any time until the call ends, so the entry stays until then:
+    the worker removes an entry only when it can lock its use file
+    exclusively (agent/artifacts), which this shared lock, held until this
+    process and those it forked are gone, prevents. The file's modification
+    time is the entry's last use, which the worker removes the least recent
+    of first (access times are no use: relatime updates them once a day).
+    """
+    import fcntl
+
+    path = os.path.join(os.path.dirname(final), "." + os.path.basename(final) + ".use")
+    fd = IN_USE.get(path)
+    if fd is None:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        IN_USE[path] = fd
+    os.utime(fd)
 
 
 def _fetch(base: str, token: str, digest: str, cache: str, final: str) -> None:

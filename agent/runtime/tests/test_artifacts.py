@@ -8,6 +8,8 @@ import shutil
 import sys
 import tarfile
 import tempfile
+import time
+import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -222,8 +224,125 @@ class ParallelLoads(ArtifactCase):
         self.assertEqual(self.store.count("GET"), 1, "the archive is fetched once, by the first call")
         self.load_at_once(digest)  # warm
         self.assertEqual(self.store.count("GET"), 1)
-        left = [n for n in os.listdir(os.path.join(self.cache, "sha256")) if n.startswith(".") and not n.endswith(".lock")]
+        left = [n for n in os.listdir(os.path.join(self.cache, "sha256")) if n.startswith(".") and not n.endswith((".lock", ".use"))]
         self.assertEqual(left, [], "temporary files were left in the cache")
+
+
+LOAD_AND_TRY_TO_PRUNE = source(
+    """
+    import fcntl, os
+    from fluksio import load_artifact
+
+    def f(digest):
+        path = load_artifact(digest)
+        use = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".use")
+        # What the worker's trim tries (agent/artifacts), on a file of its own.
+        fd = os.open(use, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            pruned = True
+        except BlockingIOError:
+            pruned = False
+        finally:
+            os.close(fd)
+        return {"pruned": pruned, "used": os.stat(use).st_mtime}
+    """
+)
+
+
+class InUse(ArtifactCase):
+    """What the worker's trim of the cache relies on: a call keeps what it loaded, and each load marks it used."""
+
+    def test_a_load_holds_its_entry_and_marks_it_used(self):
+        digest = self.store.put_bytes(b"weights" * 1000)
+        answer, _, _ = self.run_call(run_request(LOAD_AND_TRY_TO_PRUNE, "f", {"digest": digest}), env=self.env())
+        self.assertOk(answer)
+        self.assertFalse(answer["outputs"]["pruned"], "the entry a call loaded could be locked for removal while the call ran")
+        use = os.path.join(self.cache, "sha256", "." + digest.split(":", 1)[1] + ".use")
+        a_day_ago = os.stat(use).st_mtime - 86400
+        os.utime(use, (a_day_ago, a_day_ago))
+        answer, _, _ = self.run_call(run_request(LOAD_AND_TRY_TO_PRUNE, "f", {"digest": digest}), env=self.env())
+        self.assertOk(answer)
+        self.assertGreater(answer["outputs"]["used"], a_day_ago + 3600, "a load from the cache did not mark the entry used")
+        self.assertEqual(self.store.count("GET"), 1)
+        # Once its call is gone, the entry is the worker's to remove.
+        fd = os.open(use, os.O_RDWR)
+        try:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+
+    def test_a_load_after_the_worker_removed_the_entry_fetches_it_again(self):
+        digest = self.store.put_bytes(b"gone and back")
+        self.assertOk(self.load(digest)[0])
+        hexdigest = digest.split(":", 1)[1]
+        cache = os.path.join(self.cache, "sha256")
+        for name in (hexdigest, hexdigest + ".ok", "." + hexdigest + ".use", "." + hexdigest + ".lock"):
+            p = os.path.join(cache, name)
+            os.chmod(p, 0o600)
+            os.unlink(p)
+        answer, _ = self.load(digest)
+        self.assertEqual(answer["outputs"]["text"], "gone and back")
+        self.assertEqual(self.store.count("GET"), 2)
+
+
+def _waited_for(path, also=lambda: False, timeout=60.0):
+    """Waits until a process waits for a flock on path's file (/proc/locks shows it, '->'), or also() is true.
+
+    Returns whether one waits. Polls the kernel's table: waiting is not
+    otherwise observable from outside the waiting process.
+    """
+    st = os.stat(path)
+    key = " %02x:%02x:%d " % (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open("/proc/locks") as f:
+            if any("->" in line and key in line for line in f):
+                return True
+        if also():
+            return False
+        time.sleep(0.01)
+    raise AssertionError("nothing waited for the lock %s in %.0fs" % (path, timeout))
+
+
+@unittest.skipUnless(os.path.exists("/proc/locks"), "needs /proc/locks to see a process wait for a lock")
+class RemovedWhileWaiting(ArtifactCase):
+    def test_a_load_waiting_for_an_entry_the_worker_removes_locks_the_new_lock_file(self):
+        """The worker removes an entry, lock file last, holding its lock; a load waiting for it must not go on under the old file.
+
+        Went on, it would hold "the" lock of that digest beside a process
+        that locked the file now of that name: two fetching, unpacking or
+        replacing one entry at once.
+        """
+        import fcntl
+
+        digest = self.store.put_bytes(b"removed and fetched again")
+        self.assertOk(self.load(digest)[0])
+        hexdigest = digest.split(":", 1)[1]
+        cache = os.path.join(self.cache, "sha256")
+        lock = os.path.join(cache, "." + hexdigest + ".lock")
+        held = os.open(lock, os.O_RDWR)
+        fcntl.flock(held, fcntl.LOCK_EX)  # the worker, about to remove the entry
+        call = self.call(run_request(LOAD, "load", {"blob": digest}), env=self.env())
+        self.assertTrue(_waited_for(lock))
+        for name in (hexdigest, hexdigest + ".ok", "." + hexdigest + ".use", "." + hexdigest + ".lock"):
+            try:
+                os.unlink(os.path.join(cache, name))
+            except FileNotFoundError:
+                pass  # a runtime that keeps no use file
+        # Another process takes the digest's lock file anew, then the worker lets go of the old one.
+        anew = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(anew, fcntl.LOCK_EX)
+        os.close(held)
+        waits = _waited_for(lock, also=lambda: not call.lines.empty())
+        os.close(anew)
+        answer, _ = call.wait()
+        self.assertTrue(waits, "the load went on under the removed lock file while another process held the new one")
+        self.assertOk(answer)
+        self.assertEqual(answer["outputs"]["text"], "removed and fetched again")
+        self.assertEqual(self.store.count("GET"), 2)
 
 
 class HostileArchive(ArtifactCase):
