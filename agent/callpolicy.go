@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -135,6 +136,7 @@ func (a *Agent) askPreCallHook(at *attachment, m protocol.Message, node policy.N
 			}
 		}
 		at.pending.remove(m.CallID)
+		logHookStderr(a.log.With("call_id", logging.Cut(m.CallID, maxLoggedID)), "pre-call", r)
 		switch {
 		case at.ctx.Err() != nil:
 			return // the connection is gone: nobody hears an answer
@@ -203,11 +205,21 @@ func (a *Agent) afterCall(c *call) {
 	}
 	input, _ := json.Marshal(out)
 	r := hook.Run(context.Background(), a.cfg.PostCallHook, input, nil, a.cfg.HookBound())
+	logHookStderr(c.log, "post-call", r)
 	switch {
 	case r.OK():
 	case r.Err != nil:
 		c.log.Warn("the post-call hook failed; the call's answer stands", "error", r.Err, "stderr", r.Reason)
 	default:
 		c.log.Warn("the post-call hook failed; the call's answer stands", "exit", r.Exit, "stderr", r.Reason)
+	}
+}
+
+// logHookStderr logs what a hook wrote on stderr, whatever its exit: a
+// hook that takes the call may still say why it almost did not (a missing
+// tool, a warning), and that must not go nowhere.
+func logHookStderr(log *slog.Logger, which string, r hook.Result) {
+	if r.Stderr != "" {
+		log.Debug("the "+which+" hook wrote on stderr", "exit", r.Exit, "stderr", r.Stderr)
 	}
 }

@@ -151,7 +151,8 @@ func TestPreCallHookThatHangs(t *testing.T) {
 func TestPostCallHook(t *testing.T) {
 	t.Parallel()
 	outcomes := filepath.Join(t.TempDir(), "outcomes")
-	f := serveFake(t, enginetest.Options{}, "--parallel", "1", "--post-call-hook", "cat >> "+outcomes+"; echo >> "+outcomes+"; echo 'scratch is gone' >&2; exit 7")
+	// The hook's input ends with a newline: appended, one record a line.
+	f := serveFake(t, enginetest.Options{}, "--parallel", "1", "--post-call-hook", "cat >> "+outcomes+"; echo 'scratch is gone' >&2; exit 7")
 	if a := answerOf(t, f.run(t, "first")); !a.OK {
 		t.Fatalf("first answered %s", a.Raw)
 	}
@@ -162,9 +163,9 @@ func TestPostCallHook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) < 2 {
-		t.Fatalf("the hook heard %q", b)
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 3 || lines[len(lines)-1] != "" {
+		t.Fatalf("the hook heard %q; want one JSON record a line, each ending with a newline", b)
 	}
 	var first, second struct {
 		CallID    string `json:"call_id"`
@@ -197,6 +198,28 @@ func TestPreCallHookCancelled(t *testing.T) {
 // TestPostCallHookThatHangs: a post-call hook past --hook-timeout is
 // killed; it holds the slot no longer than that, and the calls' answers
 // stand.
+// TestHookStderrIsLoggedWhateverItsExit: hooks that exit 0, taking the
+// call, still have what they said on stderr logged (a missing tool, say),
+// with the call it was about.
+func TestHookStderrIsLoggedWhateverItsExit(t *testing.T) {
+	t.Parallel()
+	f := serveFake(t, enginetest.Options{}, "--parallel", "1",
+		"--pre-call-hook", "echo 'nvidia-smi: not found' >&2; exit 0", "--post-call-hook", "echo 'scratch: 3 files left' >&2")
+	if a := answerOf(t, f.run(t, "taken")); !a.OK {
+		t.Fatalf("the call answered %s", a.Raw)
+	}
+	// The next call takes the slot once the first's post-call hook is done.
+	answerOf(t, f.run(t, "next"))
+	for _, want := range []string{
+		`msg="the pre-call hook wrote on stderr" call_id=taken exit=0 stderr="nvidia-smi: not found"`,
+		`msg="the post-call hook wrote on stderr"`, `stderr="scratch: 3 files left"`,
+	} {
+		if !strings.Contains(f.log.String(), want) {
+			t.Errorf("the log lacks %s:\n%s", want, f.log.String())
+		}
+	}
+}
+
 func TestPostCallHookThatHangs(t *testing.T) {
 	t.Parallel()
 	f := serveFake(t, enginetest.Options{}, "--parallel", "1", "--post-call-hook", "exec sleep 600", "--hook-timeout", "300ms")

@@ -387,7 +387,8 @@ func describeError(answer map[string]any) string {
 		return "unexpected answer " + string(b)
 	}
 	text := fmt.Sprint(e["short"])
-	if tb, _ := e["traceback"].(string); strings.TrimSpace(tb) != "" {
+	// A traceback without the node's frames is the short line again.
+	if tb, _ := e["traceback"].(string); strings.TrimSpace(tb) != "" && strings.TrimSpace(tb) != text {
 		text += "\n" + strings.TrimRight(tb, "\n")
 	}
 	return text

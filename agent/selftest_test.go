@@ -103,6 +103,20 @@ def broken():
 		}
 	}
 
+	// A misspelt --function: the file as the user named it, what it
+	// defines, said once; not the call's copy deep in the state directory.
+	stdout.Reset()
+	if code := agent.SelftestCommand(ctx, []string{"--python", given, "--node", file, "--function", "cuont"}, &stdout, &stdout); code != 1 {
+		t.Errorf("selftest --node with a misspelt --function: exit %d, want 1\n%s", code, stdout.String())
+	}
+	_, failed, _ := strings.Cut(stdout.String(), "\nFAILED: ")
+	if want := "the node answered an error: AttributeError: mine.py has no function 'cuont' (it defines count, broken)\n"; failed != want {
+		t.Errorf("selftest --node with a misspelt --function ends %q, want %q; whole output:\n%s", failed, want, stdout.String())
+	}
+	if strings.Contains(stdout.String(), "fluksio-code") {
+		t.Errorf("the output shows the call's copy of the file:\n%s", stdout.String())
+	}
+
 	for _, args := range [][]string{
 		{"--function", "count"},
 		{"--node", file},
@@ -114,5 +128,48 @@ def broken():
 		if code := agent.SelftestCommand(ctx, args, &stdout, &stdout); code != 2 || !strings.Contains(stdout.String(), "--") {
 			t.Errorf("selftest %q exited %d, want 2 saying which option:\n%s", args, code, stdout.String())
 		}
+	}
+}
+
+// The example node that README.md and docs/runtime.md show beside
+// `selftest --node`: the same six lines in both, and they run as shown,
+// a misspelt --function answered as docs/runtime.md says.
+func TestDocsExampleNode(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), attachTimeout)
+	defer cancel()
+	given, _ := findPython(ctx, t)
+	var example string
+	for _, doc := range []string{"../README.md", "../docs/runtime.md"} {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, block, ok := strings.Cut(string(b), "```python\n# mynode.py\n")
+		block, _, closed := strings.Cut(block, "```")
+		switch {
+		case !ok || !closed:
+			t.Fatalf("%s shows no example node (a ```python block starting # mynode.py)", doc)
+		case example == "":
+			example = block
+		case block != example:
+			t.Errorf("%s's example node differs from README.md's:\n%s\nwant:\n%s", doc, block, example)
+		}
+	}
+	if n := strings.Count(example, "\n") + 1; n > 6 {
+		t.Errorf("the example node has %d lines with its name; keep it to six:\n%s", n, example)
+	}
+	file := filepath.Join(t.TempDir(), "mynode.py")
+	if err := os.WriteFile(file, []byte(example), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if code := agent.SelftestCommand(ctx, []string{"--python", given, "--node", file, "--function", "hello", "--inputs", `{"name": "Ada"}`}, &out, &out); code != 0 || !strings.Contains(out.String(), `"greeting": "hello Ada"`) {
+		t.Errorf("the docs' example node: exit %d, want 0 and a greeting:\n%s", code, out.String())
+	}
+	out.Reset()
+	agent.SelftestCommand(ctx, []string{"--python", given, "--node", file, "--function", "helo"}, &out, &out)
+	if want := "mynode.py has no function 'helo' (it defines hello)"; !strings.Contains(out.String(), want) {
+		t.Errorf("a misspelt --function: the output lacks %q, as docs/runtime.md says:\n%s", want, out.String())
 	}
 }

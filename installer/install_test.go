@@ -3,7 +3,9 @@ package installer
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -259,9 +261,29 @@ func TestRunAsChecksTheServiceAccount(t *testing.T) {
 
 // A URL that can never work stops the install, as a refused token does,
 // and says the URL to use: wss:// to an engine without TLS, ws:// to one
-// with it. Each is a real engine on loopback.
+// with it, or to a TLS server that does not answer HTTP (as Python's
+// websockets with ssl does not). Each is a real server on loopback.
 func TestInstallRefusesAURLThatCannotWork(t *testing.T) {
 	t.Parallel()
+	// A TLS listener and nothing over it, with httptest's certificate.
+	certs := httptest.NewUnstartedServer(nil)
+	certs.StartTLS()
+	tlsConfig := certs.TLS.Clone()
+	certs.Close()
+	bare, err := tls.Listen("tcp", "127.0.0.1:0", tlsConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bare.Close() })
+	go func() {
+		for {
+			c, err := bare.Accept()
+			if err != nil {
+				return
+			}
+			go func() { c.(*tls.Conn).Handshake(); c.Close() }()
+		}
+	}()
 	plain, err := enginetest.Start(enginetest.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -275,6 +297,7 @@ func TestInstallRefusesAURLThatCannotWork(t *testing.T) {
 	for _, tc := range []struct{ url, use string }{
 		{"wss://" + plain.Addr() + "/api/v1/workers/attach", "use ws://" + plain.Addr() + "/api/v1/workers/attach in --url"},
 		{"ws://" + withTLS.Addr() + "/api/v1/workers/attach", "use wss://" + withTLS.Addr() + "/api/v1/workers/attach in --url"},
+		{"ws://" + bare.Addr().String() + "/api/v1/workers/attach", "use wss://" + bare.Addr().String() + "/api/v1/workers/attach in --url"},
 	} {
 		cfg, err := loadConfig(map[string]any{"url": tc.url, "token": "t"})
 		if err != nil {

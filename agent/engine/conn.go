@@ -120,10 +120,15 @@ func dial(ctx context.Context, cfg config.Config, offer time.Duration) (*websock
 			if resp.StatusCode == http.StatusBadRequest && u.Scheme == "ws" && strings.Contains(strings.ToUpper(body), "HTTPS") {
 				// Go's, nginx's and Apache's answer to plain HTTP on a
 				// TLS port: retrying would not change it, the URL is wrong.
-				return nil, nil, config.Usagef("the server at %s speaks TLS: use wss://%s in --url (ws:// is for an engine without TLS)",
-					u.Host, strings.TrimPrefix(shown, "ws://"))
+				return nil, nil, speaksTLSError(u, shown)
 			}
 			return nil, nil, fmt.Errorf("connecting to %s: HTTP %s%s", shown, resp.Status, body)
+		}
+		if u.Scheme == "ws" && tcp.conn != nil && ctx.Err() == nil && speaksTLS(ctx, u) {
+			// Connected, but no HTTP answer: any other TLS server (a
+			// bare TLS listener, Python's ssl) closes, resets or sends
+			// an alert, and the probe asks the port itself.
+			return nil, nil, speaksTLSError(u, shown)
 		}
 		var plain tls.RecordHeaderError
 		if errors.As(err, &plain) && u.Scheme == "wss" {
@@ -140,6 +145,13 @@ func dial(ctx context.Context, cfg config.Config, offer time.Duration) (*websock
 	// No message-size limit: answers of tens of MiB are normal.
 	ws.SetReadLimit(0)
 	return ws, tcp.conn, nil
+}
+
+// speaksTLSError is the error for ws:// to a server that speaks TLS:
+// retrying would not change it, the URL is wrong.
+func speaksTLSError(u *url.URL, shown string) error {
+	return config.Usagef("the server at %s speaks TLS: use wss://%s in --url (ws:// is for an engine without TLS)",
+		u.Host, strings.TrimPrefix(shown, "ws://"))
 }
 
 func bodySnippet(resp *http.Response) string {

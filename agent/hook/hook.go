@@ -32,6 +32,7 @@ const maxStderr = 4096
 type Result struct {
 	Exit     int    // its exit status; -1 when it was killed or did not start
 	Reason   string // its first stderr line that is not blank, cut to 300 bytes
+	Stderr   string // what it wrote on stderr, its first maxStderr bytes, to be logged whatever its exit
 	TimedOut bool   // killed at its bound
 	Err      error  // it could not start, or was killed
 }
@@ -42,9 +43,15 @@ func (r Result) OK() bool { return r.Err == nil && r.Exit == 0 }
 // Run runs command with /bin/sh -c, input on its stdin and env added to
 // the worker's own environment, and returns once it and every process of
 // its group are gone or timeout has passed (then the group is killed).
+// The input is one line: it is given a closing newline if it has none, so
+// a hook that appends it to a file keeps one record a line and `read`
+// sees it whole.
 func Run(ctx context.Context, command string, input []byte, env []string, timeout time.Duration) Result {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if len(input) > 0 && input[len(input)-1] != '\n' {
+		input = append(input[:len(input):len(input)], '\n')
+	}
 	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", command)
 	cmd.Stdin = bytes.NewReader(input)
 	cmd.Env = append(withoutSettings(cmd.Environ()), env...)
@@ -61,7 +68,7 @@ func Run(ctx context.Context, command string, input []byte, env []string, timeou
 	if cmd.Process != nil {
 		platform.SignalGroup(cmd.Process.Pid, syscall.SIGKILL)
 	}
-	r := Result{Exit: -1, Reason: firstLine(stderr.Bytes())}
+	r := Result{Exit: -1, Reason: firstLine(stderr.Bytes()), Stderr: strings.TrimSpace(string(stderr.Bytes()))}
 	var exit *exec.ExitError
 	switch {
 	case ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):

@@ -22,12 +22,18 @@ func TestHookAcceptsAndDeclines(t *testing.T) {
 	if !r.OK() {
 		t.Fatalf("a hook that exits 0: %+v", r)
 	}
-	if b, _ := os.ReadFile(got); string(b) != `{"call_id":"c1"}` {
+	// One line, ending with a newline: appended, it stays one record.
+	if b, _ := os.ReadFile(got); string(b) != "{\"call_id\":\"c1\"}\n" {
 		t.Errorf("the hook read %q", b)
 	}
 	r = Run(context.Background(), "echo; echo '  the GPU is busy  ' >&2; echo second >&2; exit 3", nil, nil, time.Minute)
-	if r.OK() || r.Exit != 3 || r.Reason != "the GPU is busy" {
+	if r.OK() || r.Exit != 3 || r.Reason != "the GPU is busy" || r.Stderr != "the GPU is busy  \nsecond" {
 		t.Errorf("a hook that exits 3: %+v", r)
+	}
+	// What a hook that exits 0 said is kept too, to be logged.
+	r = Run(context.Background(), "echo 'nvidia-smi: not found' >&2", nil, nil, time.Minute)
+	if !r.OK() || r.Stderr != "nvidia-smi: not found" {
+		t.Errorf("a hook that exits 0 with a word on stderr: %+v", r)
 	}
 }
 

@@ -2403,6 +2403,27 @@ def do_run(channel: Channel, request: dict) -> int:
     return finish_then_answer(channel, call_node(channel, module, request))
 
 
+def node_code_name(module) -> str:
+    """The node code as its author knows it: the engine's filename (not the
+    call's copy of it, deep in the state directory), or the module's name."""
+    shipped = getattr(module, "__file__", None)
+    return SHIPPED_AS.get(shipped) or shipped or module.__name__
+
+
+def defined_functions(module) -> str:
+    """What a misspelt function name could have meant: the public functions
+    the node code defines itself (not those it imports), in its order."""
+    names = [
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_")
+        and callable(value)
+        and not isinstance(value, type)
+        and getattr(value, "__module__", None) == module.__name__
+    ]
+    return "it defines " + ", ".join(names) if names else "it defines no functions"
+
+
 def call_node(channel: Channel, module, request: dict) -> dict:
     """Calls the request's function of the loaded node module; returns the answer's fields."""
     fname = request.get("function")
@@ -2410,7 +2431,7 @@ def call_node(channel: Channel, module, request: dict) -> dict:
         raise BadRequest("'function' must name a function in the node code")
     fn = getattr(module, fname, None)
     if fn is None or not callable(fn):
-        raise AttributeError("%s has no function %r" % (getattr(module, "__file__", None) or module.__name__, fname))
+        raise AttributeError("%s has no function %r (%s)" % (node_code_name(module), fname, defined_functions(module)))
     spec = spec_of(fn)
     kwargs = call_arguments(fn, spec, request)
     ArtifactCall.active = True

@@ -397,8 +397,14 @@ class Errors(RuntimeTestCase):
         self.assertError(answer, "SyntaxError", "line 1")
 
     def test_missing_function(self):
-        answer, _, _ = self.run_call(run_request("def f():\n    pass\n", "g"))
-        self.assertError(answer, "AttributeError", "'g'")
+        # Named as the engine gave the file, with what it does define: not
+        # the call's copy of the file, nor what it imports.
+        code = "from os import getcwd\nimport json\nX = 1\ndef hello():\n    pass\ndef _helper():\n    pass\ndef count():\n    pass\n"
+        answer, _, _ = self.run_call(run_request(code, "helo", filename="mynode.py"))
+        err = self.assertError(answer, "AttributeError")
+        self.assertEqual(err["message"], "mynode.py has no function 'helo' (it defines hello, count)")
+        answer, _, _ = self.run_call(run_request("X = 1\n", "g"))
+        self.assertEqual(answer["error"]["message"], "pipeline.py has no function 'g' (it defines no functions)")
 
     def test_missing_node_module(self):
         request = {"op": "run", "call_id": "c1", "node": {"module": "no_such_pkg.steps"}, "function": "f"}
