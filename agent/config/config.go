@@ -19,6 +19,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/fluksio/fluksio-worker/agent/hook"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/policy"
 	"github.com/fluksio/fluksio-worker/platform"
@@ -402,9 +403,33 @@ func (c Config) WarmSpares() int {
 	return c.Parallel
 }
 
-// configRelative are the keys holding a path that, in a config file, is
-// read relative to that file's directory, as a person editing it expects.
-var configRelative = map[string]bool{"token-file": true, "state-dir": true, "ca-file": true}
+// configRelative are the keys holding paths that, in a config file, are
+// read relative to that file's directory, as a person editing it expects
+// and the README says: each key's function makes the paths in its value
+// absolute against dir. A hook is a shell command: its program is (see
+// hook.ResolveProgram), a command name found on PATH is not.
+var configRelative = map[string]func(v, dir string) (string, error){
+	"token-file": relativePath,
+	"state-dir":  relativePath,
+	"ca-file":    relativePath,
+	"trust-key": func(v, dir string) (string, error) {
+		paths := SplitLabels(v)
+		for i, p := range paths {
+			paths[i], _ = relativePath(p, dir)
+		}
+		return strings.Join(paths, ","), nil
+	},
+	"pre-call-hook":  hook.ResolveProgram,
+	"post-call-hook": hook.ResolveProgram,
+}
+
+// relativePath is path read against dir when it is relative.
+func relativePath(path, dir string) (string, error) {
+	if path == "" || filepath.IsAbs(path) {
+		return path, nil
+	}
+	return filepath.Join(dir, path), nil
+}
 
 // Check reports whether v is a value this option accepts, without a
 // Config: install checks every option before it asks anything else.
@@ -653,8 +678,8 @@ func ApplyFile(cfg *Config, path string) error {
 		if err == nil {
 			text, err = ValueText(values[k])
 		}
-		if err == nil && configRelative[o.Name] && text != "" && !filepath.IsAbs(text) {
-			text = filepath.Join(filepath.Dir(path), text)
+		if resolve := configRelative[o.Name]; err == nil && resolve != nil {
+			text, err = resolve(text, filepath.Dir(path))
 		}
 		if err == nil {
 			err = o.set(cfg, text)
