@@ -241,7 +241,7 @@ var Options = []Option{
 		oneOf(func(c *Config, v string) { c.LogFormat = v }, "text", "json")},
 	{"log-level", "LEVEL", "the worker's own messages shown: debug, info, warn or error (debug adds dial, hello and welcome with their timings)",
 		oneOf(func(c *Config, v string) { c.LogLevel = v }, "debug", "info", "warn", "error")},
-	{"node-log-level", "LEVEL", "what a node prints on stderr is logged as a node stderr line at info, at debug (shown only with --log-level debug), or off (not logged); so --log-level warn is not needed to quiet a chatty node",
+	{"node-log-level", "LEVEL", "what a node prints (print(), logging) is logged as a node output line, with its call_id, at info, at debug (shown only with --log-level debug), or off (not logged); so --log-level warn is not needed to quiet a chatty node",
 		oneOf(func(c *Config, v string) { c.NodeLogLevel = v }, "info", "debug", "off")},
 	{"state-dir", "DIR", "where the runtime cache and the status file live, private to this worker's user",
 		func(c *Config, v string) error { c.StateDir = v; return nil }},
