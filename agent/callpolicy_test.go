@@ -16,6 +16,7 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
 	"github.com/fluksio/fluksio-worker/agent/policy"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
+	"github.com/fluksio/fluksio-worker/agent/status"
 )
 
 // TestPolicyRefusesCodeAndSideDoors: a module outside --allow-module,
@@ -52,6 +53,11 @@ func TestPolicyRefusesCodeAndSideDoors(t *testing.T) {
 	if !ok.OK {
 		t.Errorf("an allowed module answered %s", ok.Raw)
 	}
+	// status counts them beside the calls done, as the metrics do.
+	eventually(t, goneTimeout, "the status file to count 4 calls declined by policy and 1 done", func() bool {
+		st, _ := status.Read(f.stateDir)
+		return st.CallsDeclined["policy"] == 4 && st.CallsDone == 1 && st.CallsRunning == 0
+	})
 	_, m := httpGet(t, base+"/metrics")
 	for _, want := range []string{`fluksio_worker_calls_declined_total{reason="policy"} 4`, `fluksio_worker_calls_started_total{op="run"} 1`, `fluksio_worker_calls_started_total{op="compile"} 0`} {
 		if !strings.Contains(m, want) {

@@ -104,12 +104,16 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	log.Info("starting", "version", Version, "engine", logging.ShownURL(cfg.URL), "python", python,
 		"python_version", pyVersion, "state_dir", stateDir, "parallel", cfg.Parallel, "containment", contain,
 		"warm", runner.WarmShown(cfg.WarmSpares()))
+	log.Debug("spare runners", "warm", runner.WarmDetail(cfg.WarmSpares()))
 	if cfg.Policy.On() || cfg.PreCallHook != "" || cfg.PostCallHook != "" {
 		log.Info("the machine owner's code policy and hooks are in force", "policy", cfg.PolicyText())
 	}
 	a := New(cfg, log, python, stateDir)
 	defer a.status.Close() // its last write, before the state directory is let go
-	a.status.Update(func(s *status.Status) { s.Containment, s.Warm = contain, runner.WarmShown(cfg.WarmSpares()) })
+	a.status.Update(func(s *status.Status) {
+		s.Containment, s.Warm, s.WarmDetail = contain, runner.WarmShown(cfg.WarmSpares()), runner.WarmDetail(cfg.WarmSpares())
+		s.Limits = cfg.LimitsText()
+	})
 	if cfg.Listen != "" {
 		srv, err := a.ListenMonitoring()
 		if err != nil {
@@ -156,6 +160,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			if err == nil {
 				why = a.EndReason()
 			}
+			a.exited(code, why)
 			return exiting(log, service, code, why)
 		case err := <-checked:
 			checked = nil
@@ -194,7 +199,9 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 				case <-served:
 				case <-time.After(time.Second):
 				}
-				return exiting(log, service, config.ExitOK, signalName(sig)+" twice: running calls killed")
+				why := signalName(sig) + " twice: running calls killed"
+				a.exited(config.ExitOK, why)
+				return exiting(log, service, config.ExitOK, why)
 			}
 		}
 	}
@@ -236,6 +243,13 @@ func exiting(log *slog.Logger, service *platform.ServiceManager, code int, why s
 	}
 	log.Log(context.Background(), level, "exiting", "reason", why, "exit_code", code)
 	return code
+}
+
+// exited says in the status file why the worker ends and with which exit
+// code, as exiting says it to the log and systemd, for `status` to show
+// after the process is gone.
+func (a *Agent) exited(code int, why string) {
+	a.status.Update(func(s *status.Status) { s.Exit = &status.Exit{Code: code, Reason: why, At: time.Now().UTC()} })
 }
 
 // signalName is a signal as a user writes it: SIGTERM.

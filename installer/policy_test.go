@@ -24,7 +24,7 @@ func TestCheckAndStatusShowThePolicy(t *testing.T) {
 	if !strings.Contains(got["runtime"], "embedded") {
 		t.Errorf("with a code policy, check's runtime is %s", got["runtime"])
 	}
-	for _, want := range []string{"modules acme.*", "source none", "env may not load code", `pre-call hook "` + hook + `"`} {
+	for _, want := range []string{"code policy on: runs modules acme.* only and no shipped source", "env may not load code", `pre-call hook "` + hook + `"`} {
 		if !strings.Contains(policy, want) {
 			t.Errorf("check's policy item %q does not say %q", policy, want)
 		}
@@ -32,7 +32,7 @@ func TestCheckAndStatusShowThePolicy(t *testing.T) {
 
 	l, _ := layoutFor("linux", false, dirs{})
 	var out bytes.Buffer
-	writeStatus(&out, l, Running, status.Status{PID: 1, State: "attached", Policy: "code policy off (any module, any source)"}, nil)
+	writeStatus(&out, l, Running, status.Status{PID: 1, State: "attached", Policy: "code policy off: any module and any shipped source run"}, nil)
 	if !strings.Contains(out.String(), "policy:   code policy off") {
 		t.Errorf("status does not show the policy:\n%s", out.String())
 	}

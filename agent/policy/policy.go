@@ -80,26 +80,30 @@ func (p *Policy) On() bool {
 	return p != nil && (len(p.modules) > 0 || p.source != SourceAny)
 }
 
-// Describe is the policy in force in one line, for check, status and the
-// start's log.
+// Describe is the policy in force in one line a person reads as a
+// sentence, for check, status and the start's log: "on: runs modules
+// acme.* only and no shipped source; a call's env may not load code; the
+// runner is this worker's".
 func (p *Policy) Describe() string {
 	if !p.On() {
-		return "off (any module, any source)"
+		return "off: any module and any shipped source run"
 	}
-	mods := "no module"
+	mods := "no installed module"
 	switch {
 	case slices.Contains(p.modules, ModulesAny):
-		mods = "any module"
+		mods = "any installed module"
 	case slices.Contains(p.modules, ModulesNone):
-		mods = "no module"
 	case len(p.modules) > 0:
-		mods = "modules " + strings.Join(p.modules, ",")
+		mods = "modules " + strings.Join(p.modules, ",") + " only"
 	}
-	src := "source " + p.source
-	if p.source == SourceSigned {
-		src += " by key " + strings.Join(p.keys.IDs(), ",")
+	src := "no shipped source"
+	switch p.source {
+	case SourceAny:
+		src = "any shipped source"
+	case SourceSigned:
+		src = "shipped source signed by key " + strings.Join(p.keys.IDs(), ",")
 	}
-	return mods + "; " + src + "; env may not load code; runner embedded or a local file"
+	return "on: runs " + mods + " and " + src + "; a call's env may not load code; the runner is the embedded one or a local file"
 }
 
 // Refusal is why the policy refused a call: the rule, what it found, and

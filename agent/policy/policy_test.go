@@ -97,7 +97,7 @@ func TestPolicySignedSourceRule(t *testing.T) {
 	if _, err := New(nil, SourceNone, nil); err == nil || !strings.Contains(err.Error(), "lets nothing run") {
 		t.Errorf("--allow-source none alone: %v", err)
 	}
-	if !strings.Contains(p.Describe(), "source signed by key") {
+	if !strings.Contains(p.Describe(), "source signed by key") || !strings.HasPrefix(p.Describe(), "on: runs no installed module and shipped source signed by key ") {
 		t.Errorf("describe: %s", p.Describe())
 	}
 }
@@ -116,6 +116,28 @@ func TestPolicyRefusesEnvSideDoors(t *testing.T) {
 	for _, kv := range []string{"PATH=/usr/bin", "PYTHONUNBUFFERED=1", "CUDA_VISIBLE_DEVICES=0", "OMP_NUM_THREADS=4"} {
 		if no := p.CheckEnv([]string{kv}, "/usr/bin"); no != nil {
 			t.Errorf("%s refused: %v", kv, no)
+		}
+	}
+}
+
+// The policy in status, check and the start's log reads as a sentence.
+func TestPolicyDescribedPlainly(t *testing.T) {
+	for _, tc := range []struct {
+		modules []string
+		source  string
+		want    string
+	}{
+		{nil, "", "off: any module and any shipped source run"},
+		{[]string{"acme.*"}, SourceNone, "on: runs modules acme.* only and no shipped source; a call's env may not load code"},
+		{[]string{ModulesAny}, SourceNone, "on: runs any installed module and no shipped source;"},
+		{[]string{"acme.train"}, SourceAny, "on: runs modules acme.train only and any shipped source;"},
+	} {
+		p, err := New(tc.modules, tc.source, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.Describe(); !strings.HasPrefix(got, tc.want) {
+			t.Errorf("%v, %q: %q; want it to begin %q", tc.modules, tc.source, got, tc.want)
 		}
 	}
 }
