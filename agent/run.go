@@ -281,7 +281,8 @@ Each call runs in a fresh Python process; its output streams back live.
 
 Every option can also be set as the environment variable shown, or as a key
 of the same name in the --config file; flags win over variables, variables
-over the file.
+over the file. A DURATION is seconds (300), a duration (5m, 1h30m) or days
+(7d), as everywhere in fluksio-worker.
 
 Options:
   --config PATH  [FLUKSIO_WORKER_CONFIG]
