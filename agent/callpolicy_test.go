@@ -42,7 +42,7 @@ func TestPolicyRefusesCodeAndSideDoors(t *testing.T) {
 		}
 	}
 	refused("module", map[string]any{"node": map[string]any{"module": "os"}, "function": "system"},
-		"--allow-module acme_pipelines.*", "module os is not among", "owner can add a pattern")
+		"--allow-module acme_pipelines.*", "module os is not among", "a code policy keeps out")
 	refused("source", map[string]any{"op": "compile", "node": map[string]any{"source": "import os\n", "filename": "evil.py"}},
 		"--allow-source none", "evil.py", "--allow-source signed")
 	refused("preload", map[string]any{"node": map[string]any{"module": "acme_pipelines.train"}, "env": map[string]any{"LD_PRELOAD": "/tmp/x.so", "SEED": 1}},
