@@ -671,7 +671,7 @@ func ApplyFile(cfg *Config, path string) error {
 	for _, k := range keys {
 		o, ok := OptionByName(k)
 		if !ok {
-			return Usagef("%s: unknown key %q (known keys are the long flags of 'fluksio-worker run --help')", path, k)
+			return Usagef("%s: unknown key %q%s (known keys are the long flags of 'fluksio-worker run --help')", path, k, DidYouMean(strings.ReplaceAll(k, "_", "-"), OptionNames()))
 		}
 		err := o.CheckValueType(values[k])
 		var text string

@@ -291,6 +291,11 @@ func TestUnknownConfigKey(t *testing.T) {
 	path := writeConfig(t, "url = \"wss://e/x\"\nram_gb = 64\n")
 	_, err := Load([]string{"--config", path}, envMap(nil))
 	wantUsageError(t, err, path, "ram_gb")
+	// A mistyped key gets a "did you mean", as a mistyped flag does.
+	_, err = Load([]string{"--config", writeConfig(t, "url = \"wss://e/x\"\nlables = [\"gpu\"]\n")}, envMap(nil))
+	wantUsageError(t, err, `unknown key "lables"; did you mean labels?`)
+	_, err = Load([]string{"--config", writeConfig(t, "url = \"wss://e/x\"\nmax_idel = 60\n")}, envMap(nil))
+	wantUsageError(t, err, `unknown key "max_idel"; did you mean max-idle?`)
 }
 
 func TestBadValuesNameWhatToChange(t *testing.T) {
