@@ -95,3 +95,29 @@ func TestAHookWithoutItsRunBitIsRefused(t *testing.T) {
 		t.Errorf("check: exit %d, out %q", code, out.String()+errs.String())
 	}
 }
+
+// Root may run a hook that the service account may not (0744, root's):
+// install and check ask as the account, and say what to do.
+func TestAccountMustBeAbleToRunTheHook(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("switching accounts needs root")
+	}
+	acct, err := lookupAccount(context.Background(), "nobody")
+	if err != nil {
+		t.Skip("no nobody account here")
+	}
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	os.Chmod(filepath.Dir(dir), 0o755) // t.TempDir's parent is root's alone
+	script := filepath.Join(dir, "gpu-free.sh")
+	os.WriteFile(script, []byte("#!/bin/sh\nexit 0\n"), 0o744)
+	cfg := config.Config{PreCallHook: script + " --min 8"}
+	err = accountCanUse(context.Background(), acct, cfg)
+	if err == nil || !strings.Contains(err.Error(), "cannot run --pre-call-hook's program "+script) || !strings.Contains(err.Error(), "chmod +x") {
+		t.Errorf("a hook only root may run: %v; want the account named, the file, and what to do", err)
+	}
+	os.Chmod(script, 0o755)
+	if err := accountCanUse(context.Background(), acct, cfg); err != nil {
+		t.Errorf("a hook everyone may run: %v", err)
+	}
+}
