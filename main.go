@@ -49,6 +49,15 @@ func commands() []command {
 	}
 }
 
+// commandNames are the commands' names, for a "did you mean".
+func commandNames() []string {
+	var names []string
+	for _, c := range commands() {
+		names = append(names, c.name)
+	}
+	return names
+}
+
 // takesRunOptions are the commands that take every option of run's table
 // besides the flags their help lists (check's help says so in one line);
 // completions offer them all.
@@ -79,7 +88,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 					return c.run(ctx, []string{"--help"}, stdout, stderr)
 				}
 			}
-			fmt.Fprintf(stderr, "fluksio-worker: no command %q to show help for\n\n", args[1])
+			fmt.Fprintf(stderr, "fluksio-worker: no command %q to show help for%s\n\n", args[1], config.DidYouMean(args[1], commandNames()))
 			usage(stderr)
 			return config.ExitUsage
 		}
@@ -107,7 +116,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		// (`fluksio-worker --url … --token …`) keep working.
 		return agent.RunCommand(ctx, args, stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "fluksio-worker: unknown command %q\n\n", args[0])
+	fmt.Fprintf(stderr, "fluksio-worker: unknown command %q%s\n\n", args[0], config.DidYouMean(args[0], commandNames()))
 	usage(stderr)
 	return config.ExitUsage
 }

@@ -133,7 +133,11 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"--version"}, 0, "fluksio-worker "},
 		{[]string{"--help"}, 0, "Commands:"},
 		{nil, 2, "Usage:"},
-		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"` + "\n"},
+		// A mistyped command gets a "did you mean", as a mistyped flag does.
+		{[]string{"stauts"}, 2, `unknown command "stauts"; did you mean status?`},
+		{[]string{"instal", "--url", "x"}, 2, `unknown command "instal"; did you mean install?`},
+		{[]string{"help", "chek"}, 2, `no command "chek" to show help for; did you mean check?`},
 		// Bare flags mean run, as the Python agent's command line did.
 		{[]string{"--url", "ws://127.0.0.1:1/api/v1/workers/attach", "--token", "t", "--parallel", "zero"}, 2, "--parallel"},
 	} {

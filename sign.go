@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -34,8 +33,10 @@ kept. SIGNING.md describes the format, for signing elsewhere.
 Options:
   --key KEY      the private key, from 'fluksio-worker keygen'
   --expires WHEN
-        workers refuse the signature after this: a duration from now (90d,
-        720h) or a date (2027-01-31, or RFC 3339) (default: never)
+        workers refuse the signature after this: a duration from now in
+        days, hours, minutes or seconds (90d, 720h, as every duration of
+        this binary) or a date (2027-01-31, or RFC 3339); one already past
+        is refused (default: never)
 
 Exit status: 0 signed, 1 a file or the key cannot be read or written, 2 bad
 options.
@@ -92,23 +93,25 @@ func signFile(path string, key ed25519.PrivateKey, expires time.Time) error {
 	return platform.CopyFileAtomic(path, bytes.NewReader(signed), st.Mode().Perm(), platform.KeepOwner)
 }
 
-// parseExpiry reads --expires: a duration from now (days as "90d"), a
-// date (the end of that day, UTC) or an RFC 3339 time.
+// parseExpiry reads --expires: a duration from now, read as every
+// duration of this binary is (config.ParseDuration: 90d, 720h), a date
+// (the end of that day, UTC) or an RFC 3339 time. A time already past is
+// refused: every worker would refuse the signature at once.
 func parseExpiry(v string, now time.Time) (time.Time, error) {
 	v = strings.TrimSpace(v)
-	if days, ok := strings.CutSuffix(v, "d"); ok {
-		if n, err := strconv.Atoi(days); err == nil && n > 0 {
-			return now.AddDate(0, 0, n), nil
+	var t time.Time
+	if d, err := config.ParseDuration(v); err == nil {
+		if d <= 0 {
+			return time.Time{}, errors.New("a duration from now must be positive, e.g. 90d")
 		}
+		t = now.Add(d)
+	} else if day, err := time.Parse("2006-01-02", v); err == nil {
+		t = day.Add(24*time.Hour - time.Second)
+	} else if t, err = time.Parse(time.RFC3339, v); err != nil {
+		return time.Time{}, errors.New("expected a duration from now (" + config.DurationSyntax + ") or a date (2027-01-31, or RFC 3339)")
 	}
-	if d, err := time.ParseDuration(v); err == nil && d > 0 {
-		return now.Add(d), nil
+	if !t.After(now) {
+		return time.Time{}, fmt.Errorf("%s is in the past, so every worker would refuse the signature at once: give a later date, or a duration from now such as 90d", t.UTC().Format(time.RFC3339))
 	}
-	if t, err := time.Parse("2006-01-02", v); err == nil {
-		return t.Add(24*time.Hour - time.Second), nil
-	}
-	if t, err := time.Parse(time.RFC3339, v); err == nil {
-		return t, nil
-	}
-	return time.Time{}, errors.New("expected a duration (90d, 720h), a date (2027-01-31) or an RFC 3339 time")
+	return t, nil
 }

@@ -71,9 +71,47 @@ func TestSignExpiry(t *testing.T) {
 			t.Errorf("--expires %s: %v %v, want %v", v, got, err, want)
 		}
 	}
-	for _, v := range []string{"soon", "-3d", "0"} {
+	for _, v := range []string{"soon", "-3d", "0", "2026-12-03", "2026-12-04T11:59:59Z", "2020-01-01"} {
 		if _, err := parseExpiry(v, now); err == nil {
 			t.Errorf("--expires %s accepted", v)
+		}
+	}
+}
+
+// sign --expires with a time already past signs nothing and says so: the
+// signature would be refused by every worker at once.
+func TestSignRefusesAnExpiryInThePast(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "ci-key")
+	var out, errs bytes.Buffer
+	if code := dispatch(context.Background(), []string{"keygen", "--out", key}, &out, &errs); code != config.ExitOK {
+		t.Fatalf("keygen: exit %d: %s", code, errs.String())
+	}
+	node := filepath.Join(dir, "train.py")
+	os.WriteFile(node, []byte("x = 1\n"), 0o640)
+	errs.Reset()
+	code := dispatch(context.Background(), []string{"sign", "--key", key, "--expires", "2020-01-31", node}, &out, &errs)
+	if code != config.ExitUsage || !strings.Contains(errs.String(), "in the past") || !strings.Contains(errs.String(), "90d") {
+		t.Errorf("sign --expires 2020-01-31: exit %d: %s; want 2, saying it is in the past and what to give", code, errs.String())
+	}
+	if b, _ := os.ReadFile(node); string(b) != "x = 1\n" {
+		t.Errorf("a refused sign changed the file:\n%s", b)
+	}
+}
+
+// One duration syntax across the binary: what sign --expires takes as a
+// duration, every duration option takes, days included.
+func TestOneDurationSyntax(t *testing.T) {
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	for _, v := range []string{"90d", "1.5d", "720h", "300", "5m"} {
+		expires, err := parseExpiry(v, now)
+		if err != nil {
+			t.Errorf("sign --expires %s: %v", v, err)
+			continue
+		}
+		o, _ := config.OptionByName("health-grace")
+		if err := o.Check(v); err != nil {
+			t.Errorf("sign --expires takes %s (%s from now) but --health-grace refuses it: %v", v, expires.Sub(now), err)
 		}
 	}
 }

@@ -105,17 +105,19 @@ func New(cfg config.Config, log *slog.Logger, python, stateDir string) *Agent {
 	// process wrote before it is its own: the calls done so far count on,
 	// as `status` showed them.
 	var done int64
+	var declined map[string]int64
 	if prev, err := status.Read(stateDir); err == nil && prev.PID == os.Getpid() {
-		done = prev.CallsDone
+		done, declined = prev.CallsDone, prev.CallsDeclined
 	}
 	a.book = newCallBook(cfg.Parallel, cfg.MaxCalls, done)
 	a.status = status.NewFile(stateDir, status.Status{
-		PID:       os.Getpid(),
-		Version:   Version,
-		Engine:    logging.ShownURL(cfg.URL),
-		State:     status.StateConnecting,
-		CallsDone: done,
-		Policy:    cfg.PolicyText(),
+		PID:           os.Getpid(),
+		Version:       Version,
+		Engine:        logging.ShownURL(cfg.URL),
+		State:         status.StateConnecting,
+		CallsDone:     done,
+		CallsDeclined: declined,
+		Policy:        cfg.PolicyText(),
 	}, a.redact, func(err error) { log.Debug("could not write the status file", "error", err) })
 	a.life = newLifecycle(a.status)
 	return a

@@ -209,3 +209,31 @@ func TestAttachTimingsAtDebug(t *testing.T) {
 		t.Errorf("the welcome's debug record: %v; want dial_hello_welcome_ms", welcomed)
 	}
 }
+
+// What a node prints is logged as the node's output, with its call and
+// stream, never as something the worker says about stderr.
+func TestNodePrintIsLoggedAsNodeOutput(t *testing.T) {
+	t.Parallel()
+	const node = "def talk():\n    print('node-printed-this', flush=True)\n    return {}\n"
+	s := startSession(t, "--log-format", "json")
+	c, err := s.wk.Run(sourceCall(node, "talk.py", "print-1", "talk", map[string]any{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.WaitTimeout(callTimeout); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, goneTimeout, "the call's end record", func() bool { return endRecords(t, s.log.String())["print-1"] != nil })
+	found := false
+	for _, r := range logRecords(t, s.log.String()) {
+		if line, _ := r["line"].(string); strings.Contains(line, "node-printed-this") {
+			found = true
+			if r["msg"] != "node output" || r["call_id"] != "print-1" || r["stream"] != "stdout" {
+				t.Errorf("a node's print() logged as %v; want msg \"node output\", its call_id and stream stdout", r)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("the node's print() was not logged:\n%s", s.log.String())
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
 	"github.com/fluksio/fluksio-worker/agent/policy"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
+	"github.com/fluksio/fluksio-worker/agent/status"
 )
 
 // TestPolicyRefusesCodeAndSideDoors: a module outside --allow-module,
@@ -46,7 +47,7 @@ func TestPolicyRefusesCodeAndSideDoors(t *testing.T) {
 	}
 	allowed := map[string]any{"module": "acme_pipelines.train"}
 	refused("module", map[string]any{"node": map[string]any{"module": "os"}, "function": "system"},
-		"--allow-module acme_pipelines.*", "module os is not among", "owner can add a pattern")
+		"--allow-module acme_pipelines.*", "module os is not among", "a code policy keeps out")
 	refused("source", map[string]any{"op": "compile", "node": map[string]any{"source": "import os\n", "filename": "evil.py"}},
 		"--allow-source none", "evil.py", "--allow-source signed")
 	refused("preload", map[string]any{"node": allowed, "env": map[string]any{"LD_PRELOAD": "/tmp/x.so", "SEED": 1}},
@@ -66,6 +67,11 @@ func TestPolicyRefusesCodeAndSideDoors(t *testing.T) {
 	if !ok.OK {
 		t.Errorf("an allowed module answered %s", ok.Raw)
 	}
+	// status counts them beside the calls done, as the metrics do.
+	eventually(t, goneTimeout, "the status file to count 4 calls declined by policy and 1 done", func() bool {
+		st, _ := status.Read(f.stateDir)
+		return st.CallsDeclined["policy"] == 4 && st.CallsDone == 1 && st.CallsRunning == 0
+	})
 	_, m := httpGet(t, base+"/metrics")
 	for _, want := range []string{`fluksio_worker_calls_declined_total{reason="policy"} 8`, `fluksio_worker_calls_started_total{op="run"} 1`, `fluksio_worker_calls_started_total{op="compile"} 0`} {
 		if !strings.Contains(m, want) {

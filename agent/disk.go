@@ -43,7 +43,7 @@ func (a *Agent) lowDisk() string {
 	for _, dir := range a.writtenDirs() {
 		free, err := platform.FreeBytes(dir)
 		if err == nil && free < least {
-			return fmt.Sprintf("%s free in %s, less than --min-free-disk %s", logging.FormatBytes(free), dir, logging.FormatBytes(least))
+			return fmt.Sprintf("%s free in %s, less than --min-free-disk %s", logging.HumanBytes(free), dir, logging.FormatBytes(least))
 		}
 	}
 	return ""

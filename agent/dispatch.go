@@ -36,7 +36,7 @@ func (a *Agent) handle(at *attachment, data []byte) {
 			if at.noise.Allow() {
 				a.log.Warn("call refused: the request cannot be read", "call_id", logging.Cut(id, maxLoggedID), "error", err)
 			}
-			a.metrics.CallDeclined(metrics.DeclinedInvalid)
+			a.declined(metrics.DeclinedInvalid)
 			at.conn.SendJSON(protocol.NewErrorAnswer(id, protocol.TypeRemoteError, msgUnreadable))
 			return
 		}
@@ -82,7 +82,7 @@ func (a *Agent) startCall(at *attachment, m protocol.Message) {
 		if at.noise.Allow() {
 			log.Warn("call refused", "op", m.Op, "reason", no.msg)
 		}
-		a.metrics.CallDeclined(no.reason)
+		a.declined(no.reason)
 		at.conn.SendJSON(protocol.NewErrorAnswer(m.CallID, no.typ, no.msg))
 	}
 	if no := a.modeRefusal(); no != nil {
@@ -191,17 +191,32 @@ func (a *Agent) callEnded(c *call) {
 		a.Drain()
 	}
 	if c.begun.IsZero() {
-		a.metrics.CallDeclined(metrics.DeclinedCancelled) // answered (or dropped) while waiting
+		a.declined(metrics.DeclinedCancelled) // answered (or dropped) while waiting
 	} else {
 		a.metrics.CallFinished(c.op, c.outcome, time.Since(c.begun))
 	}
 	if c.proc.Load() == nil {
 		c.logEnd(nil) // no runner to wait for: its end is now
 	}
-	a.publishCounts(running, waiting)
-	a.status.Update(func(s *status.Status) { s.CallsDone = done })
+	// One change: a status read between two would show the call neither
+	// running nor done.
+	a.metrics.SetRunning(running)
+	a.metrics.SetQueued(waiting)
+	a.status.Update(func(s *status.Status) { s.CallsRunning, s.CallsQueued, s.CallsDone = running, waiting, done })
 	a.notify()
 	a.cacheMayHaveGrown()
+}
+
+// declined counts a call answered without running, by its reason, in the
+// metrics and in the status file, where `status` shows it.
+func (a *Agent) declined(reason metrics.DeclineReason) {
+	a.metrics.CallDeclined(reason)
+	a.status.Update(func(s *status.Status) {
+		if s.CallsDeclined == nil {
+			s.CallsDeclined = map[string]int64{}
+		}
+		s.CallsDeclined[string(reason)]++
+	})
 }
 
 // requestEnv is the request's env as KEY=VALUE entries, with CUDA devices

@@ -15,6 +15,7 @@ import (
 	"github.com/fluksio/fluksio-worker/agent"
 	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
+	"github.com/fluksio/fluksio-worker/agent/status"
 )
 
 // runCommand runs `fluksio-worker run` in this process with a JSON log and
@@ -207,5 +208,26 @@ func TestCallLimitWithoutCgroupsIsRefusedAtStart(t *testing.T) {
 	}
 	if !said {
 		t.Errorf("the log does not say why the limits cannot be had and what to do: %v", records)
+	}
+}
+
+// After the worker is gone, its status file says why it ended and with
+// which exit code, as its last log record and systemd's last STATUS= do,
+// for `status` to show.
+func TestStatusFileSaysWhyTheWorkerStopped(t *testing.T) {
+	eng, err := enginetest.Start(enginetest.Options{Tokens: []string{"another-workers-token"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	stateDir := filepath.Join(t.TempDir(), "state")
+	code, records := runCommand(t, eng.AttachURL(), "--state-dir", stateDir)
+	exited(t, code, records, config.ExitRefused, "ERROR", "refused by the engine")
+	st, err := status.Read(stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Exit == nil || st.Exit.Code != config.ExitRefused || st.Exit.Reason != "refused by the engine" || st.Exit.At.IsZero() {
+		t.Errorf("the status file says the worker ended with %+v; want exit code 1, refused by the engine", st.Exit)
 	}
 }

@@ -103,3 +103,14 @@ func TestCheckConfigChecksPython(t *testing.T) {
 		t.Errorf("check-config with --python /bin/false: exit %d, %q; want 2", code, out)
 	}
 }
+
+// A hook script saved without its run bit would decline every call: a
+// reload to it is refused, saying chmod +x, and the worker keeps serving.
+func TestCheckConfigRefusesAHookThatCannotRun(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "gpu-free.sh")
+	os.WriteFile(script, []byte("#!/bin/sh\nexit 0\n"), 0o644)
+	code, out := checkConfig(t, checkArgs(t, systemPython(t), "--pre-call-hook", script)...)
+	if code != config.ExitUsage || !strings.Contains(out, "chmod +x "+script) {
+		t.Errorf("check-config with a hook without its run bit: exit %d, %q; want 2 and chmod +x", code, out)
+	}
+}

@@ -108,13 +108,15 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	log.Info("starting", "version", Version, "engine", logging.ShownURL(cfg.URL), "python", python,
 		"python_version", pyVersion, "state_dir", stateDir, "parallel", cfg.Parallel, "containment", contain,
 		"sandbox", sandbox, "warm", runner.WarmShown(cfg.WarmSpares()))
+	log.Debug("spare runners", "warm", runner.WarmDetail(cfg.WarmSpares()))
 	if cfg.Policy.On() || cfg.PreCallHook != "" || cfg.PostCallHook != "" {
 		log.Info("the machine owner's code policy and hooks are in force", "policy", cfg.PolicyText())
 	}
 	a := New(cfg, log, python, stateDir)
 	defer a.status.Close() // its last write, before the state directory is let go
 	a.status.Update(func(s *status.Status) {
-		s.Containment, s.Sandbox, s.Warm = contain, sandbox, runner.WarmShown(cfg.WarmSpares())
+		s.Containment, s.Sandbox, s.Warm, s.WarmDetail = contain, sandbox, runner.WarmShown(cfg.WarmSpares()), runner.WarmDetail(cfg.WarmSpares())
+		s.Limits = cfg.LimitsText()
 	})
 	if cfg.Listen != "" {
 		srv, err := a.ListenMonitoring()
@@ -162,6 +164,7 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			if err == nil {
 				why = a.EndReason()
 			}
+			a.exited(code, why)
 			return exiting(log, service, code, why)
 		case err := <-checked:
 			checked = nil
@@ -200,7 +203,9 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 				case <-served:
 				case <-time.After(time.Second):
 				}
-				return exiting(log, service, config.ExitOK, signalName(sig)+" twice: running calls killed")
+				why := signalName(sig) + " twice: running calls killed"
+				a.exited(config.ExitOK, why)
+				return exiting(log, service, config.ExitOK, why)
 			}
 		}
 	}
@@ -244,6 +249,13 @@ func exiting(log *slog.Logger, service *platform.ServiceManager, code int, why s
 	return code
 }
 
+// exited says in the status file why the worker ends and with which exit
+// code, as exiting says it to the log and systemd, for `status` to show
+// after the process is gone.
+func (a *Agent) exited(code int, why string) {
+	a.status.Update(func(s *status.Status) { s.Exit = &status.Exit{Code: code, Reason: why, At: time.Now().UTC()} })
+}
+
 // signalName is a signal as a user writes it: SIGTERM.
 func signalName(sig os.Signal) string {
 	if s, ok := sig.(syscall.Signal); ok {
@@ -273,7 +285,8 @@ Each call runs in a fresh Python process; its output streams back live.
 
 Every option can also be set as the environment variable shown, or as a key
 of the same name in the --config file; flags win over variables, variables
-over the file.
+over the file. A DURATION is seconds (300), a duration (5m, 1h30m) or days
+(7d), as everywhere in fluksio-worker.
 
 Options:
   --config PATH  [FLUKSIO_WORKER_CONFIG]

@@ -141,7 +141,7 @@ func check(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 	} else {
 		c.ok("python", "%s (Python %s)", python, version)
 		if l != nil && !l.UserService && h.root() {
-			checkServiceAccount(ctx, c, *l, python)
+			checkServiceAccount(ctx, c, *l, python, cfg)
 		}
 	}
 
@@ -211,8 +211,9 @@ func checkContainment(c *checklist, l *Layout, cfg config.Config) {
 }
 
 // checkServiceAccount checks that the account the service runs as can run
-// the Python, which a check as root alone would not show.
-func checkServiceAccount(ctx context.Context, c *checklist, l Layout, python string) {
+// the Python and the hooks and read the keys, which a check as root alone
+// would not show.
+func checkServiceAccount(ctx context.Context, c *checklist, l Layout, python string, cfg config.Config) {
 	text, err := os.ReadFile(l.UnitPath)
 	if err != nil {
 		return
@@ -228,6 +229,10 @@ func checkServiceAccount(ctx context.Context, c *checklist, l Layout, python str
 	}
 	if err := runAs(ctx, acct, python, "-c", "import sys"); err != nil {
 		c.fail("account", fmt.Errorf("%s, the service account, cannot run %s: %v", name, python, err))
+		return
+	}
+	if err := accountCanUse(ctx, acct, cfg); err != nil {
+		c.fail("account", err)
 		return
 	}
 	c.ok("account", "%s, the service account, can run that Python", name)

@@ -58,8 +58,8 @@ func checkDisk(c *checklist, cfg config.Config, getenv func(string) string) {
 	case err != nil:
 		c.skip("disk", "cannot tell the free space in "+dir+": "+err.Error())
 	case free < cfg.MinFreeDisk:
-		c.fail("disk", fmt.Errorf("%s free in %s, less than --min-free-disk %s: the worker would decline every call; free space there, give --state-dir on a larger disk, or lower --min-free-disk", logging.FormatBytes(free), dir, logging.FormatBytes(cfg.MinFreeDisk)))
+		c.fail("disk", fmt.Errorf("%s free in %s, less than --min-free-disk %s: the worker would decline every call; free space there, give --state-dir on a larger disk, or lower --min-free-disk", logging.HumanBytes(free), dir, logging.FormatBytes(cfg.MinFreeDisk)))
 	default:
-		c.ok("disk", "%s free in %s (calls are declined below --min-free-disk %s)", logging.FormatBytes(free), dir, logging.FormatBytes(cfg.MinFreeDisk))
+		c.ok("disk", "%s free in %s (calls are declined below --min-free-disk %s)", logging.HumanBytes(free), dir, logging.FormatBytes(cfg.MinFreeDisk))
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/BurntSushi/toml"
 
@@ -71,7 +72,7 @@ func loadConfig(values map[string]any) (config.Config, error) {
 	for _, k := range keys {
 		o, ok := config.OptionByName(k)
 		if !ok {
-			return config.Config{}, fmt.Errorf("unknown config key %q (known keys are the long options of 'fluksio-worker run --help')", k)
+			return config.Config{}, fmt.Errorf("unknown config key %q%s (known keys are the long options of 'fluksio-worker run --help')", k, config.DidYouMean(strings.ReplaceAll(k, "_", "-"), config.OptionNames()))
 		}
 		err := o.CheckValueType(values[k])
 		var text string

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fluksio/fluksio-worker/agent"
 	"github.com/fluksio/fluksio-worker/agent/config"
+	"github.com/fluksio/fluksio-worker/agent/hook"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 	"github.com/fluksio/fluksio-worker/agent/status"
@@ -205,7 +206,7 @@ func planInstall(ctx context.Context, h host, l Layout, req installRequest, stdo
 	if err != nil {
 		return nil, err
 	}
-	if err := checkLocations(l, exe, cfg.Python); err != nil {
+	if err := checkLocations(l, exe, cfg); err != nil {
 		return nil, err
 	}
 	if req.check {
@@ -226,7 +227,7 @@ func planInstall(ctx context.Context, h host, l Layout, req installRequest, stdo
 			return nil, err
 		}
 	}
-	if err := checkReachable(ctx, h, l, acct, exe, cfg.Python); err != nil {
+	if err := checkReachable(ctx, h, l, acct, exe, cfg); err != nil {
 		if !l.UserService {
 			err = fmt.Errorf("%w\nNothing was installed; the account %s is kept for the next install", err, acct.Name)
 		}
@@ -363,14 +364,14 @@ func installSettings(ctx context.Context, h host, l Layout, req installRequest) 
 			// account cannot read, or that is deleted later, would stop it.
 			values["token"] = tok
 			delete(values, "token-file")
-		case "state-dir", "ca-file":
+		case "state-dir", "ca-file", "trust-key", "pre-call-hook", "post-call-hook":
 			// The service starts elsewhere, and the config would read a
 			// relative path against its own directory: keep the one meant.
-			abs, err := filepath.Abs(v)
+			abs, err := absolutePaths(name, v)
 			if err != nil {
 				return nil, nil, &config.UsageError{Err: fmt.Errorf("--%s %s: %w", name, v, err)}
 			}
-			values[name] = abs
+			values[name] = flagValue(name, abs)
 		default:
 			values[name] = flagValue(name, v)
 		}
@@ -393,6 +394,27 @@ func installSettings(ctx context.Context, h host, l Layout, req installRequest) 
 		values["state-dir"] = l.StateDir
 	}
 	return values, warnings, nil
+}
+
+// absolutePaths is an option's value with its paths made absolute against
+// the working directory: each of --trust-key's, a hook's program
+// (hook.ResolveProgram), or the one path of the others.
+func absolutePaths(name, v string) (string, error) {
+	switch name {
+	case "pre-call-hook", "post-call-hook":
+		return hook.ResolveProgram(v, ".")
+	case "trust-key":
+		paths := config.SplitLabels(v)
+		for i, p := range paths {
+			abs, err := filepath.Abs(p)
+			if err != nil {
+				return "", err
+			}
+			paths[i] = abs
+		}
+		return strings.Join(paths, ","), nil
+	}
+	return filepath.Abs(v)
 }
 
 // readToken reads --token (from stdin when "-") or --token-file.

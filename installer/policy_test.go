@@ -2,6 +2,8 @@ package installer
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -15,12 +17,14 @@ func TestCheckAndStatusShowThePolicy(t *testing.T) {
 	if !exists("/usr/bin/python3") {
 		t.Skip("no /usr/bin/python3")
 	}
-	got := checkItems(t, "--allow-module", "acme.*", "--allow-source", "none", "--pre-call-hook", "/etc/fluksio-worker/gpu-free.sh")
+	hook := filepath.Join(t.TempDir(), "gpu-free.sh")
+	os.WriteFile(hook, []byte("#!/bin/sh\nexit 0\n"), 0o755)
+	got := checkItems(t, "--allow-module", "acme.*", "--allow-source", "none", "--pre-call-hook", hook)
 	policy := got["policy"]
 	if !strings.Contains(got["runtime"], "embedded") {
 		t.Errorf("with a code policy, check's runtime is %s", got["runtime"])
 	}
-	for _, want := range []string{"modules acme.*", "source none", "env only tuning variables", `pre-call hook "/etc/fluksio-worker/gpu-free.sh"`} {
+	for _, want := range []string{"code policy on: runs modules acme.* only and no shipped source", "env may set only tuning variables", `pre-call hook "` + hook + `"`} {
 		if !strings.Contains(policy, want) {
 			t.Errorf("check's policy item %q does not say %q", policy, want)
 		}
@@ -28,7 +32,7 @@ func TestCheckAndStatusShowThePolicy(t *testing.T) {
 
 	l, _ := layoutFor("linux", false, dirs{})
 	var out bytes.Buffer
-	writeStatus(&out, l, Running, status.Status{PID: 1, State: "attached", Policy: "code policy off (any module, any source)"}, nil)
+	writeStatus(&out, l, Running, status.Status{PID: 1, State: "attached", Policy: "code policy off: any module and any shipped source run"}, nil)
 	if !strings.Contains(out.String(), "policy:   code policy off") {
 		t.Errorf("status does not show the policy:\n%s", out.String())
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"sort"
 	"strings"
 	"time"
 
@@ -65,7 +66,7 @@ func showStatus(_ context.Context, h host, args []string, stdout, stderr io.Writ
 		fmt.Fprintf(stderr, "fluksio-worker status: %v\n", err)
 		return config.ExitFailed
 	}
-	st, stErr := status.Read(stateDirOf(l))
+	st, stErr := status.ReadSettled(stateDirOf(l))
 	st.LastError = tokenRedactor(l).Scrub(st.LastError)
 	if *asJSON {
 		r := statusReport{State: state.String(), Service: &serviceReport{Kind: l.Kind(), Unit: l.UnitPath, Config: l.ConfigPath}}
@@ -128,7 +129,7 @@ func showWorkerStatus(h host, stateDir, configPath string, asJSON bool, stdout, 
 		}
 		redact = logging.NewRedactor(cfg.Token)
 	}
-	st, err := status.Read(stateDir)
+	st, err := status.ReadSettled(stateDir)
 	st.LastError = redact.Scrub(st.LastError)
 	running := err == nil && st.State != status.StateStopped && platform.ProcessAlive(st.PID)
 	state, code := "running", config.ExitOK
@@ -214,6 +215,83 @@ func writeWorker(row func(label, format string, args ...any), state State, st st
 		prefix = "last seen "
 	}
 	row("engine", "%s", logging.ShownURL(st.Engine))
+	switch {
+	case state != Running && st.Exit != nil:
+		// The worker's own last word, as systemd's last STATUS= has it.
+		row("worker", "stopped %s: %s (exit code %d)", ago(now, st.Exit.At), st.Exit.Reason, st.Exit.Code)
+	default:
+		writeWorkerState(row, prefix, now, st)
+	}
+	if r := st.ReloadRefused; r != nil {
+		row("reload", "refused %s: %s", ago(now, r.At), r.Reason)
+	}
+	calls := fmt.Sprintf("%d running, %d done", st.CallsRunning, st.CallsDone)
+	if st.CallsQueued > 0 {
+		calls = fmt.Sprintf("%d running, %d waiting for a slot, %d done", st.CallsRunning, st.CallsQueued, st.CallsDone)
+	}
+	row("calls", "%s%s", calls, declinedText(st.CallsDeclined))
+	if h := st.Held; h != nil {
+		row("held", "%d call(s) held through an outage since %s (%s), output kept: %s in memory, %s on disk; stopped at %s unless the engine claims them (--outage-grace)",
+			len(h.Calls), h.Since.Local().Format("15:04:05"), strings.Join(h.Calls, ", "),
+			logging.HumanBytes(h.Memory), logging.HumanBytes(h.Disk), h.Deadline.Local().Format("15:04:05"))
+	}
+	if st.Listen != "" && state == Running {
+		// A stopped worker serves nothing there.
+		row("monitor", "http://%s/metrics, /healthz and /livez", st.Listen)
+	}
+	if st.Containment != "" {
+		row("contain", "%s", st.Containment)
+	}
+	if st.Sandbox != "" {
+		row("sandbox", "%s", st.Sandbox)
+	}
+	if st.Limits != "" {
+		row("limits", "%s", st.Limits)
+	}
+	if st.Policy != "" {
+		row("policy", "%s", st.Policy)
+	}
+	if st.Warm != "" {
+		row("warm", "%s", st.Warm)
+	}
+	if st.LastError != "" {
+		// A status file written by an older worker may hold an engine's
+		// page that echoed the request URL; its token= is not shown.
+		row("error", "%s", strings.TrimSpace(logging.NewRedactor("").Scrub(st.LastError)))
+	}
+	row("process", "pid %d, fluksio-worker %s, status written %s", st.PID, st.Version, ago(now, st.Updated))
+}
+
+// declinedText is ", 5 declined (policy 5)" for the calls answered without
+// running, by reason, most first; "" for none.
+func declinedText(by map[string]int64) string {
+	var total int64
+	reasons := make([]string, 0, len(by))
+	for reason, n := range by {
+		if n > 0 {
+			total += n
+			reasons = append(reasons, reason)
+		}
+	}
+	if total == 0 {
+		return ""
+	}
+	sort.Slice(reasons, func(i, j int) bool {
+		if by[reasons[i]] != by[reasons[j]] {
+			return by[reasons[i]] > by[reasons[j]]
+		}
+		return reasons[i] < reasons[j]
+	})
+	parts := make([]string, len(reasons))
+	for i, reason := range reasons {
+		parts[i] = fmt.Sprintf("%s %d", strings.ReplaceAll(reason, "_", " "), by[reason])
+	}
+	return fmt.Sprintf(", %d declined (%s)", total, strings.Join(parts, ", "))
+}
+
+// writeWorkerState is the worker row of a worker that runs, or of one
+// that stopped without saying why (killed outright): what it last said.
+func writeWorkerState(row func(label, format string, args ...any), prefix string, now time.Time, st status.Status) {
 	switch st.State {
 	case status.StateAttached:
 		since := ""
@@ -246,40 +324,6 @@ func writeWorker(row func(label, format string, args ...any), state State, st st
 	default:
 		row("worker", "%s%s", prefix, st.State)
 	}
-	if r := st.ReloadRefused; r != nil {
-		row("reload", "refused %s: %s", ago(now, r.At), r.Reason)
-	}
-	if st.CallsQueued > 0 {
-		row("calls", "%d running, %d waiting for a slot, %d done", st.CallsRunning, st.CallsQueued, st.CallsDone)
-	} else {
-		row("calls", "%d running, %d done", st.CallsRunning, st.CallsDone)
-	}
-	if h := st.Held; h != nil {
-		row("held", "%d call(s) held through an outage since %s (%s), output kept: %s in memory, %s on disk; stopped at %s unless the engine claims them (--outage-grace)",
-			len(h.Calls), h.Since.Local().Format("15:04:05"), strings.Join(h.Calls, ", "),
-			logging.FormatBytes(h.Memory), logging.FormatBytes(h.Disk), h.Deadline.Local().Format("15:04:05"))
-	}
-	if st.Listen != "" {
-		row("monitor", "http://%s/metrics, /healthz and /livez", st.Listen)
-	}
-	if st.Containment != "" {
-		row("contain", "%s", st.Containment)
-	}
-	if st.Sandbox != "" {
-		row("sandbox", "%s", st.Sandbox)
-	}
-	if st.Policy != "" {
-		row("policy", "%s", st.Policy)
-	}
-	if st.Warm != "" {
-		row("warm", "%s", st.Warm)
-	}
-	if st.LastError != "" {
-		// A status file written by an older worker may hold an engine's
-		// page that echoed the request URL; its token= is not shown.
-		row("error", "%s", strings.TrimSpace(logging.NewRedactor("").Scrub(st.LastError)))
-	}
-	row("process", "pid %d, fluksio-worker %s, status written %s", st.PID, st.Version, ago(now, st.Updated))
 }
 
 // ago says how long before now t was, to the second.

@@ -24,7 +24,7 @@ func TestStatusShowsHeldCalls(t *testing.T) {
 	writeStatus(&out, l, Running, st, nil)
 	text := out.String()
 	for _, want := range []string{"connecting to the engine (not attached)", "2 call(s) held through an outage since 14:00:00 (c1, c2)",
-		"3MiB in memory", "200MiB on disk", "stopped at 14:05:00 unless the engine claims them"} {
+		"3 MiB in memory", "200 MiB on disk", "stopped at 14:05:00 unless the engine claims them"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("status lacks %q:\n%s", want, text)
 		}

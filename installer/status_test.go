@@ -25,7 +25,7 @@ func TestStatusShowsTheWorkerWithoutItsToken(t *testing.T) {
 		Since:        time.Now().Add(-90 * time.Second),
 		CallsRunning: 1, CallsDone: 12, LastError: "connection reset\n",
 		Updated: time.Now().Add(-2 * time.Second), Containment: "subreaper+cookie",
-		Warm: "1 spare runner started ahead (--warm 1)",
+		Warm: "1 spare runner kept ready (--warm 1)",
 	}
 	var out bytes.Buffer
 	writeStatus(&out, l, Running, st, nil)
@@ -33,7 +33,7 @@ func TestStatusShowsTheWorkerWithoutItsToken(t *testing.T) {
 	for _, want := range []string{
 		"fluksio-worker: running (systemd system service)",
 		`attached as "gpu-box" since `, "(1m30s ago)",
-		"1 running, 12 done", "connection reset", "contain:  subreaper+cookie", "warm:     1 spare runner started ahead (--warm 1)", "pid 4711, fluksio-worker 1.2.3",
+		"1 running, 12 done", "connection reset", "contain:  subreaper+cookie", "warm:     1 spare runner kept ready (--warm 1)", "pid 4711, fluksio-worker 1.2.3",
 		"journalctl -u fluksio-worker", "/etc/fluksio-worker/config.toml",
 	} {
 		if !strings.Contains(text, want) {

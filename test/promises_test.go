@@ -286,7 +286,7 @@ func TestRunnerStderrLogBudget(t *testing.T) {
 	count := func() {
 		logged, dropped = 0, 0
 		for _, rec := range logRecords(w) {
-			if line, _ := rec["line"].(string); rec["msg"] == "node stderr" && strings.HasPrefix(line, "node log line ") {
+			if line, _ := rec["line"].(string); rec["msg"] == "node output" && strings.HasPrefix(line, "node log line ") {
 				logged++
 				at, _ := time.Parse(time.RFC3339Nano, rec["time"].(string))
 				if first.IsZero() {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/fluksio/fluksio-worker/agent/hook"
 	"github.com/fluksio/fluksio-worker/agent/logging"
 	"github.com/fluksio/fluksio-worker/agent/policy"
 	"github.com/fluksio/fluksio-worker/platform"
@@ -225,7 +226,7 @@ var Options = []Option{
 		intInRange(func(c *Config, n int) { c.GPUs = &n }, 0, maxGPUs, "more than a machine has")},
 	{"ram-mb", "MB", "memory in MiB to advertise",
 		intInRange(func(c *Config, n int) { c.RAMMB = n }, 1, maxRAMMB, "1 PiB, more than a machine has")},
-	{"max-idle", "DURATION", "exit 0 after this long with no call running, for batch jobs, e.g. 10m or 600 (seconds); exit 4 if the worker never attached to the engine in that time",
+	{"max-idle", "DURATION", "exit 0 after this long with no call running, for batch jobs, e.g. 10m, 600 (seconds) or 7d; exit 4 if the worker never attached to the engine in that time",
 		durationUpTo(func(c *Config, d time.Duration) { c.MaxIdle = d }, maxMaxIdle, "a year; for never, leave --max-idle out")},
 	{"runtime", "auto|embedded|PATH", "the runner script: the engine's if it serves one (auto), the one built in (embedded), or a file",
 		func(c *Config, v string) error { c.Runtime = v; return nil }},
@@ -271,7 +272,7 @@ var Options = []Option{
 		oneOf(func(c *Config, v string) { c.LogFormat = v }, "text", "json")},
 	{"log-level", "LEVEL", "the worker's own messages shown: debug, info, warn or error (debug adds dial, hello and welcome with their timings)",
 		oneOf(func(c *Config, v string) { c.LogLevel = v }, "debug", "info", "warn", "error")},
-	{"node-log-level", "LEVEL", "what a node prints on stderr is logged as a node stderr line at info, at debug (shown only with --log-level debug), or off (not logged); so --log-level warn is not needed to quiet a chatty node",
+	{"node-log-level", "LEVEL", "what a node prints (print(), logging) is logged as a node output line, with its call_id, at info, at debug (shown only with --log-level debug), or off (not logged); so --log-level warn is not needed to quiet a chatty node",
 		oneOf(func(c *Config, v string) { c.NodeLogLevel = v }, "info", "debug", "off")},
 	{"state-dir", "DIR", "where the runtime cache and the status file live, private to this worker's user",
 		func(c *Config, v string) error { c.StateDir = v; return nil }},
@@ -460,9 +461,33 @@ func (c Config) WarmSpares() int {
 	return c.Parallel
 }
 
-// configRelative are the keys holding a path that, in a config file, is
-// read relative to that file's directory, as a person editing it expects.
-var configRelative = map[string]bool{"token-file": true, "state-dir": true, "ca-file": true}
+// configRelative are the keys holding paths that, in a config file, are
+// read relative to that file's directory, as a person editing it expects
+// and the README says: each key's function makes the paths in its value
+// absolute against dir. A hook is a shell command: its program is (see
+// hook.ResolveProgram), a command name found on PATH is not.
+var configRelative = map[string]func(v, dir string) (string, error){
+	"token-file": relativePath,
+	"state-dir":  relativePath,
+	"ca-file":    relativePath,
+	"trust-key": func(v, dir string) (string, error) {
+		paths := SplitLabels(v)
+		for i, p := range paths {
+			paths[i], _ = relativePath(p, dir)
+		}
+		return strings.Join(paths, ","), nil
+	},
+	"pre-call-hook":  hook.ResolveProgram,
+	"post-call-hook": hook.ResolveProgram,
+}
+
+// relativePath is path read against dir when it is relative.
+func relativePath(path, dir string) (string, error) {
+	if path == "" || filepath.IsAbs(path) {
+		return path, nil
+	}
+	return filepath.Join(dir, path), nil
+}
 
 // Check reports whether v is a value this option accepts, without a
 // Config: install checks every option before it asks anything else.
@@ -707,15 +732,15 @@ func ApplyFile(cfg *Config, path string) error {
 	for _, k := range keys {
 		o, ok := OptionByName(k)
 		if !ok {
-			return Usagef("%s: unknown key %q (known keys are the long flags of 'fluksio-worker run --help')", path, k)
+			return Usagef("%s: unknown key %q%s (known keys are the long flags of 'fluksio-worker run --help')", path, k, DidYouMean(strings.ReplaceAll(k, "_", "-"), OptionNames()))
 		}
 		err := o.CheckValueType(values[k])
 		var text string
 		if err == nil {
 			text, err = ValueText(values[k])
 		}
-		if err == nil && configRelative[o.Name] && text != "" && !filepath.IsAbs(text) {
-			text = filepath.Join(filepath.Dir(path), text)
+		if resolve := configRelative[o.Name]; err == nil && resolve != nil {
+			text, err = resolve(text, filepath.Dir(path))
 		}
 		if err == nil {
 			err = o.set(cfg, text)
@@ -884,9 +909,9 @@ func intInRange(apply func(*Config, int), minimum, maximum int, why string) func
 	}
 }
 
-// durationSetter accepts plain seconds ("300", "2.5", as the Python agent
-// did) or a Go duration ("5m", "3s"), up to the longest a time.Duration
-// holds (about 292 years), so a huge value is refused, not overflowed.
+// durationSetter accepts a duration (ParseDuration) up to the longest a
+// time.Duration holds (about 292 years), so a huge value is refused, not
+// overflowed.
 func durationSetter(apply func(*Config, time.Duration)) func(*Config, string) error {
 	return durationUpTo(apply, math.MaxInt64, "the longest duration there is")
 }
@@ -895,36 +920,52 @@ func durationSetter(apply func(*Config, time.Duration)) func(*Config, string) er
 // is, for the error.
 func durationUpTo(apply func(*Config, time.Duration), maximum time.Duration, why string) func(*Config, string) error {
 	return func(c *Config, v string) error {
-		v = strings.TrimSpace(v)
 		tooLarge := fmt.Errorf("must be at most %s (%s)", humanDuration(maximum), why)
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			secs, ferr := strconv.ParseFloat(v, 64)
-			switch {
-			case ferr == nil && !math.IsNaN(secs) && secs > maximum.Seconds():
-				return tooLarge
-			case ferr != nil && strings.HasSuffix(strings.ToLower(v), "d"):
-				// Days are what people write for long waits; Go has no such unit.
-				hint := "hours"
-				if days, err := strconv.ParseFloat(v[:len(v)-1], 64); err == nil && days >= 0 && days*24 < math.MaxInt32 {
-					hint = fmt.Sprintf("%gh for %s", days*24, v)
-				}
-				return fmt.Errorf("days are not a unit here: write %s (units: h, m, s, ms), at most %s", hint, humanDuration(maximum))
-			case ferr != nil || math.IsNaN(secs) || math.IsInf(secs, 0):
-				// time.ParseDuration cannot tell an overflow from a typo.
-				return fmt.Errorf("expected seconds (300) or a duration (5m, 3s), at most %s", humanDuration(maximum))
-			}
-			d = time.Duration(secs * float64(time.Second))
-		}
-		if d < 0 {
+		d, err := ParseDuration(v)
+		switch {
+		case errors.Is(err, errDurationTooLong):
+			return tooLarge
+		case err != nil:
+			return fmt.Errorf("%v, at most %s", err, humanDuration(maximum))
+		case d < 0:
 			return fmt.Errorf("must not be negative")
-		}
-		if d > maximum {
+		case d > maximum:
 			return tooLarge
 		}
 		apply(c, d)
 		return nil
 	}
+}
+
+// DurationSyntax says what ParseDuration reads, for help and errors.
+const DurationSyntax = "seconds (300), a duration (5m, 1h30m) or days (7d)"
+
+// errDurationTooLong: longer than a time.Duration holds (about 292 years).
+var errDurationTooLong = errors.New("too long")
+
+// ParseDuration reads a duration as every option and command of this
+// binary takes one: plain seconds ("300", "2.5", as the Python agent took
+// them), a Go duration ("5m", "1h30m"), or days ("7d", "1.5d"), which
+// people write for long waits and Go has no unit for. A negative value is
+// returned as read, for the caller to refuse.
+func ParseDuration(v string) (time.Duration, error) {
+	v = strings.TrimSpace(v)
+	if d, err := time.ParseDuration(v); err == nil {
+		return d, nil
+	}
+	unit, number := time.Second, v
+	if n, ok := strings.CutSuffix(strings.ToLower(v), "d"); ok {
+		unit, number = 24*time.Hour, n
+	}
+	x, err := strconv.ParseFloat(number, 64)
+	switch {
+	case err != nil || math.IsNaN(x) || math.IsInf(x, 0) || strings.ContainsAny(number, "xXpP_"):
+		// time.ParseDuration cannot tell an overflow from a typo.
+		return 0, fmt.Errorf("expected %s", DurationSyntax)
+	case math.Abs(x)*float64(unit) > math.MaxInt64:
+		return 0, errDurationTooLong
+	}
+	return time.Duration(x * float64(unit)), nil
 }
 
 // humanDuration writes a limit as a person reads it: "366 days (8784h)",

@@ -277,6 +277,8 @@ func TestDurations(t *testing.T) {
 		{`max-idle = "5m"`, 5 * time.Minute},
 		{`max-idle = "1h30m"`, 90 * time.Minute},
 		{`max-idle = 0`, 0},
+		{`max-idle = "7d"`, 7 * 24 * time.Hour},
+		{`max-idle = "1.5D"`, 36 * time.Hour},
 	}
 	for _, tt := range tests {
 		cfg := mustLoad(t, []string{"--config", writeConfig(t, tt.conf)}, nil)
@@ -294,6 +296,11 @@ func TestUnknownConfigKey(t *testing.T) {
 	path := writeConfig(t, "url = \"wss://e/x\"\nram_gb = 64\n")
 	_, err := Load([]string{"--config", path}, envMap(nil))
 	wantUsageError(t, err, path, "ram_gb")
+	// A mistyped key gets a "did you mean", as a mistyped flag does.
+	_, err = Load([]string{"--config", writeConfig(t, "url = \"wss://e/x\"\nlables = [\"gpu\"]\n")}, envMap(nil))
+	wantUsageError(t, err, `unknown key "lables"; did you mean labels?`)
+	_, err = Load([]string{"--config", writeConfig(t, "url = \"wss://e/x\"\nmax_idel = 60\n")}, envMap(nil))
+	wantUsageError(t, err, `unknown key "max_idel"; did you mean max-idle?`)
 }
 
 func TestBadValuesNameWhatToChange(t *testing.T) {
@@ -533,9 +540,10 @@ func TestDurationLimitsSaidPlainly(t *testing.T) {
 		{"max-idle", "9000h", "must be at most 366 days (8784h)"},
 		{"cancel-grace", "2h", "must be at most 1h ("},
 		{"outage-grace", "25h", "must be at most 24h ("},
-		{"max-idle", "2d", "days are not a unit here: write 48h for 2d"},
-		{"outage-grace", "1.5D", "days are not a unit here: write 36h for 1.5D"},
-		{"max-idle", "soon", "expected seconds (300) or a duration (5m, 3s), at most 366 days (8784h)"},
+		{"outage-grace", "2d", "must be at most 24h ("},
+		{"max-idle", "400d", "must be at most 366 days (8784h)"},
+		{"max-idle", "soon", "expected seconds (300), a duration (5m, 1h30m) or days (7d), at most 366 days (8784h)"},
+		{"max-idle", "-1d", "must not be negative"},
 	} {
 		o, _ := OptionByName(c.option)
 		err := o.Check(c.value)

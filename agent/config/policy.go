@@ -33,6 +33,13 @@ func (c *Config) resolvePolicy() error {
 		c.Warnings = append(c.Warnings, p.EnvWarnings()...)
 	}
 	c.Policy = p
+	// A hook whose script cannot run would decline every call: that is a
+	// configuration that does not work, said before the worker dials.
+	for _, h := range []struct{ what, command string }{{"--pre-call-hook", c.PreCallHook}, {"--post-call-hook", c.PostCallHook}} {
+		if err := hook.CheckProgram(h.what, h.command); err != nil {
+			return &UsageError{err}
+		}
+	}
 	return nil
 }
 

@@ -51,35 +51,69 @@ func FlagError(fs *flag.FlagSet, args []string, err error) error {
 			break
 		}
 	}
-	best, bestDist := "", 3 // farther than 2 edits is no typo
-	fs.VisitAll(func(f *flag.Flag) {
-		if d := editDistance(name, f.Name); d < bestDist {
-			best, bestDist = f.Name, d
-		}
-	})
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	best := Nearest(name, names)
 	if best == "" {
 		return fmt.Errorf("unknown option %s", typed)
 	}
 	return fmt.Errorf("unknown option %s; did you mean --%s?", typed, best)
 }
 
-// editDistance is the Levenshtein distance between a and b.
+// Nearest is the known name a mistyped one most likely meant, for a "did
+// you mean" (of a flag, a command, a config key): the closest within two
+// edits, "" when none is that close.
+func Nearest(typed string, known []string) string {
+	best, bestDist := "", 3 // farther than 2 edits is no typo
+	for _, k := range known {
+		if d := editDistance(typed, k); d < bestDist {
+			best, bestDist = k, d
+		}
+	}
+	return best
+}
+
+// DidYouMean is "; did you mean X?" for the nearest known name (Nearest),
+// "" when none is near.
+func DidYouMean(typed string, known []string) string {
+	if best := Nearest(typed, known); best != "" {
+		return "; did you mean " + best + "?"
+	}
+	return ""
+}
+
+// OptionNames are the names of every option, as flags and config keys.
+func OptionNames() []string {
+	names := make([]string, len(Options))
+	for i, o := range Options {
+		names[i] = o.Name
+	}
+	return names
+}
+
+// editDistance is the edit distance between a and b, a swap of two
+// neighbouring letters counting as one edit (optimal string alignment):
+// "stauts" is one edit from status, two from start.
 func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
 	}
 	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
 		for j := 1; j <= len(b); j++ {
 			cost := 1
 			if a[i-1] == b[j-1] {
 				cost = 0
 			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
 		}
-		prev = cur
 	}
-	return prev[len(b)]
+	return d[len(a)][len(b)]
 }

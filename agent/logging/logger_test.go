@@ -169,3 +169,20 @@ func TestJournalPriorities(t *testing.T) {
 		t.Errorf("JSON to the journal: %q; want it as it is", b)
 	}
 }
+
+// A measured size reads at a glance: free disk is 68.8 GiB, not
+// 72100812KiB.
+func TestHumanBytes(t *testing.T) {
+	for n, want := range map[int64]string{
+		3:                 "3 bytes",
+		72100812 << 10:    "68.8 GiB",
+		200 << 20:         "200 MiB",
+		1536:              "1.5 KiB",
+		5 << 40:           "5 TiB",
+		(1 << 30) - 1<<20: "1023 MiB",
+	} {
+		if got := HumanBytes(n); got != want {
+			t.Errorf("HumanBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

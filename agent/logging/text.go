@@ -32,6 +32,24 @@ func FirstLine(text string) string {
 	return first
 }
 
+// HumanBytes says a measured size (free disk, memory held) as a person
+// reads it at a glance: 68.8 GiB, 512 MiB, 3 bytes; FormatBytes is for
+// a size someone set, which it writes back exactly.
+func HumanBytes(n int64) string {
+	units := []string{"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
+	if n < 1<<10 && n > -1<<10 {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	v, unit := float64(n)/(1<<10), units[0]
+	for _, u := range units[1:] {
+		if v < 1<<10 && v > -1<<10 {
+			break
+		}
+		v, unit = v/(1<<10), u
+	}
+	return strings.TrimSuffix(fmt.Sprintf("%.1f", v), ".0") + " " + unit
+}
+
 // FormatBytes says a size the way a user writes it in an option: 256MiB,
 // 16KiB, else in bytes.
 func FormatBytes(n int64) string {

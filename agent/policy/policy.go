@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -84,30 +85,34 @@ func (p *Policy) On() bool {
 	return p != nil && (len(p.modules) > 0 || p.source != SourceAny)
 }
 
-// Describe is the policy in force in one line, for check, status and the
-// start's log.
+// Describe is the policy in force in one line a person reads as a
+// sentence, for check, status and the start's log: "on: runs modules
+// acme.* only and no shipped source; a call's env may not load code; the
+// runner is this worker's".
 func (p *Policy) Describe() string {
 	if !p.On() {
-		return "off (any module, any source)"
+		return "off: any module and any shipped source run"
 	}
-	mods := "no module"
+	mods := "no installed module"
 	switch {
 	case slices.Contains(p.modules, ModulesAny):
-		mods = "any module"
+		mods = "any installed module"
 	case slices.Contains(p.modules, ModulesNone):
-		mods = "no module"
 	case len(p.modules) > 0:
-		mods = "modules " + strings.Join(p.modules, ",")
+		mods = "modules " + strings.Join(p.modules, ",") + " only"
 	}
-	src := "source " + p.source
-	if p.source == SourceSigned {
-		src += " by key " + strings.Join(p.keys.IDs(), ",")
+	src := "no shipped source"
+	switch p.source {
+	case SourceAny:
+		src = "any shipped source"
+	case SourceSigned:
+		src = "shipped source signed by key " + strings.Join(p.keys.IDs(), ",")
 	}
-	env := "env only tuning variables"
+	env := "a call's env may set only tuning variables"
 	if len(p.env) > 0 {
 		env += " and " + strings.Join(p.env, ",")
 	}
-	return mods + "; " + src + "; " + env + "; runner embedded or a local file"
+	return "on: runs " + mods + " and " + src + "; " + env + "; the runner is the embedded one or a local file"
 }
 
 // Refusal is why the policy refused a call: the rule, what it found, and
@@ -185,11 +190,28 @@ func (p *Policy) CheckNode(n Node) *Refusal {
 			Change: "The machine's owner can allow signed source with --allow-source signed and --trust-key, or run the node as an installed module (--allow-module)."}
 	case SourceSigned:
 		if _, err := p.keys.Verify([]byte(n.Source), time.Now()); err != nil {
-			return &Refusal{Rule: "--allow-source signed", Reason: shownName(n.Filename) + ": " + err.Error(),
-				Change: "Sign the file with 'fluksio-worker sign --key KEY " + shownName(n.Filename) + "' using a key this worker trusts (its public key given to --trust-key); trusted keys: " + strings.Join(p.keys.IDs(), ",") + "."}
+			return &Refusal{Rule: "--allow-source signed", Reason: shownName(n.Filename) + ": " + err.Error(), Change: p.signedChange(n, err)}
 		}
 	}
 	return nil
+}
+
+// signedChange is what can be done about source the signature check
+// refused: sign again (expired), sign with a trusted key or have the owner
+// trust this one (untrusted), or sign as the worker expects (the rest).
+func (p *Policy) signedChange(n Node, err error) string {
+	sign := "'fluksio-worker sign --key KEY " + shownName(n.Filename) + "'"
+	trusted := strings.Join(p.keys.IDs(), ",")
+	var untrusted *UntrustedKeyError
+	var expired *ExpiredError
+	switch {
+	case errors.As(err, &expired):
+		return "Sign the file again: " + sign + " (with --expires later, or none)."
+	case errors.As(err, &untrusted):
+		return "The author can sign it with a key this worker trusts (" + trusted + "): " + sign + "; or the machine's owner, to trust key " + untrusted.ID +
+			", adds its .pub file (from 'fluksio-worker keygen') to --trust-key and reloads: fluksio-worker reload."
+	}
+	return "Sign the file with " + sign + " using a key this worker trusts (its public key given to --trust-key); trusted keys: " + trusted + "."
 }
 
 func shownName(filename string) string {
@@ -242,10 +264,10 @@ func (p *Policy) checkModule(module string) *Refusal {
 		// so only modules the owner names run.
 		return &Refusal{Rule: "--allow-source " + p.source + " without --allow-module",
 			Reason: "module " + cut(module, 200) + " is installed code, which runs under a code policy only when --allow-module names it",
-			Change: "The machine's owner can allow it with --allow-module (e.g. " + patternFor(module) + ", or * for any installed module)."}
+			Change: allowChange(module, "The machine's owner can allow it with --allow-module (e.g. "+patternFor(module)+", or * for any installed module).")}
 	}
 	rule := "--allow-module " + strings.Join(p.modules, ",")
-	change := "The machine's owner can add a pattern for it to --allow-module (e.g. " + patternFor(module) + ")."
+	change := allowChange(module, "The machine's owner can add a pattern for it to --allow-module (e.g. "+patternFor(module)+").")
 	if !moduleName.MatchString(module) {
 		return &Refusal{Rule: rule, Reason: fmt.Sprintf("%q is not a module name", cut(module, 200)), Change: "Name the module as an import statement would."}
 	}
@@ -255,6 +277,41 @@ func (p *Policy) checkModule(module string) *Refusal {
 		}
 	}
 	return &Refusal{Rule: rule, Reason: "module " + module + " is not among the modules this worker runs", Change: change}
+}
+
+// systemModules are the top-level modules of Python's standard library
+// (and of its packaging tools) that reach the whole machine: files,
+// processes, sockets, other code. A code policy keeps them out, and a
+// refusal never suggests allowing one.
+var systemModules = map[string]bool{
+	"os": true, "posix": true, "nt": true, "sys": true, "subprocess": true, "shutil": true, "socket": true, "builtins": true,
+	"importlib": true, "ctypes": true, "pty": true, "runpy": true, "code": true, "codeop": true, "pickle": true, "marshal": true,
+	"multiprocessing": true, "signal": true, "io": true, "pathlib": true, "tempfile": true, "glob": true, "fcntl": true,
+	"resource": true, "asyncio": true, "threading": true, "_thread": true, "webbrowser": true, "http": true, "urllib": true,
+	"ftplib": true, "smtplib": true, "pdb": true, "inspect": true, "gc": true, "mmap": true, "select": true, "selectors": true,
+	"shlex": true, "site": true, "sysconfig": true, "venv": true, "ensurepip": true, "pip": true, "setuptools": true,
+	"distutils": true, "tarfile": true, "zipfile": true, "zipimport": true, "platform": true, "pkgutil": true, "types": true,
+}
+
+// allowChange is what to change for a module refused: allow, as change
+// says, unless the module is one a code policy keeps out (keptOut): a
+// refusal never suggests allowing that.
+func allowChange(module, change string) string {
+	if kept := keptOut(module); kept != "" {
+		top, _, _ := strings.Cut(module, ".")
+		return top + " is " + kept + ", which a code policy keeps out: allowed, it lets the engine run anything as this worker's user. Put what the node needs in a module of your own and allow that (e.g. --allow-module acme.*)."
+	}
+	return change
+}
+
+// keptOut says what module is when a code policy keeps it out whatever
+// the owner allows ("part of Python's standard library"), else "".
+func keptOut(module string) string {
+	top, _, _ := strings.Cut(module, ".")
+	if systemModules[top] {
+		return "part of Python's standard library"
+	}
+	return ""
 }
 
 // patternFor suggests the pattern that allows module's package.

@@ -51,7 +51,7 @@ func TestPolicyRefusesModuleOutsideItsPatterns(t *testing.T) {
 		if no != nil && !strings.Contains(no.Error(), "--allow-module acme_pipelines.*,tools.prep") {
 			t.Errorf("the refusal does not say its rule: %v", no)
 		}
-		if no != nil && moduleName.MatchString(mod) && !strings.Contains(no.Error(), "add a pattern for it to --allow-module") {
+		if no != nil && moduleName.MatchString(mod) && mod != "os" && !strings.Contains(no.Error(), "add a pattern for it to --allow-module") {
 			t.Errorf("the refusal does not say its rule and what to change: %v", no)
 		}
 	}
@@ -98,7 +98,7 @@ func TestPolicySignedSourceRule(t *testing.T) {
 	if _, err := New(nil, SourceNone, nil, nil); err == nil || !strings.Contains(err.Error(), "lets nothing run") {
 		t.Errorf("--allow-source none alone: %v", err)
 	}
-	if !strings.Contains(p.Describe(), "source signed by key") {
+	if !strings.Contains(p.Describe(), "source signed by key") || !strings.HasPrefix(p.Describe(), "on: runs no installed module and shipped source signed by key ") {
 		t.Errorf("describe: %s", p.Describe())
 	}
 }
@@ -157,7 +157,7 @@ func TestPolicyEnvIsAnAllowList(t *testing.T) {
 	if no := owner.CheckEnv([]string{"WANDB_PROJECT=x", "SEEDS=1"}, "/usr/bin"); no == nil || !strings.Contains(no.Error(), "SEEDS") {
 		t.Errorf("a name outside the patterns: %v", no)
 	}
-	if !strings.Contains(owner.Describe(), "env only tuning variables and WANDB_*,SEED") {
+	if !strings.Contains(owner.Describe(), "env may set only tuning variables and WANDB_*,SEED") {
 		t.Errorf("describe: %s", owner.Describe())
 	}
 	for _, bad := range []string{"", "A=B", "[", "a b"} {
@@ -196,5 +196,85 @@ func TestTuningIsDocumented(t *testing.T) {
 		if !strings.Contains(table, "`"+v.Name+"`") {
 			t.Errorf("README.md's table of tuning variables does not name %s (%s)", v.Name, v.Why)
 		}
+	}
+}
+
+// The policy in status, check and the start's log reads as a sentence.
+func TestPolicyDescribedPlainly(t *testing.T) {
+	for _, tc := range []struct {
+		modules []string
+		source  string
+		want    string
+	}{
+		{nil, "", "off: any module and any shipped source run"},
+		{[]string{"acme.*"}, SourceNone, "on: runs modules acme.* only and no shipped source; a call's env may set only tuning variables"},
+		{[]string{ModulesAny}, SourceNone, "on: runs any installed module and no shipped source;"},
+		{[]string{"acme.train"}, SourceAny, "on: runs modules acme.train only and any shipped source;"},
+	} {
+		p, err := New(tc.modules, tc.source, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.Describe(); !strings.HasPrefix(got, tc.want) {
+			t.Errorf("%v, %q: %q; want it to begin %q", tc.modules, tc.source, got, tc.want)
+		}
+	}
+}
+
+// A refusal never suggests allowing what the README says a policy keeps
+// out (os, subprocess): it suggests a module of the owner's own; another
+// module is suggested by its own top-level name.
+func TestModuleRefusalSuggestsWhatToAllow(t *testing.T) {
+	for _, modules := range [][]string{{"acme_pipelines.*"}, nil} {
+		source := SourceNone
+		if modules == nil {
+			source = SourceAny // a policy of no module: --allow-module none
+			modules = []string{ModulesNone}
+		}
+		p, err := New(modules, source, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mod := range []string{"os", "os.path", "subprocess"} {
+			no := p.CheckNode(nodeOf(t, `{"module": "`+mod+`"}`))
+			if no == nil || strings.Contains(no.Change, "--allow-module os") || strings.Contains(no.Change, "--allow-module subprocess") ||
+				!strings.Contains(no.Change, "keeps out") || !strings.Contains(no.Change, "a module of your own") {
+				t.Errorf("%v, module %s: %v; want no suggestion to allow it, and a module of the owner's own", modules, mod, no)
+			}
+		}
+		no := p.CheckNode(nodeOf(t, `{"module": "vision_tools.resize"}`))
+		if no == nil || !strings.Contains(no.Change, "vision_tools.*") {
+			t.Errorf("%v, module vision_tools.resize: %v; want it to suggest vision_tools.*", modules, no)
+		}
+	}
+	// What the owner allows runs, standard library or not.
+	p, _ := New([]string{ModulesAny}, SourceNone, nil, nil)
+	if no := p.CheckNode(nodeOf(t, `{"module": "os"}`)); no != nil {
+		t.Errorf("--allow-module * refused os: %v", no)
+	}
+}
+
+// A refused signature says what each side can do, once: source signed
+// with a key this worker does not trust tells the author to sign with a
+// trusted key and the owner how to trust that key; an expired signature
+// says to sign again, once.
+func TestSignedRefusalSaysWhatToDoOnce(t *testing.T) {
+	key, other := newKey(t, "k"), newKey(t, "o")
+	p, err := New([]string{ModulesNone}, SourceSigned, []string{key + PublicKeySuffix}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := func(src string) Node {
+		b, _ := json.Marshal(map[string]string{"source": src, "filename": "train.py"})
+		return nodeOf(t, string(b))
+	}
+	no := p.CheckNode(node(signWith(t, other, nodeSource, time.Time{})))
+	if no == nil || !strings.Contains(no.Change, "fluksio-worker sign --key KEY train.py") ||
+		!strings.Contains(no.Change, ".pub") || !strings.Contains(no.Change, "--trust-key") || !strings.Contains(no.Change, "reload") {
+		t.Errorf("source of an untrusted key: %v; want what the author and the owner can do", no)
+	}
+	no = p.CheckNode(node(signWith(t, key, nodeSource, time.Now().Add(-time.Minute))))
+	if no == nil || !strings.Contains(no.Error(), "expired at") || strings.Count(strings.ToLower(no.Error()), "sign the file") != 1 {
+		t.Errorf("expired source: %v; want it said expired and to sign again once", no)
 	}
 }

@@ -83,6 +83,22 @@ var (
 	ErrUnsigned = errors.New("the source carries no signature line (its last line is not '" + strings.TrimSpace(signaturePrefix) + " …')")
 )
 
+// UntrustedKeyError: the source is signed with a key not given to
+// --trust-key. Who fixes it depends on who is right: the author signs with
+// a trusted key, or the owner trusts this one.
+type UntrustedKeyError struct{ ID string }
+
+func (e *UntrustedKeyError) Error() string {
+	return "the source is signed with key " + e.ID + ", which this worker does not trust"
+}
+
+// ExpiredError: the signature's expires= is past; the author signs again.
+type ExpiredError struct{ ID, At string }
+
+func (e *ExpiredError) Error() string {
+	return "the signature of key " + e.ID + " expired at " + e.At
+}
+
 // Verify checks src's signature line against the trusted keys at now. It
 // returns the key id that signed it, or why the source is refused.
 func (r *KeyRing) Verify(src []byte, now time.Time) (string, error) {
@@ -100,7 +116,7 @@ func (r *KeyRing) Verify(src []byte, now time.Time) (string, error) {
 	id, expiry, sig64 := m[1], m[2], m[3]
 	pub, trusted := r.keys[id]
 	if !trusted {
-		return "", fmt.Errorf("the source is signed with key %s, which this worker does not trust", id)
+		return "", &UntrustedKeyError{ID: id}
 	}
 	sig, err := base64.StdEncoding.DecodeString(sig64)
 	if err != nil || len(sig) != ed25519.SignatureSize {
@@ -116,7 +132,7 @@ func (r *KeyRing) Verify(src []byte, now time.Time) (string, error) {
 			return "", fmt.Errorf("the signature line is malformed: expires=%s is not a time: %w", expiry, err)
 		}
 		if now.After(at) {
-			return "", fmt.Errorf("the signature of key %s expired at %s; sign the file again", id, expiry)
+			return "", &ExpiredError{ID: id, At: expiry}
 		}
 	}
 	return id, nil

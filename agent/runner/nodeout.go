@@ -215,7 +215,7 @@ func relayNodeOutput(p *Process, np *nodePipes, callID string, send func([]byte)
 func newNodeOutput(p *Process, np *nodePipes, callID string, send func([]byte)) *nodeOutput {
 	o := &nodeOutput{p: p, callID: callID, send: send, tokens: logBurst, refilled: time.Now(),
 		mark:    []byte(markPrefix + np.token + markSuffix),
-		journal: logging.NewBudget(p.log, "node stderr lines were not logged", logLinesPerSecond)}
+		journal: logging.NewBudget(p.log, "node output lines were not logged", logLinesPerSecond)}
 	for i, name := range []string{"stdout", "stderr"} {
 		s := &nodeStream{name: name, f: np.r[i], fd: -1}
 		if rc, err := s.f.SyscallConn(); err == nil {
@@ -498,7 +498,7 @@ func (o *nodeOutput) takeLocked(s *nodeStream, line []byte) {
 	if o.p.cfg.NodeLog.Off {
 		// --node-log-level off: read, not logged.
 	} else if o.journal.Allow() {
-		o.p.log.Log(context.Background(), o.p.cfg.NodeLog.Level, "node stderr", "line", logging.Cut(line, 4096))
+		o.p.log.Log(context.Background(), o.p.cfg.NodeLog.Level, MsgNodeOutput, "stream", s.name, "line", logging.Cut(line, 4096))
 	} else {
 		o.p.cfg.Metrics.StderrLineDropped()
 	}

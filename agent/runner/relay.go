@@ -105,12 +105,17 @@ func (p *Process) relayStdout(send func([]byte)) Output {
 	}
 }
 
+// MsgNodeOutput is the message of a log record that holds a line a node
+// printed (print(), logging, a library's warning), tagged with its call
+// and its stream: what the node said, not the worker.
+const MsgNodeOutput = "node output"
+
 // relayStderr logs what the runner writes on stderr (the node's log),
 // one log record a line, tagged with the call.
 func (p *Process) relayStderr() {
 	br := stderrReaders.get(p.stderr)
 	defer stderrReaders.put(br)
-	budget := logging.NewBudget(p.log, "node stderr lines were not logged", logLinesPerSecond)
+	budget := logging.NewBudget(p.log, "node output lines were not logged", logLinesPerSecond)
 	for {
 		line, err := br.ReadSlice('\n')
 		if len(line) > 0 {
@@ -121,7 +126,7 @@ func (p *Process) relayStderr() {
 				if p.cfg.NodeLog.Off {
 					// --node-log-level off: read, not logged.
 				} else if budget.Allow() {
-					p.log.Log(context.Background(), p.cfg.NodeLog.Level, "node stderr", "line", logging.Cut(text, 4096))
+					p.log.Log(context.Background(), p.cfg.NodeLog.Level, MsgNodeOutput, "stream", "stderr", "line", logging.Cut(text, 4096))
 				} else {
 					p.cfg.Metrics.StderrLineDropped()
 				}

@@ -2,13 +2,22 @@ package runner
 
 import "fmt"
 
-// WarmShown says what --warm keeps, for the starting log line and
-// `status`: where spares are forked from a zygote (a cgroup per call, the
-// embedded runtime) an environment keeps forkedSparesAhead more than
-// --warm, and its zygote is one process more, which a person counting
+// WarmShown says what --warm keeps in a few plain words, for the start's
+// log line and `status`; WarmDetail says how.
+func WarmShown(spares int) string {
+	if spares == 0 {
+		return "off: every call starts Python cold (--warm 0)"
+	}
+	return fmt.Sprintf("%d spare runner%s kept ready (--warm %d)", spares, plural(spares), spares)
+}
+
+// WarmDetail says how --warm keeps its spares, for --log-level debug and
+// `status --json`: where spares are forked from a zygote (a cgroup per
+// call, the embedded runtime) an environment keeps forkedSparesAhead more
+// than --warm, and its zygote is one process more, which a person counting
 // processes would not expect from --warm 1. Call it after
 // SetupContainment.
-func WarmShown(spares int) string {
+func WarmDetail(spares int) string {
 	if spares == 0 {
 		return "off (--warm 0): every call starts its runner cold"
 	}

@@ -8,6 +8,7 @@ package status
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -60,7 +61,15 @@ type Status struct {
 	Sandbox       string         `json:"sandbox,omitempty"`     // "on", or "off: why, what to change" (runner.SetupSandbox)
 	Policy        string         `json:"policy,omitempty"`      // the code policy and call hooks in force (config.Config.PolicyText)
 	Warm          string         `json:"warm,omitempty"`        // what --warm keeps, said as runner.WarmShown says it
-	Updated       time.Time      `json:"updated"`
+	WarmDetail    string         `json:"warm_detail,omitempty"` // how, said as runner.WarmDetail says it
+	Limits        string         `json:"limits,omitempty"`      // the limits in force (config.Config.LimitsText)
+	// CallsDeclined counts the calls answered without running, by the
+	// reason calls_declined_total counts them under (policy, disk, …).
+	CallsDeclined map[string]int64 `json:"calls_declined,omitempty"`
+	// Exit is how the worker ended: its reason and exit code, as its last
+	// log record and systemd's last STATUS= say them; nil while it runs.
+	Exit    *Exit     `json:"exit,omitempty"`
+	Updated time.Time `json:"updated"`
 }
 
 // Held is what the worker holds through an outage of its connection to an
@@ -92,6 +101,27 @@ func Read(stateDir string) (Status, error) {
 // writeInterval bounds how often the status file is rewritten: a worker
 // doing hundreds of calls a second must not spend its time renaming files.
 const writeInterval = time.Second
+
+// settleMargin is how long past a pending write's due time ReadSettled
+// waits: the timer's own delay and an atomic rename, well under this.
+const settleMargin = 200 * time.Millisecond
+
+// ReadSettled is Read for a person asking now. A running worker rewrites
+// its status at most once per writeInterval, so a file written less than
+// that ago may have a change pending: the calls that ended since (status
+// said "1 running, 0 done" right after three answers). It waits until such
+// a write is due, at most writeInterval, and reads again.
+func ReadSettled(stateDir string) (Status, error) {
+	st, err := Read(stateDir)
+	if err != nil || st.State == StateStopped || st.Exit != nil {
+		return st, err
+	}
+	if wait := time.Until(st.Updated.Add(writeInterval + settleMargin)); wait > 0 && wait <= writeInterval+settleMargin {
+		time.Sleep(wait)
+		return Read(stateDir)
+	}
+	return st, err
+}
 
 // File keeps Status on disk, written atomically, at most once per
 // writeInterval; Flush writes what is pending at once.
@@ -144,7 +174,9 @@ func (s *File) Update(change func(*Status)) {
 func (s *File) Get() Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.st
+	st := s.st
+	st.CallsDeclined = maps.Clone(st.CallsDeclined)
+	return st
 }
 
 // Flush writes the current status now.
@@ -186,6 +218,13 @@ func (s *File) writeLocked() {
 	if err := platform.WriteFileAtomic(s.path, append(b, '\n'), 0o600, platform.KeepOwner); err != nil && s.onError != nil {
 		s.onError(err)
 	}
+}
+
+// Exit is how a worker ended.
+type Exit struct {
+	Code   int       `json:"code"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
 }
 
 // ReloadRefused is a reload that was not done, and why.

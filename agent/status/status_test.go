@@ -225,3 +225,25 @@ func TestStatusFileWritesNothingAfterClose(t *testing.T) {
 		t.Errorf("writes were tried after Close: %v", failed)
 	}
 }
+
+// `status` right after a burst of calls shows their end, not the counts
+// of the write before the burst: a change still pending (the file is
+// rewritten at most once a second) is waited for.
+func TestReadSettledShowsThePendingChange(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := NewFile(dir, Status{PID: 42, State: "attached"}, logging.NewRedactor(""), func(err error) { t.Errorf("write failed: %v", err) })
+	defer s.Close()
+	s.Update(func(st *Status) { st.CallsRunning = 1 }) // within the second: pending
+	for range 3 {
+		s.Update(func(st *Status) { st.CallsDone++ })
+	}
+	s.Update(func(st *Status) { st.CallsRunning = 0 })
+	if st := mustReadStatus(t, dir); st.CallsDone != 0 {
+		t.Fatalf("the first write already had %d calls done; this test needs the change pending", st.CallsDone)
+	}
+	st, err := ReadSettled(dir)
+	if err != nil || st.CallsRunning != 0 || st.CallsDone != 3 {
+		t.Errorf("ReadSettled right after three calls ended: %d running, %d done (%v); want 0 running, 3 done", st.CallsRunning, st.CallsDone, err)
+	}
+}
