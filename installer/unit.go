@@ -84,6 +84,16 @@ TimeoutStopSec=@STOP_TIMEOUT@
 //     triton) and no allow-list of system calls (node code is arbitrary).
 //     The system calls denied are ones an unprivileged process cannot use
 //     anyway, and they fail with EPERM rather than killing the process.
+//   - RestrictNamespaces=user mnt pid and @mount allowed: each call's
+//     sandbox is made of new user and mount namespaces (and a PID namespace
+//     where the kernel lacks Landlock's scopes), in which the worker's own
+//     binary mounts what the call may see (--sandbox, platform/sandbox.go);
+//     no other namespace, and no mount outside them: an unprivileged
+//     process may mount only in a user namespace of its own. This costs
+//     0.6 of systemd-analyze's exposure (2.5 to 3.1), and confines node
+//     code, the one untrusted thing the service runs, far more than the
+//     unit alone could. ProtectSystem=strict as well (the worker writes
+//     only its state directory and its cgroup).
 //   - Type=notify: the worker says READY=1 once its configuration is valid
 //     and it is dialing (not once the engine answers: an engine that is down
 //     at boot must not fail the unit), and keeps STATUS= current (attached
@@ -116,7 +126,7 @@ LimitNOFILE=65536
 # Hardening that leaves GPUs (/dev) and a Python under /home or /opt usable.
 NoNewPrivileges=yes
 CapabilityBoundingSet=
-ProtectSystem=full
+ProtectSystem=strict
 ProtectHome=read-only
 PrivateTmp=yes
 ProtectKernelTunables=yes
@@ -124,7 +134,7 @@ ProtectKernelModules=yes
 ProtectKernelLogs=yes
 ProtectHostname=yes
 ProtectProc=invisible
-RestrictNamespaces=yes
+RestrictNamespaces=user mnt pid
 RestrictRealtime=yes
 RestrictSUIDSGID=yes
 RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK
@@ -133,7 +143,7 @@ RemoveIPC=yes
 PrivateMounts=yes
 UMask=0027
 SystemCallArchitectures=native
-SystemCallFilter=~@clock @cpu-emulation @module @mount @obsolete @raw-io @reboot @swap
+SystemCallFilter=~@clock @cpu-emulation @module @obsolete @raw-io @reboot @swap
 SystemCallErrorNumber=EPERM
 
 [Install]

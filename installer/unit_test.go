@@ -56,7 +56,7 @@ func TestSystemUnitGolden(t *testing.T) {
 		"User=fluksio-worker", "Restart=on-failure", "RestartSec=5", "RestartPreventExitStatus=1 2",
 		"KillMode=mixed", "TimeoutStopSec=33", "StateDirectory=fluksio-worker",
 		"After=network-online.target", "Wants=network-online.target",
-		"NoNewPrivileges=yes", "ProtectSystem=full", "PrivateTmp=yes", "ProtectHome=read-only",
+		"NoNewPrivileges=yes", "ProtectSystem=strict", "PrivateTmp=yes", "ProtectHome=read-only",
 		"ProtectKernelTunables=yes", "WantedBy=multi-user.target",
 		"OOMScoreAdjust=-500", "Delegate=yes",
 	} {
@@ -189,8 +189,10 @@ func TestUnitSecurityExposure(t *testing.T) {
 // when it was last reviewed. Most of what is left would close /dev (the
 // GPUs), the network, or system calls arbitrary node code may need; 0.2 of
 // it is Delegate=yes without ProtectControlGroups, which a cgroup per call
-// needs (a writable cgroup of the worker's own).
-const maxExposure = 2.5
+// needs (a writable cgroup of the worker's own), and 0.6 the user, mount
+// and PID namespaces and mounts each call's sandbox is made of (2.5
+// before; unit.go says why the trade is worth it).
+const maxExposure = 3.1
 
 func hasLine(text, line string) bool {
 	for _, l := range strings.Split(text, "\n") {
