@@ -15,7 +15,6 @@ import (
 	"github.com/fluksio/fluksio-worker/agent"
 	"github.com/fluksio/fluksio-worker/agent/config"
 	"github.com/fluksio/fluksio-worker/installer"
-	"github.com/fluksio/fluksio-worker/platform"
 )
 
 // version is stamped by the release build (-ldflags "-X main.version=…").
@@ -64,12 +63,6 @@ func commandNames() []string {
 var takesRunOptions = map[string]bool{"check": true, "check-config": true}
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == platform.SandboxExecArg {
-		// A runner's sandbox being set up (platform/sandbox.go): the
-		// worker's own binary, in the runner's place, until it executes
-		// the interpreter.
-		platform.SandboxExec()
-	}
 	agent.Version = version
 	os.Exit(dispatch(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }

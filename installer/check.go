@@ -154,6 +154,7 @@ func check(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 	}
 	c.ok("inventory", "%d CPUs, %d GPUs, %s", inv.CPUs, inv.GPUs, ram)
 	checkContainment(c, l, cfg)
+	checkSandbox(c, l, cfg)
 	checkLimits(c, cfg, runner.ProbeContainment(cfg.Containment))
 	checkDisk(c, cfg, getenv)
 	c.ok("policy", "%s", cfg.PolicyText())
@@ -208,6 +209,37 @@ func checkContainment(c *checklist, l *Layout, cfg config.Config) {
 	case l != nil && whose == "":
 		c.note("contain", "that is this shell's; the service decides in its own cgroup when it starts (fluksio-worker status then shows what it uses)")
 	}
+}
+
+// checkSandbox says whether calls run in a sandbox: the running service's
+// answer where there is one (it decides under its unit's settings), else
+// this shell's.
+func checkSandbox(c *checklist, l *Layout, cfg config.Config) {
+	state, whose := "", ""
+	if l != nil {
+		st, err := status.Read(stateDirOf(*l))
+		if err == nil && st.Sandbox != "" && st.State != status.StateStopped && platform.ProcessAlive(st.PID) {
+			state, whose = st.Sandbox, " (the running service's)"
+		}
+	}
+	if state == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			c.skip("sandbox", "cannot be tried: "+err.Error())
+			return
+		}
+		stateDir, err := config.ResolveStateDir(cfg, os.Getenv)
+		if err != nil {
+			c.skip("sandbox", "cannot be tried without a state directory: "+err.Error())
+			return
+		}
+		state = runner.ProbeSandbox(cfg.Sandbox, exe, stateDir)
+	}
+	if strings.HasPrefix(state, runner.SandboxOff) {
+		c.skip("sandbox", state+whose+": node code reaches what the worker's account can")
+		return
+	}
+	c.ok("sandbox", "%s%s: each call sees its own directory and a private /tmp, not the worker's state, token or other calls", state, whose)
 }
 
 // checkServiceAccount checks that the account the service runs as can run

@@ -85,6 +85,15 @@ func ProbeSandbox(exe, stateDir string) (why, note string) {
 	return err.Error(), ""
 }
 
+// The helper is dispatched before anything else of the program runs, in
+// whatever binary the worker is (the release's, or a test binary that
+// starts workers in-process), so that no caller has to remember to.
+func init() {
+	if len(os.Args) > 1 && os.Args[1] == SandboxExecArg {
+		SandboxExec()
+	}
+}
+
 // SandboxExec is the helper: it runs in the runner's new namespaces, lays
 // out the spec from the environment, drops every capability and executes
 // the runner (os.Args[2:]). It never returns: a failure is said on stderr

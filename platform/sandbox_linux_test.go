@@ -10,14 +10,8 @@ import (
 	"testing"
 )
 
-// TestMain lets the test binary be the sandbox's helper, as the worker's
-// binary is.
-func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == SandboxExecArg {
-		SandboxExec()
-	}
-	os.Exit(m.Run())
-}
+// The test binary is the sandbox's helper as the worker's binary is
+// (platform's init).
 
 // sandboxed runs script under sh in a sandbox of spec; it fails the test
 // where the kernel gives none.
