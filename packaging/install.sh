@@ -15,6 +15,13 @@
 #     against that key), dnf/yum install fluksio-worker.
 # Then it prints the command that attaches this machine to an engine.
 #
+# The key is trusted only if it is the release key: its fingerprint is
+# below (release_key), and README.md and docs/releasing.md publish the same.
+# A key with another fingerprint stops the script before it writes anything,
+# whatever server serves it; so does a key other than the one already
+# installed here, unless FLUKSIO_ROTATE_KEY names the new key's fingerprint
+# (a planned rotation, announced with the release: docs/releasing.md).
+#
 # FLUKSIO_REPO_URL names another copy of the repository (a mirror, a test's
 # server); the default is below. What it downloads (the key) is only ever
 # written to a file, never run.
@@ -25,6 +32,17 @@ set -eu
 repo=${FLUKSIO_REPO_URL:-https://packages.fluksio.io}
 repo=${repo%/}
 releases=https://github.com/fluksio/fluksio-worker/releases
+
+# The fingerprint of the release key, the one key this script trusts. It is
+# written here, not fetched, so that neither the repository's server nor a
+# mirror can choose it. packaging/repository.sh refuses to sign with any
+# other key, so a repository and the install.sh published with it always
+# agree; the tests publish with keys of their own and so run a copy of this
+# script with their key's fingerprint on this line (nothing the script
+# reads at run time can change it). All zeros until the project's release
+# key exists: that matches no key, so nothing installs and nothing is
+# published (docs/releasing.md, "The release key").
+release_key=0000000000000000000000000000000000000000
 
 say() { printf '%s\n' "$*"; }
 die() {
@@ -39,7 +57,7 @@ main() {
 	detect
 	need_root
 	tmp=$(mktemp -d)
-	trap 'rm -rf "$tmp"' EXIT
+	trap cleanup EXIT
 	case $manager in
 	apt) install_apt ;;
 	dnf | yum) install_rpm ;;
@@ -106,9 +124,67 @@ put() {
 	say "wrote $2"
 }
 
-install_apt() {
+cleanup() {
+	# gpg may have started a helper for its throwaway home (gpg 2.4's
+	# keyboxd); it goes with the home.
+	if [ -d "$tmp/gnupg" ] && command -v gpgconf >/dev/null 2>&1; then
+		GNUPGHOME=$tmp/gnupg gpgconf --kill all >/dev/null 2>&1 || true
+	fi
+	rm -rf "$tmp"
+}
+
+# need_gpg makes sure gpg is there to read the key's fingerprint: a minimal
+# Debian or a container image has only gpgv. It comes from the
+# distribution's own signed repositories, like any package.
+need_gpg() {
+	command -v gpg >/dev/null 2>&1 && return
+	say "installing gpg (from this distribution), to check the repository's key"
+	case $manager in
+	apt)
+		$as_root apt-get update -q </dev/null &&
+			$as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends gpg </dev/null
+		;;
+	*) $as_root "$manager" install -y gnupg2 </dev/null ;;
+	esac || die "could not install gpg (above): install it (the gpg or gnupg2 package), then run this again"
+	command -v gpg >/dev/null 2>&1 || die "gpg is still missing: install it (the gpg or gnupg2 package), then run this again"
+}
+
+# fingerprint FILE prints the fingerprint of the one primary key FILE
+# holds; it fails for no key, or for several (apt and dnf would trust each).
+# gpg only reads FILE: its home is a throwaway one, so no keyring of this
+# machine's is read or written.
+fingerprint() {
+	mkdir -p -m 0700 "$tmp/gnupg"
+	GNUPGHOME=$tmp/gnupg gpg --batch --no-tty --with-colons --show-keys "$1" 2>/dev/null |
+		awk -F: '$1 == "pub" { n++; primary = 1; next }
+			$1 == "fpr" && primary { fpr = $10; primary = 0 }
+			$1 == "sub" { primary = 0 }
+			END { if (n != 1 || fpr == "") exit 1; print fpr }'
+}
+
+# trust_key DEST fetches the repository's key into $tmp/key and stops,
+# before anything is written, unless it is the release key and DEST (where
+# the key is installed) holds the same key or none. Another key at DEST is
+# replaced only when FLUKSIO_ROTATE_KEY names the new key's fingerprint.
+trust_key() {
+	need_gpg
 	fetch "$repo/fluksio-worker.asc" "$tmp/key"
-	grep -q 'BEGIN PGP PUBLIC KEY BLOCK' "$tmp/key" || die "$repo/fluksio-worker.asc is not a PGP public key: is FLUKSIO_REPO_URL the repository's root?"
+	new=$(fingerprint "$tmp/key") || die "$repo/fluksio-worker.asc is not one OpenPGP public key: is FLUKSIO_REPO_URL the repository's root?"
+	[ "$new" = "$release_key" ] || die "the key $repo serves is not the fluksio-worker release key: its fingerprint is $new, the release key's is $release_key. Nothing was changed. This is not the fluksio-worker repository, or not as the project signed it: check FLUKSIO_REPO_URL."
+	say "the repository's key is the fluksio-worker release key, $release_key"
+	[ -e "$1" ] || return 0
+	old=$(fingerprint "$1") || old="none (the file holds no single key)"
+	[ "$old" != "$new" ] || return 0
+	rotate=$(printf '%s' "${FLUKSIO_ROTATE_KEY:-}" | tr -d ' ' | tr abcdef ABCDEF)
+	if [ -z "$rotate" ]; then
+		die "$1 holds another key than the repository's: $old here, $new there. Nothing was changed. If the project announced that its release key changes to $new, run this again with FLUKSIO_ROTATE_KEY=$new; otherwise keep the key you have (docs/releasing.md, \"Rotating the release key\")."
+	fi
+	[ "$rotate" = "$new" ] || die "FLUKSIO_ROTATE_KEY is $rotate, but the repository's key is $new. Nothing was changed."
+	say "replacing the key $old in $1 with $new (FLUKSIO_ROTATE_KEY)"
+}
+
+install_apt() {
+	trust_key /etc/apt/keyrings/fluksio-worker.asc
 	$as_root mkdir -p -m 0755 /etc/apt/keyrings
 	changed=
 	put "$tmp/key" /etc/apt/keyrings/fluksio-worker.asc && changed=1
@@ -122,10 +198,13 @@ install_apt() {
 }
 
 install_rpm() {
-	fetch "$repo/fluksio-worker.asc" "$tmp/key"
-	grep -q 'BEGIN PGP PUBLIC KEY BLOCK' "$tmp/key" || die "$repo/fluksio-worker.asc is not a PGP public key: is FLUKSIO_REPO_URL the repository's root?"
+	trust_key /etc/pki/rpm-gpg/RPM-GPG-KEY-fluksio-worker
 	$as_root mkdir -p -m 0755 /etc/pki/rpm-gpg /etc/yum.repos.d
 	put "$tmp/key" /etc/pki/rpm-gpg/RPM-GPG-KEY-fluksio-worker || true
+	# The repository names the key by its local file, the one just checked,
+	# never by a URL whose answer could change; dnf checks the metadata
+	# (repo_gpgcheck) and each package (gpgcheck) against it, and the -y
+	# below imports only that file's key into rpm's database.
 	cat >"$tmp/repo" <<EOF
 [fluksio-worker]
 name=fluksio-worker

@@ -20,8 +20,14 @@
 #   rpm/repodata/repomd.xml, repomd.xml.asc           signed
 #
 # The key is gpg's (GNUPGHOME is honoured): FLUKSIO_SIGNING_KEY names it,
-# by fingerprint. Debian packages: apt-utils (apt-ftparchive), gnupg,
-# createrepo-c, rpm (rpmsign).
+# by fingerprint. It must be the key the install.sh beside this script
+# trusts (its release_key=): a repository signed with another would be
+# refused by the install.sh published in it, so the script refuses first.
+# Debian packages: apt-utils (apt-ftparchive), gnupg, createrepo-c, rpm
+# (rpmsign).
+#
+# A release is published with packaging/publish.sh, which runs this on a
+# copy of the published tree and uploads the result.
 set -eu
 
 die() {
@@ -37,9 +43,16 @@ for tool in apt-ftparchive:apt-utils gpg:gnupg createrepo_c:createrepo-c rpmsign
 done
 here=$(cd "$(dirname "$0")" && pwd)
 dist=$(cd "$1" && pwd) || die "no release directory $1"
+gpg --batch --list-secret-keys "$key" >/dev/null 2>&1 || die "gpg has no secret key $key (GNUPGHOME=${GNUPGHOME:-~/.gnupg})"
+signing=$(gpg --batch --with-colons --list-secret-keys "$key" | awk -F: '$1 == "sec" { n++; primary = 1; next }
+	$1 == "fpr" && primary { fpr = $10; primary = 0 }
+	END { if (n == 1) print fpr }')
+[ -n "$signing" ] || die "FLUKSIO_SIGNING_KEY=$key names more than one key: name the release key by its whole fingerprint"
+trusted=$(sed -n 's/^release_key=\([0-9A-F]\{40\}\)$/\1/p' "$here/install.sh")
+[ -n "$trusted" ] || die "$here/install.sh has no release_key=FINGERPRINT line (40 upper-case hex digits)"
+[ "$signing" = "$trusted" ] || die "the signing key is $signing, but $here/install.sh trusts only $trusted: the install.sh published with this repository would refuse it. Sign with the release key, or, for a new release key, put its fingerprint in install.sh's release_key=, README.md and docs/releasing.md first (docs/releasing.md, \"Rotating the release key\")"
 mkdir -p "$2"
 repo=$(cd "$2" && pwd)
-gpg --batch --list-secret-keys "$key" >/dev/null 2>&1 || die "gpg has no secret key $key (GNUPGHOME=${GNUPGHOME:-~/.gnupg})"
 
 # publish FILE DIR [COMMAND...] copies a package in (COMMAND, if any, is
 # run on the copy before it takes its place), unless it is already there.

@@ -400,9 +400,10 @@ func writeIndex(t *testing.T, dir string, b []byte) {
 }
 
 // signingKey is a throwaway OpenPGP key in its own GNUPGHOME, standing in
-// for the project's release key.
+// for the project's release key. packaging holds the key's own copy of the
+// publishing scripts (pinnedPackaging).
 type signingKey struct {
-	home, fingerprint, root string
+	home, fingerprint, root, packaging string
 }
 
 func newSigningKey(t *testing.T) signingKey {
@@ -412,7 +413,38 @@ func newSigningKey(t *testing.T) signingKey {
 	}
 	k := genSigningKey(t, t.TempDir())
 	t.Cleanup(k.stopAgent)
+	k.packaging = pinnedPackaging(t, k.root, k.fingerprint)
 	return k
+}
+
+// releaseKeyLine is install.sh's line naming the one key it trusts.
+var releaseKeyLine = regexp.MustCompile(`(?m)^release_key=([0-9A-F]{40})$`)
+
+// pinnedPackaging is a copy of packaging/'s publishing scripts whose
+// install.sh trusts the key fingerprint instead of the release key.
+// repository.sh signs only with the key the install.sh beside it trusts,
+// and that install.sh is what the repository publishes: so a test key gets
+// its own copy, as a release key would get its own install.sh. The
+// scripts take no setting that changes the key they trust.
+func pinnedPackaging(t *testing.T, root, fingerprint string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, name := range []string{"repository.sh", "publish.sh", "install.sh"} {
+		b, err := os.ReadFile(filepath.Join(root, "packaging", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "install.sh" {
+			if n := len(releaseKeyLine.FindAll(b, -1)); n != 1 {
+				t.Fatalf("packaging/install.sh has %d release_key= lines, want 1", n)
+			}
+			b = releaseKeyLine.ReplaceAll(b, []byte("release_key="+fingerprint))
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }
 
 // stopAgent ends the gpg-agent gpg started for the key's GNUPGHOME.
@@ -437,9 +469,14 @@ func genSigningKey(t *testing.T, home string) signingKey {
 	return k
 }
 
-// run runs packaging/repository.sh DIST REPO with the key.
+// run runs the key's repository.sh DIST REPO with the key.
 func (k signingKey) run(dir, dist, repo string) (string, error) {
-	cmd := exec.Command("sh", filepath.Join(k.root, "packaging/repository.sh"), dist, repo)
+	return k.script(dir, "repository.sh", dist, repo)
+}
+
+// script runs the key's copy of a packaging script, signing with the key.
+func (k signingKey) script(dir, name string, args ...string) (string, error) {
+	cmd := exec.Command("sh", append([]string{filepath.Join(k.packaging, name)}, args...)...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GNUPGHOME="+k.home, "FLUKSIO_SIGNING_KEY="+k.fingerprint)
 	out, err := cmd.CombinedOutput()

@@ -17,9 +17,12 @@ import (
 const Suite = "bookworm"
 
 // packages are what debootstrap adds to minbase: an init (systemd-sysv),
-// dbus (systemctl talks to systemd through it for some verbs) and python3,
-// which the worker's package depends on, so apt installs a deb offline.
-var packages = []string{"systemd", "systemd-sysv", "dbus", "python3"}
+// dbus (systemctl talks to systemd through it for some verbs), python3,
+// which the worker's package depends on, so apt installs a deb offline, and
+// gpg, with which packaging/install.sh checks the repository's key (a
+// machine without it gets it from its distribution first; this one has no
+// mirror to reach).
+var packages = []string{"systemd", "systemd-sysv", "dbus", "python3", "gpg"}
 
 // DefaultCacheDir is where the rootfs is kept between runs when
 // FLUKSIO_TEST_ROOTFS does not say otherwise.
