@@ -93,13 +93,6 @@ type Entry struct {
 	LastUsed time.Time
 }
 
-// Entries lists the cache's entries, the least recently used first.
-func (c *Cache) Entries() ([]Entry, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.entries()
-}
-
 func (c *Cache) entries() ([]Entry, error) {
 	names, err := os.ReadDir(c.dir)
 	if errors.Is(err, fs.ErrNotExist) {
