@@ -109,7 +109,7 @@ func TestTrimRemovesTheLeastRecentlyUsedFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	cache := artifacts.New(root)
-	list, err := cache.entries()
+	list, err := cache.Entries()
 	if err != nil {
 		t.Fatal(err)
 	}
