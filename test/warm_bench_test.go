@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,6 +54,11 @@ func pythonKinds(b *testing.B) []pythonKind {
 		return func(b *testing.B, eng *enginetest.Engine, parallel int, numpy bool) *worker {
 			args := []string{"run", "--url", eng.AttachURL(), "--python", benchPython, "--runtime", "embedded",
 				"--state-dir", b.TempDir(), "--parallel", strconv.Itoa(parallel), "--log-level", "warn"}
+			// "--sandbox off" alone keeps the defaults below: the same
+			// worker without a sandbox around its calls.
+			if len(extra) == 2 && extra[0] == "--sandbox" {
+				args, extra = append(args, extra...), nil
+			}
 			args = append(args, extra...)
 			if numpy && len(extra) == 0 {
 				args = append(args, "--preload", "numpy")
@@ -71,7 +77,8 @@ func pythonKinds(b *testing.B) []pythonKind {
 			return w
 		}
 	}
-	kinds := []pythonKind{{"go-warm", goWorker("")}, {"go-cold", goWorker("", "--warm", "0")}}
+	kinds := []pythonKind{{"go-warm", goWorker("")}, {"go-cold", goWorker("", "--warm", "0")},
+		{"go-warm-unsandboxed", goWorker("", "--sandbox", "off")}}
 	// BENCH_BEFORE_BIN: an older build, with spares and without, side by side.
 	if before := os.Getenv("BENCH_BEFORE_BIN"); before != "" {
 		kinds = append(kinds, pythonKind{"before-warm", goWorker(before)}, pythonKind{"before-cold", goWorker(before, "--warm", "0")})
@@ -169,6 +176,31 @@ func BenchmarkPythonDispatch(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkLimitBackToBack runs ../shared/bench/limit_b2b.py, the bound
+// for a fresh process per call on this machine (a parent forking each
+// call's process ahead, no engine, no runtime), for b.N calls: run it in
+// the same run as BenchmarkPythonDispatch/.../parallel=1 and read the
+// worker's calls/s as a share of it.
+func BenchmarkLimitBackToBack(b *testing.B) {
+	script, err := filepath.Abs("../../shared/bench/limit_b2b.py")
+	if err == nil {
+		_, err = os.Stat(script)
+	}
+	if err != nil {
+		b.Skip("no ../shared/bench/limit_b2b.py beside the repository")
+	}
+	out, err := exec.Command(benchPython, script, strconv.Itoa(max(b.N, 100))).CombinedOutput()
+	if err != nil {
+		b.Fatalf("%v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`([0-9.]+) calls/s`).FindSubmatch(out)
+	if m == nil {
+		b.Fatalf("limit_b2b.py said: %s", out)
+	}
+	rate, _ := strconv.ParseFloat(string(m[1]), 64)
+	b.ReportMetric(rate, "calls/s")
 }
 
 // BenchmarkPythonWarmMemory: the memory the worker's warm runners keep
