@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
 )
@@ -200,5 +201,42 @@ func TestSandboxHoldsFromInsideANode(t *testing.T) {
 				t.Errorf("the worker exited: %v", w.cmd.ProcessState)
 			}
 		})
+	}
+}
+
+// TestNoSandboxUnderAPolicyRefusesToStart: where no sandbox can be had
+// (user namespaces off, here in a user namespace of the test's own whose
+// user.max_user_namespaces is 0), a worker with a code policy refuses to
+// start, exit 2, saying why and what to change; --sandbox off in so many
+// words starts it, saying calls run without one; --sandbox on refuses
+// whatever the policy.
+func TestNoSandboxUnderAPolicyRefusesToStart(t *testing.T) {
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("needs unshare (util-linux)")
+	}
+	if exec.Command("unshare", "--user", "--map-root-user", "true").Run() != nil {
+		t.Skip("no user namespaces here to take away")
+	}
+	eng := startEngine(t, enginetest.Options{})
+	start := func(args ...string) *worker {
+		cmd := exec.Command("unshare", append([]string{"--user", "--map-root-user", "sh", "-c",
+			`echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"`, "sh", workerBinary(t), "run",
+			"--url", eng.AttachURL(), "--python", "/usr/bin/python3", "--runtime", "embedded", "--state-dir", t.TempDir()}, args...)...)
+		cmd.Env = append(cleanEnv(), "FLUKSIO_WORKER_TOKEN="+testToken)
+		return startCommand(t, cmd)
+	}
+	for _, args := range [][]string{{"--allow-module", "acme.*"}, {"--sandbox", "on"}} {
+		w := start(args...)
+		if code := w.wait(60 * time.Second); code != 2 {
+			t.Errorf("%v without a sandbox: exit %d, want 2\n%s", args, code, w.logs.String())
+		}
+		if log := w.logs.String(); !strings.Contains(log, "sandbox=\"off: ") || !strings.Contains(log, "user namespaces") {
+			t.Errorf("%v: the refusal does not say why and what to change:\n%s", args, log)
+		}
+	}
+	w := start("--allow-module", "acme.*", "--sandbox", "off")
+	attach(t, eng)
+	if log := w.logs.String(); !strings.Contains(log, `sandbox="off: --sandbox off"`) {
+		t.Errorf("--sandbox off: the start does not say calls run without a sandbox:\n%s", log)
 	}
 }
