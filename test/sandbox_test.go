@@ -125,7 +125,7 @@ func sandboxedWorker(t *testing.T, uid int, args ...string) (wk *enginetest.Work
 	}
 	cmd := exec.Command(bin, append([]string{"run",
 		"--url", eng.AttachURL(), "--token-file", tokenFile, "--python", python, "--runtime", "embedded",
-		"--state-dir", stateDir, "--parallel", "2", "--log-level", "debug"}, args...)...)
+		"--state-dir", stateDir, "--parallel", "2", "--log-level", "debug", "--sandbox", "on"}, args...)...)
 	cmd.Env = append(cleanEnv(), "HOME="+stateDir)
 	cmd.Dir = "/"
 	if uid != 0 {
