@@ -403,7 +403,7 @@ var optionDefaults = map[string]string{
 	"runtime":        "auto",
 	"cancel-grace":   DefaultCancelGrace.String(),
 	"containment":    "(auto)",
-	"sandbox":        "(auto)",
+	"sandbox":        "off",
 	"sandbox-bind":   "(none)",
 	"reload-timeout": "forever",
 	"max-line":       logging.FormatBytes(DefaultMaxLine),
