@@ -16,11 +16,6 @@ import (
 // so many words (the policy decides what code starts; without a sandbox,
 // what it reaches once started is everything the worker can).
 func setupSandbox(log *slog.Logger, cfg config.Config, exe string, exeErr error, stateDir string) (string, bool) {
-	if cfg.Sandbox == "" {
-		// Off unless asked for, for now: the suite's stand-in runners
-		// and paths under /tmp are not yet shown to a sandbox.
-		cfg.Sandbox = "off"
-	}
 	if exeErr != nil && cfg.Sandbox != "off" {
 		log.Error("cannot sandbox calls: the worker's own binary cannot be found to set each sandbox up", "error", exeErr)
 		return "", false

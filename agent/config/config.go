@@ -403,7 +403,7 @@ var optionDefaults = map[string]string{
 	"runtime":        "auto",
 	"cancel-grace":   DefaultCancelGrace.String(),
 	"containment":    "(auto)",
-	"sandbox":        "off",
+	"sandbox":        "auto",
 	"sandbox-bind":   "(none)",
 	"reload-timeout": "forever",
 	"max-line":       logging.FormatBytes(DefaultMaxLine),
@@ -513,6 +513,7 @@ func DefaultConfig() Config {
 	return Config{
 		Parallel:    DefaultParallel,
 		Runtime:     "auto",
+		Sandbox:     "auto",
 		CancelGrace: DefaultCancelGrace,
 		MaxLine:     DefaultMaxLine,
 		LogFormat:   "text",

@@ -67,6 +67,7 @@ func TestLoadDefaults(t *testing.T) {
 	want := Config{
 		Parallel:    1,
 		Runtime:     "auto",
+		Sandbox:     "auto",
 		CancelGrace: 3 * time.Second,
 		MaxLine:     256 << 20,
 		LogFormat:   "text",
@@ -127,6 +128,7 @@ func checkFullConfig(t *testing.T, cfg Config) {
 		RAMMB:       64000,
 		MaxIdle:     300 * time.Second,
 		Runtime:     "embedded",
+		Sandbox:     "auto",
 		CancelGrace: 5 * time.Second,
 		MaxLine:     1 << 20,
 		LogFormat:   "json",

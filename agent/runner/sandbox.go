@@ -119,6 +119,9 @@ func (c *Config) sandboxed(cmd *exec.Cmd, dir *callDir, zygote bool, scripts ...
 			spec.Binds = append(spec.Binds, platform.SandboxBind{Path: s})
 		}
 	}
+	if b, ok := interpreterBind(c.Python, sb.Hide); ok {
+		spec.Binds = append(spec.Binds, b)
+	}
 	spec.Binds = append(spec.Binds, sb.Binds...)
 	if dir.cwd == "" {
 		// The worker's own working directory, where its runners work (a
@@ -133,6 +136,28 @@ func (c *Config) sandboxed(cmd *exec.Cmd, dir *callDir, zygote bool, scripts ...
 		return fmt.Errorf("the runner's sandbox: %w", err)
 	}
 	return nil
+}
+
+// sandboxReplaced are the directories every sandbox replaces with empty
+// ones of its own (platform's layOut).
+var sandboxReplaced = []string{"/tmp", "/var/tmp", "/dev/shm"}
+
+// interpreterBind shows the interpreter read-only where the sandbox would
+// replace or hide it (a virtual environment made under /tmp): its
+// environment (the directory above its bin/) or, where that is a
+// directory every sandbox replaces, the directory it is in.
+func interpreterBind(python string, hidden []string) (platform.SandboxBind, bool) {
+	if !within(python, sandboxReplaced) && !within(python, hidden) {
+		return platform.SandboxBind{}, false
+	}
+	dir := filepath.Dir(python)
+	if filepath.Base(dir) == "bin" {
+		dir = filepath.Dir(dir)
+	}
+	if slices.Contains(sandboxReplaced, dir) || slices.Contains(hidden, dir) {
+		dir = python
+	}
+	return platform.SandboxBind{Path: dir}, true
 }
 
 // sandboxEnv points what the environment names that node code could not
