@@ -68,8 +68,10 @@ func CopyFileAtomic(path string, r io.Reader, mode fs.FileMode, owner Owner) (er
 }
 
 // Unchanged reports whether now is still the file was: the same file
-// (device and inode), size and modification time. A file replaced (a
-// rename over it, an upgrade) or rewritten is not.
+// (device and inode), size, modification and change time. A file replaced
+// (a rename over it, an upgrade) or rewritten is not, even one whose
+// modification time was set back.
 func Unchanged(now, was fs.FileInfo) bool {
-	return now != nil && was != nil && os.SameFile(now, was) && now.Size() == was.Size() && now.ModTime().Equal(was.ModTime())
+	return now != nil && was != nil && os.SameFile(now, was) && now.Size() == was.Size() &&
+		now.ModTime().Equal(was.ModTime()) && changeTime(now) == changeTime(was)
 }

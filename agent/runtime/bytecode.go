@@ -12,9 +12,9 @@ package runtime
 // The bytecode is Python's own cache file for the script
 // (__pycache__/<hash>.<tag>.pyc beside it, where the call's other
 // interpreters that import the runtime as `fluksio` find it too), written
-// by the interpreter itself, hash-checked against the script's source (a
-// file there of another content, or of a Python of another version, is
-// replaced). Without it (a read-only state directory, an interpreter that
+// by the interpreter itself, compiled anew at the worker's first attach and
+// again whenever the file changed since (its change time, which no
+// process can set back, included). Without it (a read-only state directory, an interpreter that
 // cannot compile) runners start from the script, as before.
 
 import (
@@ -34,25 +34,18 @@ import (
 )
 
 // compileScript, run by the interpreter with -I (no user site, no PYTHON*
-// variables), prints where the bytecode of the script in argv[1] is,
-// compiling it there unless that file holds this Python's bytecode of
-// exactly this source already. Only CPython is given its bytecode to run
-// as a script; another implementation prints nothing.
+// variables), compiles the script in argv[1] to its cache file and prints
+// where that is. Always anew, once per worker process: a file there whose
+// 16-byte header matches the source may hold any body behind it (planted
+// by node code of a worker without a sandbox), and reading the whole file
+// to check it costs what compiling does. Only CPython is given its
+// bytecode to run as a script; another implementation prints nothing.
 const compileScript = `import importlib.util, py_compile, sys
 if sys.implementation.name != "cpython":
     sys.exit(0)
 src = sys.argv[1]
 cfile = importlib.util.cache_from_source(src)
-with open(src, "rb") as f:
-    want = importlib.util.source_hash(f.read())
-try:
-    with open(cfile, "rb") as f:
-        head = f.read(16)
-    ok = head[:4] == importlib.util.MAGIC_NUMBER and head[4:8] == b"\3\0\0\0" and head[8:16] == want
-except OSError:
-    ok = False
-if not ok:
-    py_compile.compile(src, cfile=cfile, doraise=True, invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+py_compile.compile(src, cfile=cfile, doraise=True, invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
 print(cfile)
 `
 

@@ -139,6 +139,71 @@ func TestCompiledRuntimeIsCheckedAgainstItsSource(t *testing.T) {
 	}
 }
 
+// Node code of a worker without a sandbox rewrote the compiled runtime's
+// body behind its intact header (and set its modification time back): a
+// restart, and an attach of the same worker, compile it anew; the planted
+// code never runs.
+func TestCompiledRuntimeWithARewrittenBodyIsCompiledAnew(t *testing.T) {
+	python := systemPython(t)
+	state := t.TempDir()
+	rt, err := cacheRuntime(state, embeddedRuntime, "embedded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, _ := captureLog()
+	good := WithBytecode(context.Background(), python, rt, log).Bytecode
+	planted := filepath.Join(t.TempDir(), "planted.py")
+	os.WriteFile(planted, []byte("print('planted')\n"), 0o600)
+	body := filepath.Join(t.TempDir(), "planted.pyc")
+	run(t, python, "-I", "-c", "import py_compile, sys; py_compile.compile(sys.argv[1], cfile=sys.argv[2])", planted, body)
+	plant := func() {
+		t.Helper()
+		st, err := os.Stat(good)
+		if err != nil {
+			t.Fatal(err)
+		}
+		header, _ := os.ReadFile(good)
+		tail, _ := os.ReadFile(body)
+		// Padded to the same size: marshal reads one object, and leaves
+		// what follows it.
+		same := append(header[:16:16], tail[16:]...)
+		same = append(same, make([]byte, max(0, len(header)-len(same)))...)
+		if err := os.WriteFile(good, same, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(good, st.ModTime(), st.ModTime()); err != nil {
+			t.Fatal(err)
+		}
+		if out := says(python, good); !strings.Contains(out, "planted") {
+			t.Fatalf("the planted file does not run the planted code: %q", out)
+		}
+	}
+	plant()
+	// The same worker attaching again...
+	if got := WithBytecode(context.Background(), python, rt, log); got.Bytecode == "" || strings.Contains(says(python, got.Bytecode), "planted") {
+		t.Errorf("after its body was rewritten and its time set back, %s still runs the planted code at the next attach", got.Bytecode)
+	}
+	// ...and a restart (no file found good in this process yet).
+	plant()
+	compiledScripts.Lock()
+	clear(compiledScripts.found)
+	compiledScripts.Unlock()
+	got := WithBytecode(context.Background(), python, rt, log)
+	if got.Bytecode == "" || strings.Contains(says(python, got.Bytecode), "planted") {
+		t.Errorf("after a restart, %s still runs the planted code: its header was all that was checked", got.Bytecode)
+	}
+	if tb := failingNode(t, python, got.Bytecode); !strings.Contains(tb, "pipeline.py") {
+		t.Errorf("the runtime compiled anew does not run nodes: %q", tb)
+	}
+}
+
+// says is what python prints running file with nothing on its stdin,
+// whatever its exit.
+func says(python, file string) string {
+	out, _ := exec.Command(python, file).CombinedOutput()
+	return string(out)
+}
+
 func TestRuntimeThatCannotBeCompiledRunsFromItsSource(t *testing.T) {
 	python := systemPython(t)
 	for _, tc := range []struct {
