@@ -68,9 +68,9 @@ func TestPolicyRefusesCodeAndSideDoors(t *testing.T) {
 		t.Errorf("an allowed module answered %s", ok.Raw)
 	}
 	// status counts them beside the calls done, as the metrics do.
-	eventually(t, goneTimeout, "the status file to count 4 calls declined by policy and 1 done", func() bool {
+	eventually(t, goneTimeout, "the status file to count 8 calls declined by policy and 1 done", func() bool {
 		st, _ := status.Read(f.stateDir)
-		return st.CallsDeclined["policy"] == 4 && st.CallsDone == 1 && st.CallsRunning == 0
+		return st.CallsDeclined["policy"] == 8 && st.CallsDone == 1 && st.CallsRunning == 0
 	})
 	_, m := httpGet(t, base+"/metrics")
 	for _, want := range []string{`fluksio_worker_calls_declined_total{reason="policy"} 8`, `fluksio_worker_calls_started_total{op="run"} 1`, `fluksio_worker_calls_started_total{op="compile"} 0`} {

@@ -195,8 +195,9 @@ def bulk(n, size, progress):
 // all of it. The engine gets every value once, in order, and the answer.
 func TestHungEngineGetsEverythingInFlight(t *testing.T) {
 	const n, size, inFlight = 400, 32 << 10, 300 // 300 frames of 32 KiB: over 9 MiB in flight
-	s := startResumeSession(t, 10*time.Minute)
-	progress := filepath.Join(t.TempDir(), "progress")
+	shared := t.TempDir() // where the node tells the test how far it got
+	s := startResumeSession(t, 10*time.Minute, "--sandbox-bind", shared+":rw")
+	progress := filepath.Join(shared, "progress")
 	s.wk.PauseReads(10 * time.Minute)
 	c, err := s.wk.Run(sourceCall(bulkNodes, "bulk_nodes.py", "bulk", "bulk",
 		map[string]any{"n": n, "size": size, "progress": progress}))
@@ -254,11 +255,12 @@ def quick(n, pidfile):
 // it: the worker keeps the call, lists it done, and replays its answer; the
 // engine's acknowledgement ends it.
 func TestAcknowledgedAnswerSurvivesItsConnection(t *testing.T) {
-	s := startSessionWith(t, enginetest.Options{Resume: 10 * time.Minute, ResumeAck: true})
+	shared := t.TempDir() // where the node says its pid
+	s := startSessionWith(t, enginetest.Options{Resume: 10 * time.Minute, ResumeAck: true}, "--sandbox-bind", shared+":rw")
 	if held := resumedOn(t, s.wk); len(held.Calls) != 0 {
 		t.Fatalf("a fresh worker says it holds %+v", held.Calls)
 	}
-	pidfile := filepath.Join(t.TempDir(), "pid")
+	pidfile := filepath.Join(shared, "pid")
 	s.wk.PauseReads(10 * time.Minute) // the engine never reads the answer on this connection
 	c, err := s.wk.Run(sourceCall(pidNodes, "pid_nodes.py", "acked", "quick", map[string]any{"n": 5, "pidfile": pidfile}))
 	if err != nil {
