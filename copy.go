@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -27,23 +25,16 @@ exist (the volume's mount point): a mistyped path fails instead of copying
 into the init container's own file system.
 Exit status: 0 copied, 1 DIR missing or not writable, 2 bad options.
 `
-	fs := flag.NewFlagSet("copy", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			// Asked for: on stdout, exit 0 (the manual and completions read it).
-			fmt.Fprint(stdout, usage)
-			return config.ExitOK
-		}
-		fmt.Fprintf(stderr, "fluksio-worker copy: %v\n\n%s", err, usage)
-		return config.ExitUsage
+	cmd := config.NewCommand("copy", config.HelpText(usage))
+	cmd.Operands = true // DIR
+	if err := cmd.Parse(args); err != nil {
+		return cmd.Answer(err, stdout, stderr)
 	}
-	if fs.NArg() != 1 {
+	if cmd.NArg() != 1 {
 		fmt.Fprint(stderr, usage)
 		return config.ExitUsage
 	}
-	dst, err := copySelf(fs.Arg(0))
+	dst, err := copySelf(cmd.Arg(0))
 	if err != nil {
 		fmt.Fprintf(stderr, "fluksio-worker copy: %v\n", err)
 		return config.ExitFailed

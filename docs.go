@@ -78,17 +78,18 @@ func manualDate() time.Time {
 
 // completionCommand is `fluksio-worker completion SHELL`.
 func completionCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
-		writeCompletionUsage(stdout)
-		return config.ExitOK
+	cmd := config.NewCommand("completion", writeCompletionUsage)
+	cmd.Operands = true // the shell
+	if err := cmd.Parse(args); err != nil {
+		return cmd.Answer(err, stdout, stderr)
 	}
-	if len(args) != 1 {
+	if cmd.NArg() != 1 {
 		fmt.Fprintln(stderr, "fluksio-worker completion: name one shell: bash, zsh or fish (see 'fluksio-worker completion --help')")
 		return config.ExitUsage
 	}
 	c, err := cli(ctx)
 	if err == nil {
-		err = clidoc.WriteCompletion(stdout, c, args[0])
+		err = clidoc.WriteCompletion(stdout, c, cmd.Arg(0))
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "fluksio-worker completion: %v\n", err)

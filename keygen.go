@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 
@@ -28,20 +26,10 @@ Options:
 
 Exit status: 0 written, 1 a file exists or cannot be written, 2 bad options.
 `
-	fs := flag.NewFlagSet("keygen", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	out := fs.String("out", "fluksio-signing", "")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, usage)
-			return config.ExitOK
-		}
-		fmt.Fprintf(stderr, "fluksio-worker keygen: %v\n\n%s", err, usage)
-		return config.ExitUsage
-	}
-	if fs.NArg() != 0 {
-		fmt.Fprintf(stderr, "fluksio-worker keygen: unexpected argument %q (the path is --out PATH)\n\n%s", fs.Arg(0), usage)
-		return config.ExitUsage
+	cmd := config.NewCommand("keygen", config.HelpText(usage))
+	out := cmd.String("out", "fluksio-signing", "")
+	if err := cmd.Parse(args); err != nil {
+		return cmd.Answer(err, stdout, stderr)
 	}
 	id, err := policy.GenerateKey(*out)
 	if err != nil {

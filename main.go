@@ -2,7 +2,13 @@
 // engine that cannot reach it: it dials out over one WebSocket, says what the
 // machine holds, and runs each call in a Python process.
 //
-// main only wires the command line; each command lives with what it drives.
+// main wires the command line; each command lives with what it drives
+// (run in agent, install in installer) and reads its own arguments through
+// config.Command, which answers --help, a mistyped option and a stray
+// argument alike for all of them. Those here drive only this binary or a
+// few library calls: copy, version, completion, and keygen and sign, whose
+// keys live in agent/policy, which cannot hold a command (config, which
+// every command parses through, imports it).
 package main
 
 import (

@@ -32,6 +32,62 @@ func TestHelpCommand(t *testing.T) {
 	}
 }
 
+// Every command reads its command line through config.Command, so all of
+// them answer alike: --help on stdout with exit 0, a mistyped option with
+// the option it is one edit from and exit 2, an argument it does not take
+// with exit 2. A command that parsed its flags its own way would say
+// something else here.
+func TestEveryCommandAnswersAlike(t *testing.T) {
+	// An option of each command ("" for none), mistyped below.
+	options := map[string]string{
+		"run": "url", "inventory": "labels", "selftest": "steps", "install": "user-service",
+		"uninstall": "purge", "start": "user-service", "stop": "user-service", "restart": "user-service",
+		"reload": "user-service", "status": "json", "check": "json", "check-config": "url",
+		"completion": "", "copy": "", "keygen": "out", "sign": "expires", "version": "json",
+	}
+	// Those that take run's options send a reader to run --help for them.
+	helpOf := map[string]string{"inventory": "run", "check-config": "run"}
+	// Those that take arguments besides options: a stray one is theirs to judge.
+	takesArguments := map[string]bool{"completion": true, "copy": true, "sign": true}
+	answer := func(args ...string) (code int, stdout, stderr string) {
+		var out, errs strings.Builder
+		code = dispatch(context.Background(), args, &out, &errs)
+		return code, out.String(), errs.String()
+	}
+	for _, c := range commands() {
+		option, listed := options[c.name]
+		if !listed {
+			t.Errorf("%s: add it to this test's options", c.name)
+			continue
+		}
+		see := c.name
+		if helpOf[c.name] != "" {
+			see = helpOf[c.name]
+		}
+		code, stdout, stderr := answer(c.name, "--help")
+		synopsis, _, _ := strings.Cut(stdout, "\n")
+		if code != config.ExitOK || stderr != "" || !strings.HasPrefix(synopsis, "Usage: ") ||
+			!(strings.Contains(synopsis, "fluksio-worker "+c.name) || strings.Contains(synopsis, "["+c.name+"]")) {
+			t.Errorf("%s --help: exit %d, stdout %q, stderr %q; want 0 and its synopsis on stdout", c.name, code, synopsis, stderr)
+		}
+		typed, want := "--frobnicate", "fluksio-worker: unknown option --frobnicate (see 'fluksio-worker "+see+" --help')\n"
+		if option != "" {
+			typed = "--" + option + option[len(option)-1:] // --urll
+			want = "fluksio-worker: unknown option " + typed + "; did you mean --" + option + "? (see 'fluksio-worker " + see + " --help')\n"
+		}
+		if code, stdout, stderr := answer(c.name, typed); code != config.ExitUsage || stdout != "" || stderr != want {
+			t.Errorf("%s %s: exit %d, stdout %q, stderr %q; want 2 and %q", c.name, typed, code, stdout, stderr, want)
+		}
+		if takesArguments[c.name] {
+			continue
+		}
+		want = "fluksio-worker: unexpected argument \"stray\" (see 'fluksio-worker " + see + " --help')\n"
+		if code, stdout, stderr := answer(c.name, "stray"); code != config.ExitUsage || stdout != "" || stderr != want {
+			t.Errorf("%s stray: exit %d, stdout %q, stderr %q; want 2 and %q", c.name, code, stdout, stderr, want)
+		}
+	}
+}
+
 // copy does not create its directory: a mistyped mount path fails.
 func TestCopyNeedsAnExistingDirectory(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "fluksio", "bin")

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -41,19 +40,14 @@ Options:
 Exit status: 0 signed, 1 a file or the key cannot be read or written, 2 bad
 options.
 `
-	fs := flag.NewFlagSet("sign", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	keyPath := fs.String("key", "", "")
-	expiresText := fs.String("expires", "", "")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, usage)
-			return config.ExitOK
-		}
-		fmt.Fprintf(stderr, "fluksio-worker sign: %v\n\n%s", err, usage)
-		return config.ExitUsage
+	cmd := config.NewCommand("sign", config.HelpText(usage))
+	cmd.Operands = true // the files
+	keyPath := cmd.String("key", "", "")
+	expiresText := cmd.String("expires", "", "")
+	if err := cmd.Parse(args); err != nil {
+		return cmd.Answer(err, stdout, stderr)
 	}
-	if *keyPath == "" || fs.NArg() == 0 {
+	if *keyPath == "" || cmd.NArg() == 0 {
 		fmt.Fprintf(stderr, "fluksio-worker sign: give --key KEY and the files to sign\n\n%s", usage)
 		return config.ExitUsage
 	}
@@ -70,7 +64,7 @@ options.
 		fmt.Fprintf(stderr, "fluksio-worker sign: %v\n", err)
 		return config.ExitFailed
 	}
-	for _, path := range fs.Args() {
+	for _, path := range cmd.Args() {
 		if err := signFile(path, key, expires); err != nil {
 			fmt.Fprintf(stderr, "fluksio-worker sign: %v\n", err)
 			return config.ExitFailed

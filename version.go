@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"runtime"
@@ -64,16 +62,10 @@ version, the OS and architecture, and the engine protocol it speaks.
         print them as one JSON object
 Exit status: 0 printed, 2 bad options.
 `
-	fs := flag.NewFlagSet("version", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	asJSON := fs.Bool("json", false, "")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, usage)
-			return config.ExitOK
-		}
-		fmt.Fprintf(stderr, "fluksio-worker version: %v\n\n%s", config.FlagError(fs, args, err), usage)
-		return config.ExitUsage
+	cmd := config.NewCommand("version", config.HelpText(usage))
+	asJSON := cmd.Bool("json", false, "")
+	if err := cmd.Parse(args); err != nil {
+		return cmd.Answer(err, stdout, stderr)
 	}
 	b := readBuildInfo()
 	if *asJSON {

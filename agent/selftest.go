@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -40,30 +39,24 @@ const selftestTimeout = 3 * time.Minute
 // and loads back the model artifact `train` saved. Exit 0 only if all of
 // it worked.
 func SelftestCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("selftest", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	python := fs.String("python", "", "")
-	steps := fs.Int("steps", 5, "")
-	verbose := fs.Bool("verbose", false, "")
-	nodeFile := fs.String("node", "", "")
-	function := fs.String("function", "", "")
-	inputs := fs.String("inputs", "", "")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			writeSelftestUsage(stdout)
-			return config.ExitOK
-		}
-		fmt.Fprintf(stderr, "fluksio-worker selftest: %v (see 'fluksio-worker selftest --help')\n", err)
-		return config.ExitUsage
+	cmd := config.NewCommand("selftest", writeSelftestUsage)
+	python := cmd.String("python", "", "")
+	steps := cmd.Int("steps", 5, "")
+	verbose := cmd.Bool("verbose", false, "")
+	nodeFile := cmd.String("node", "", "")
+	function := cmd.String("function", "", "")
+	inputs := cmd.String("inputs", "", "")
+	if err := cmd.Parse(args); err != nil {
+		return cmd.Answer(err, stdout, stderr)
 	}
-	if fs.NArg() > 0 || *steps < 1 {
+	if *steps < 1 {
 		fmt.Fprintln(stderr, "fluksio-worker selftest: takes only --python P, --steps N (>= 1), --node FILE --function NAME [--inputs JSON] and --verbose")
 		return config.ExitUsage
 	}
 	st := &selftest{out: stdout, steps: *steps}
 	if *nodeFile != "" || *function != "" || *inputs != "" {
 		var err error
-		if st.own, err = readOwnNode(*nodeFile, *function, *inputs, isSet(fs, "steps")); err != nil {
+		if st.own, err = readOwnNode(*nodeFile, *function, *inputs, cmd.Given("steps")); err != nil {
 			fmt.Fprintf(stderr, "fluksio-worker selftest: %v (see 'fluksio-worker selftest --help')\n", err)
 			return config.ExitUsage
 		}
@@ -138,13 +131,6 @@ Options:
 Exit status: 0 all of it worked, 1 a step failed or the node answered an
 error (it says which), 2 bad options or a FILE that cannot be read.
 `)
-}
-
-// isSet reports whether the flag name was given on the command line.
-func isSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
 }
 
 // selftest carries what the report shows.

@@ -3,7 +3,6 @@ package installer
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -71,20 +70,20 @@ func (c *checklist) report(w io.Writer, checking string) {
 }
 
 func check(ctx context.Context, h host, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	configPath := fs.String("config", "", "")
-	userService := fs.Bool("user-service", false, "")
-	asJSON := fs.Bool("json", false, "")
+	cmd := config.NewCommand("check", writeCheckUsage)
+	configPath := cmd.String("config", "", "")
+	userService := cmd.Bool("user-service", false, "")
+	asJSON := cmd.Bool("json", false, "")
 	var runArgs []string
 	for _, o := range config.Options {
 		name := o.Name
-		fs.Func(name, "", func(v string) error {
+		cmd.Func(name, "", func(v string) error {
 			runArgs = append(runArgs, "--"+name+"="+v)
 			return nil
 		})
 	}
-	if err := parseFlags(fs, args); err != nil {
-		return usageExit(err, writeCheckUsage, stdout, stderr)
+	if err := cmd.Parse(args); err != nil {
+		return cmd.Answer(err, stdout, stderr)
 	}
 
 	// Which worker: --config, else the installed service's, else the
@@ -92,7 +91,7 @@ func check(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 	getenv := h.Getenv
 	var l *Layout
 	if *configPath == "" {
-		installed, err := installedLayout(h, fs, *userService)
+		installed, err := installedLayout(h, cmd, *userService)
 		if err == nil && exists(installed.UnitPath) {
 			l = &installed
 			*configPath = installed.ConfigPath

@@ -1,7 +1,6 @@
 package installer
 
 import (
-	"flag"
 	"fmt"
 	"io"
 
@@ -11,16 +10,16 @@ import (
 // control runs start, stop or restart: one service-manager verb on the
 // installed service, with the same flags, checks and messages.
 func control(h host, name string, args []string, stdout, stderr io.Writer, help func(io.Writer), act func(*manager) error, done string) int {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	userService := fs.Bool("user-service", false, "")
-	if err := parseFlags(fs, args); err != nil {
-		return usageExit(err, help, stdout, stderr)
+	cmd := config.NewCommand(name, help)
+	userService := cmd.Bool("user-service", false, "")
+	if err := cmd.Parse(args); err != nil {
+		return cmd.Answer(err, stdout, stderr)
 	}
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "fluksio-worker %s: %v\n", name, err)
 		return config.ExitFailed
 	}
-	l, err := installedLayout(h, fs, *userService)
+	l, err := installedLayout(h, cmd, *userService)
 	if err != nil {
 		return fail(err)
 	}

@@ -3,7 +3,6 @@ package installer
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -54,12 +53,13 @@ const engineCheckTimeout = 30 * time.Second
 // attachWait is how long install waits to see the started worker attach.
 const attachWait = 20 * time.Second
 
-func parseInstall(args []string) (installRequest, error) {
-	req := installRequest{given: map[string]string{}}
-	fs := flag.NewFlagSet("install", flag.ContinueOnError)
+// installCommand is install's command line, read into req.
+func installCommand(req *installRequest) *config.Command {
+	req.given = map[string]string{}
+	cmd := config.NewCommand("install", writeInstallUsage)
 	for _, o := range config.Options {
 		name := o.Name
-		fs.Func(name, "", func(v string) error {
+		cmd.Func(name, "", func(v string) error {
 			prev, seen := req.given[name]
 			if !seen {
 				req.order = append(req.order, name)
@@ -70,23 +70,25 @@ func parseInstall(args []string) (installRequest, error) {
 			return nil
 		})
 	}
-	fs.StringVar(&req.user, "user", "", "")
-	fs.BoolVar(&req.userService, "user-service", false, "")
-	fs.BoolVar(&req.noStart, "no-start", false, "")
-	fs.BoolVar(&req.check, "check", true, "")
-	fs.BoolVar(&req.refreshUnit, "refresh-unit", false, "")
-	if err := parseFlags(fs, args); err != nil {
-		return req, err
-	}
+	cmd.StringVar(&req.user, "user", "", "")
+	cmd.BoolVar(&req.userService, "user-service", false, "")
+	cmd.BoolVar(&req.noStart, "no-start", false, "")
+	cmd.BoolVar(&req.check, "check", true, "")
+	cmd.BoolVar(&req.refreshUnit, "refresh-unit", false, "")
+	return cmd
+}
+
+// validate refuses what the flags parse but install cannot do.
+func (req installRequest) validate() error {
 	_, token := req.given["token"]
 	_, tokenFile := req.given["token-file"]
 	switch {
 	case req.user != "" && req.userService:
-		return req, errors.New("--user and --user-service do not go together: a user service runs as you")
+		return errors.New("--user and --user-service do not go together: a user service runs as you")
 	case token && tokenFile:
-		return req, errors.New("give the token once: --token or --token-file, not both")
+		return errors.New("give the token once: --token or --token-file, not both")
 	case req.refreshUnit && len(req.given) > 0:
-		return req, errors.New("--refresh-unit only rewrites the service file from this binary; change settings with a plain install")
+		return errors.New("--refresh-unit only rewrites the service file from this binary; change settings with a plain install")
 	}
 	// Every value is checked here, before install asks the service manager
 	// or anything else, so a bad option is reported on any machine.
@@ -105,16 +107,20 @@ func parseInstall(args []string) (installRequest, error) {
 			}
 		}
 		if err != nil {
-			return req, err
+			return err
 		}
 	}
-	return req, nil
+	return nil
 }
 
 func install(ctx context.Context, h host, args []string, stdout, stderr io.Writer) int {
-	req, err := parseInstall(args)
-	if err != nil {
-		return usageExit(err, writeInstallUsage, stdout, stderr)
+	var req installRequest
+	cmd := installCommand(&req)
+	if err := cmd.Parse(args); err != nil {
+		return cmd.Answer(err, stdout, stderr)
+	}
+	if err := req.validate(); err != nil {
+		return cmd.Answer(err, stdout, stderr)
 	}
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "fluksio-worker install: %v\n", err)

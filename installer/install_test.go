@@ -37,6 +37,17 @@ func runInstall(t *testing.T, h host, args ...string) (code int, stdout, stderr 
 	return code, out.String(), errOut.String()
 }
 
+// parseInstall reads install's command line as install does, up to acting
+// on it.
+func parseInstall(args []string) (installRequest, error) {
+	var req installRequest
+	err := installCommand(&req).Parse(args)
+	if err == nil {
+		err = req.validate()
+	}
+	return req, err
+}
+
 func TestInstallWithoutRootSaysSudo(t *testing.T) {
 	code, _, stderr := runInstall(t, testHost(t, 1000), "--url", "https://e.example.com", "--token", "t")
 	if code != config.ExitFailed || !strings.Contains(stderr, "run it with sudo") || !strings.Contains(stderr, "--user-service") {

@@ -1,9 +1,10 @@
 package installer
 
 import (
-	"flag"
 	"fmt"
 	"os"
+
+	"github.com/fluksio/fluksio-worker/agent/config"
 )
 
 const userServiceHelp = "act on the service installed for the current user (install --user-service) rather than the system one; by default the system service, or the user's when only that is installed"
@@ -12,8 +13,8 @@ const userServiceHelp = "act on the service installed for the current user (inst
 // on: the one --user-service names if given, else the system service if it
 // is installed, else the user's if that is, else the system one (which the
 // command then reports as not installed).
-func installedLayout(h host, fs *flag.FlagSet, userService bool) (Layout, error) {
-	if flagGiven(fs, "user-service") {
+func installedLayout(h host, cmd *config.Command, userService bool) (Layout, error) {
+	if cmd.Given("user-service") {
 		return h.layout(userService)
 	}
 	system, err := h.layout(false)

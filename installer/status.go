@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -28,18 +27,18 @@ func StatusCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 }
 
 func showStatus(_ context.Context, h host, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	userService := fs.Bool("user-service", false, "")
-	stateDir := fs.String("state-dir", "", "")
-	configPath := fs.String("config", "", "")
-	asJSON := fs.Bool("json", false, "")
-	if err := parseFlags(fs, args); err != nil {
-		return usageExit(err, writeStatusUsage, stdout, stderr)
+	cmd := config.NewCommand("status", writeStatusUsage)
+	userService := cmd.Bool("user-service", false, "")
+	stateDir := cmd.String("state-dir", "", "")
+	configPath := cmd.String("config", "", "")
+	asJSON := cmd.Bool("json", false, "")
+	if err := cmd.Parse(args); err != nil {
+		return cmd.Answer(err, stdout, stderr)
 	}
 	if *stateDir != "" || *configPath != "" {
 		return showWorkerStatus(h, *stateDir, *configPath, *asJSON, stdout, stderr)
 	}
-	l, err := installedLayout(h, fs, *userService)
+	l, err := installedLayout(h, cmd, *userService)
 	if err != nil {
 		fmt.Fprintf(stderr, "fluksio-worker status: %v\n", err)
 		return config.ExitFailed

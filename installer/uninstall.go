@@ -2,7 +2,6 @@ package installer
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -19,17 +18,17 @@ func UninstallCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 }
 
 func uninstall(_ context.Context, h host, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("uninstall", flag.ContinueOnError)
-	userService := fs.Bool("user-service", false, "")
-	purge := fs.Bool("purge", false, "")
-	if err := parseFlags(fs, args); err != nil {
-		return usageExit(err, writeUninstallUsage, stdout, stderr)
+	cmd := config.NewCommand("uninstall", writeUninstallUsage)
+	userService := cmd.Bool("user-service", false, "")
+	purge := cmd.Bool("purge", false, "")
+	if err := cmd.Parse(args); err != nil {
+		return cmd.Answer(err, stdout, stderr)
 	}
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "fluksio-worker uninstall: %v\n", err)
 		return config.ExitFailed
 	}
-	l, err := installedLayout(h, fs, *userService)
+	l, err := installedLayout(h, cmd, *userService)
 	if err != nil {
 		return fail(err)
 	}

@@ -2,9 +2,7 @@ package config
 
 import (
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"io/fs"
 	"math"
 	"net"
@@ -543,16 +541,17 @@ func Usagef(format string, args ...any) error {
 // layers win. Commands that dial then call Resolve.
 func Load(args []string, getenv func(string) string) (Config, error) {
 	cfg := DefaultConfig()
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	// Its callers say its errors beside their own (run hides the token in
+	// them), so it needs no help of its own.
+	cmd := NewCommand("run", nil)
 	var configPath string
 	var showVersion bool
-	fs.StringVar(&configPath, "config", "", "")
-	fs.BoolVar(&showVersion, "version", false, "")
+	cmd.StringVar(&configPath, "config", "", "")
+	cmd.BoolVar(&showVersion, "version", false, "")
 	var order, flagValues []string
 	for _, o := range Options {
 		name := o.Name
-		fs.Func(name, o.Help, func(v string) error {
+		cmd.Func(name, o.Help, func(v string) error {
 			// Applied in command-line order, so a flag given twice
 			// counts as given last.
 			order = append(order, name)
@@ -560,14 +559,8 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 			return nil
 		})
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return cfg, err
-		}
-		return cfg, Usagef("%v (see 'fluksio-worker run --help')", FlagError(fs, args, err))
-	}
-	if fs.NArg() > 0 {
-		return cfg, Usagef("unexpected argument %q (see 'fluksio-worker run --help')", fs.Arg(0))
+	if err := cmd.Parse(args); err != nil {
+		return cfg, err
 	}
 	if slices.Contains(order, "token") && slices.Contains(order, "token-file") {
 		return cfg, Usagef("give the token once: --token or --token-file, not both")
