@@ -195,7 +195,7 @@ def bulk(n, size, progress):
 // all of it. The engine gets every value once, in order, and the answer.
 func TestHungEngineGetsEverythingInFlight(t *testing.T) {
 	const n, size, inFlight = 400, 32 << 10, 300 // 300 frames of 32 KiB: over 9 MiB in flight
-	shared := t.TempDir() // where the node tells the test how far it got
+	shared := t.TempDir()                        // where the node tells the test how far it got
 	s := startResumeSession(t, 10*time.Minute, "--sandbox-bind", shared+":rw")
 	progress := filepath.Join(shared, "progress")
 	s.wk.PauseReads(10 * time.Minute)

@@ -61,7 +61,11 @@ func TestArtifactCacheNeverTakesTheWorkerOutOfService(t *testing.T) {
 	startBinary(t, []string{"FLUKSIO_WORKER_TOKEN=" + testToken},
 		"run", "--url", eng.AttachURL(), "--python", runtimePython(t), "--runtime", "embedded",
 		"--state-dir", filepath.Join(disk, "state"), "--parallel", "2",
-		"--min-free-disk", "40MiB", "--artifact-cache-max", "100%")
+		"--min-free-disk", "40MiB", "--artifact-cache-max", "100%",
+		// The cache in the state directory is the calls' where they run
+		// without a sandbox (in one, each call caches for itself, in its
+		// call directory); the fifo is in the test's /tmp.
+		"--sandbox", "off")
 	wk := attach(t, eng)
 	sha := func(answer map[string]any) string { s, _ := outputsOf(t, answer)["sha"].(string); return "sha256:" + s }
 

@@ -333,14 +333,16 @@ def read(digest):
 		open := filepath.Join(t.TempDir(), "open-cache")
 		os.Mkdir(open, 0o777)
 		os.Chmod(open, 0o777)
-		_, wk2, _ := nodeWorker(t, python, "", []string{"FLUKSIO_ARTIFACT_CACHE=" + open})
+		// Shown to the sandbox, a cache the owner names is shared by the
+		// calls (otherwise each call caches for itself).
+		_, wk2, _ := nodeWorker(t, python, "", []string{"FLUKSIO_ARTIFACT_CACHE=" + open}, "--sandbox-bind", open+":rw")
 		answer, _ = runNode(t, wk2, nodeRun("read-open", code, "read", map[string]any{"digest": digest}))
 		nodeError(t, answer, "RuntimeError", open, "written by others")
 		if os.Geteuid() == 0 {
 			theirs := filepath.Join(t.TempDir(), "theirs")
 			os.Mkdir(theirs, 0o700)
 			os.Chown(theirs, 65534, 65534)
-			_, wk3, _ := nodeWorker(t, python, "", []string{"FLUKSIO_ARTIFACT_CACHE=" + theirs})
+			_, wk3, _ := nodeWorker(t, python, "", []string{"FLUKSIO_ARTIFACT_CACHE=" + theirs}, "--sandbox-bind", theirs+":rw")
 			answer, _ = runNode(t, wk3, nodeRun("read-theirs", code, "read", map[string]any{"digest": digest}))
 			nodeError(t, answer, "RuntimeError", theirs, "belongs to uid 65534")
 		}
@@ -373,7 +375,9 @@ def pool(method):
 		if err := os.WriteFile(filepath.Join(modDir, "spawnnode.py"), []byte(code), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		_, wk, _ := nodeWorker(t, python, "", nil)
+		// The module's directory is under /tmp, which is the call's own in
+		// its sandbox: the owner shows it, as for any dataset or code.
+		_, wk, _ := nodeWorker(t, python, "", nil, "--sandbox-bind", modDir)
 		want := []any{0.0, 1.0, 4.0, 9.0, 16.0, 25.0}
 		for _, method := range []string{"spawn", "forkserver"} {
 			answer, _ := runNode(t, wk, nodeRun("src-"+method, code, "pool", map[string]any{"method": method}))
