@@ -89,7 +89,10 @@ def values():
 func TestRuntimeRealCode(t *testing.T) {
 	t.Parallel()
 	forEachPython(t, func(t *testing.T, python string) {
-		_, wk, _ := nodeWorker(t, python, "", nil, "--cancel-grace", "2s")
+		// Where nodes write what this test reads, shown to their sandbox
+		// (the test's /tmp is not theirs).
+		shown := t.TempDir()
+		_, wk, _ := nodeWorker(t, python, "", nil, "--cancel-grace", "2s", "--sandbox-bind", shown+":rw")
 		t.Run("hard-exit", func(t *testing.T) {
 			// Lost in one to two calls of three before the worker read
 			// what the runner left in the node's pipes.
@@ -115,7 +118,10 @@ func TestRuntimeRealCode(t *testing.T) {
 				t.Fatal(err)
 			}
 			exitNode := string(b)
-			out := t.TempDir()
+			out := filepath.Join(shown, "exit")
+			if err := os.Mkdir(out, 0o700); err != nil {
+				t.Fatal(err)
+			}
 			answer, _ := runNode(t, wk, nodeRun("exit", exitNode, "train", map[string]any{"out": out}))
 			outputsOf(t, answer) // answered while the atexit handler waits for this test
 			if err := os.WriteFile(filepath.Join(out, "answer-seen"), nil, 0o600); err != nil {
