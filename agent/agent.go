@@ -42,6 +42,7 @@ type Agent struct {
 	redact   *logging.Redactor // the token out of text the worker shows
 	metrics  *metrics.Metrics  // nil without --listen
 	runners  *runner.Pool      // starts runners, keeps the warm spares
+	sandbox  *runner.Sandbox   // every call's (setupSandbox); nil: none
 	digests  *platform.VenvDigests
 
 	// The artifacts calls load (FLUKSIO_ARTIFACT_CACHE), trimmed by
@@ -385,6 +386,7 @@ func (a *Agent) runnerConfig() runner.Config {
 		Log:             a.log,
 		Metrics:         a.metrics,
 		NodeLog:         nodeLog(a.cfg.NodeLogLevel),
+		Sandbox:         a.sandbox,
 	}
 }
 

@@ -101,21 +101,22 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if l := cfg.CallLimits(); l.Any() {
 		log.Info("each call is held to the machine owner's limits on its cgroup", "memory_max_bytes", l.MemoryMax, "pids_max", l.PidsMax, "cpu_max", l.CPUMax)
 	}
-	sandbox, ok := setupSandbox(log, cfg, exe, exeErr, stateDir)
+	sb, sandbox, ok := setupSandbox(log, cfg, exe, exeErr, stateDir)
 	if !ok {
 		return exiting(log, service, config.ExitUsage, "no sandbox can be had here")
 	}
 	log.Info("starting", "version", Version, "engine", logging.ShownURL(cfg.URL), "python", python,
 		"python_version", pyVersion, "state_dir", stateDir, "parallel", cfg.Parallel, "containment", contain,
 		"sandbox", sandbox, "warm", runner.WarmShown(cfg.WarmSpares()))
-	log.Debug("spare runners", "warm", runner.WarmDetail(cfg.WarmSpares()))
+	log.Debug("spare runners", "warm", runner.WarmDetail(cfg.WarmSpares(), sb))
 	if cfg.Policy.On() || cfg.PreCallHook != "" || cfg.PostCallHook != "" {
 		log.Info("the machine owner's code policy and hooks are in force", "policy", cfg.PolicyText())
 	}
 	a := New(cfg, log, python, stateDir)
+	a.sandbox = sb
 	defer a.status.Close() // its last write, before the state directory is let go
 	a.status.Update(func(s *status.Status) {
-		s.Containment, s.Sandbox, s.Warm, s.WarmDetail = contain, sandbox, runner.WarmShown(cfg.WarmSpares()), runner.WarmDetail(cfg.WarmSpares())
+		s.Containment, s.Sandbox, s.Warm, s.WarmDetail = contain, sandbox, runner.WarmShown(cfg.WarmSpares()), runner.WarmDetail(cfg.WarmSpares(), sb)
 		s.Limits = cfg.LimitsText()
 	})
 	if cfg.Listen != "" {

@@ -10,29 +10,30 @@ import (
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
-// setupSandbox sets up the calls' sandbox as cfg asks and returns the
-// state to show; false ends the start: --sandbox on where none can be
+// setupSandbox sets up the calls' sandbox as cfg asks and returns it (nil
+// for none, runner.Config.Sandbox) and the state to show; false ends the
+// start: --sandbox on where none can be
 // had, or a code policy without one that --sandbox off did not accept in
 // so many words (the policy decides what code starts; without a sandbox,
 // what it reaches once started is everything the worker can).
-func setupSandbox(log *slog.Logger, cfg config.Config, exe string, exeErr error, stateDir string) (string, bool) {
+func setupSandbox(log *slog.Logger, cfg config.Config, exe string, exeErr error, stateDir string) (*runner.Sandbox, string, bool) {
 	if exeErr != nil && cfg.Sandbox != "off" {
 		log.Error("cannot sandbox calls: the worker's own binary cannot be found to set each sandbox up", "error", exeErr)
-		return "", false
+		return nil, "", false
 	}
-	state, missing := runner.SetupSandbox(cfg.Sandbox, SandboxOf(cfg, exe, stateDir), stateDir)
+	sb, state, missing := runner.SetupSandbox(cfg.Sandbox, SandboxOf(cfg, exe, stateDir), stateDir)
 	off := strings.HasPrefix(state, runner.SandboxOff)
 	switch {
 	case missing:
 		log.Error("--sandbox on, but no sandbox can be had here", "sandbox", state)
-		return "", false
+		return nil, "", false
 	case off && cfg.Policy.On() && cfg.Sandbox != "off":
 		log.Error("a code policy is on but calls cannot be sandboxed here: node code would reach everything the worker can; fix what the sandbox line says, or accept it with --sandbox off", "sandbox", state)
-		return "", false
+		return nil, "", false
 	case off && cfg.Sandbox != "off":
 		log.Warn("calls run without a sandbox: node code can read the worker's token and state and signal it", "sandbox", state)
 	}
-	return state, true
+	return sb, state, true
 }
 
 // SandboxOf is the sandbox every runner of cfg shares: the state

@@ -47,6 +47,7 @@ type Config struct {
 	Log             *slog.Logger
 	Metrics         *metrics.Metrics // nil-safe: nil without --listen
 	NodeLog         NodeLog          // how a node's stderr lines are logged (--node-log-level)
+	Sandbox         *Sandbox         // every runner's sandbox (SetupSandbox); nil: none
 
 	dirs    *callDirs    // the pool's call directories kept for reuse; set by NewPool
 	cgroups *callCgroups // the pool's calls' cgroups kept for reuse; set by NewPool

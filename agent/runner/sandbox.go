@@ -24,7 +24,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 
 	"github.com/fluksio/fluksio-worker/platform"
 )
@@ -40,32 +39,26 @@ type Sandbox struct {
 	forks bool
 }
 
-// sandboxSet is the sandbox SetupSandbox found possible and wanted; nil:
-// runners run without one. The process's, as containment is.
-var sandboxSet atomic.Pointer[Sandbox]
-
-// currentSandbox is the runners' sandbox, nil for none.
-func currentSandbox() *Sandbox { return sandboxSet.Load() }
-
 // SandboxOff is the start of the state said for a worker without one.
 const SandboxOff = "off"
 
-// SetupSandbox sets up the runners' sandbox as --sandbox asks: "off"
-// never, "on" or "auto" where the kernel gives one. It returns the state
-// to say at start, in check and in status ("on", or "off: WHY, what to
-// change"), and whether the sandbox wanted ("on") could not be had.
-func SetupSandbox(want string, sb Sandbox, stateDir string) (state string, missing bool) {
-	sandboxSet.Store(nil)
+// SetupSandbox is the runners' sandbox as --sandbox asks: "off" never,
+// "on" or "auto" where the kernel gives one; nil for none. The caller
+// hands it to its pool (Config.Sandbox): each worker's own, never the
+// process's, so that workers in one process (tests, selftest) keep theirs.
+// It returns the state to say at start, in check and in status ("on", or
+// "off: WHY, what to change"), and whether the sandbox wanted ("on")
+// could not be had.
+func SetupSandbox(want string, sb Sandbox, stateDir string) (set *Sandbox, state string, missing bool) {
 	if want == "off" {
-		return SandboxOff + ": --sandbox off", false
+		return nil, SandboxOff + ": --sandbox off", false
 	}
 	state = ProbeSandbox(want, sb.Exe, stateDir)
 	if strings.HasPrefix(state, SandboxOff) {
-		return state, want == "on"
+		return nil, state, want == "on"
 	}
 	sb.forks = platform.SandboxScopes()
-	sandboxSet.Store(&sb)
-	return state, false
+	return &sb, state, false
 }
 
 // sandboxAdvice is what to change, for a reason the probe gave.
@@ -97,7 +90,7 @@ func ProbeSandbox(want, exe, stateDir string) string {
 // sandboxed makes cmd, a runner with its call directory dir and the script
 // its interpreter runs, start in its sandbox, where there is one.
 func (c *Config) sandboxed(cmd *exec.Cmd, dir *callDir, zygote bool, scripts ...string) error {
-	sb := currentSandbox()
+	sb := c.Sandbox
 	if sb == nil {
 		return nil
 	}

@@ -268,7 +268,7 @@ func (s *spare) waitServed() {
 	if died {
 		s.we.failures++
 		limit := maxSpareFailures
-		if s.we.rt.Embedded && forksHere() {
+		if s.we.rt.Embedded && forksHere(p.cfg.Sandbox) {
 			// The forks and their zygote die together when something
 			// kills them all (the OOM killer, a user): that is not a
 			// broken interpreter.

@@ -403,7 +403,7 @@ func (p *warmPool) fillLocked() {
 		left -= allowed
 		waiting := false // for the zygote to be ready, to fork spares
 		keep := allowed
-		if we.rt.Embedded && forksHere() && !p.threaded[we.key] {
+		if we.rt.Embedded && forksHere(p.cfg.Sandbox) && !p.threaded[we.key] {
 			// None ahead for an environment that gets none.
 			if allowed > 0 {
 				keep = allowed + forkedSparesAhead

@@ -15,14 +15,14 @@ func WarmShown(spares int) string {
 // `status --json`: where spares are forked from a zygote (a cgroup per
 // call, the embedded runtime) an environment keeps forkedSparesAhead more
 // than --warm, and its zygote is one process more, which a person counting
-// processes would not expect from --warm 1. Call it after
-// SetupContainment.
-func WarmDetail(spares int) string {
+// processes would not expect from --warm 1. sb is the worker's sandbox
+// (nil: none). Call it after SetupContainment.
+func WarmDetail(spares int, sb *Sandbox) string {
 	if spares == 0 {
 		return "off (--warm 0): every call starts its runner cold"
 	}
 	kept := fmt.Sprintf("%d spare runner%s started ahead (--warm %d)", spares, plural(spares), spares)
-	if !forksHere() {
+	if !forksHere(sb) {
 		return kept
 	}
 	n := spares + forkedSparesAhead

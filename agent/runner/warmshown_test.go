@@ -10,13 +10,13 @@ import (
 
 // --warm 1 where spares are started one by one is one spare, said so.
 func TestWarmShownWithoutZygotes(t *testing.T) {
-	if forksHere() {
+	if forksHere(nil) {
 		t.Skip("this process forks spares from zygotes")
 	}
-	if got := WarmDetail(0); !strings.Contains(got, "off (--warm 0)") {
+	if got := WarmDetail(0, nil); !strings.Contains(got, "off (--warm 0)") {
 		t.Errorf("--warm 0: %q", got)
 	}
-	if got := WarmDetail(1); got != "1 spare runner started ahead (--warm 1)" {
+	if got := WarmDetail(1, nil); got != "1 spare runner started ahead (--warm 1)" {
 		t.Errorf("--warm 1 without zygotes: %q", got)
 	}
 }
@@ -30,7 +30,7 @@ func TestWarmShownCountsForkedSpares(t *testing.T) {
 	if short := WarmShown(1); short != "1 spare runner kept ready (--warm 1)" {
 		t.Errorf("--warm 1, shown in status and the start's log: %q; want a few plain words (the detail is WarmDetail's)", short)
 	}
-	got := WarmDetail(1)
+	got := WarmDetail(1, nil)
 	if !strings.HasPrefix(got, "1 spare runner started ahead (--warm 1)") ||
 		!strings.Contains(got, "with one environment, "+strconv.Itoa(1+forkedSparesAhead)+" spare runners and a zygote") {
 		t.Errorf("--warm 1 with forked spares: %q; want the spare asked for, how many an environment keeps, and its zygote", got)

@@ -56,11 +56,11 @@ const callForkTimeout = 250 * time.Millisecond
 // behind it (a wedged zygote would hold it for forkTimeout), it starts cold.
 var errZygoteBusy = errors.New("the zygote is busy forking a spare")
 
-// forksHere reports whether calls of this worker can be forked from
-// zygotes: a cgroup per call, and orphans adopted by this process.
-// In a sandbox, only where forks can sandbox themselves (sandbox.go).
-func forksHere() bool {
-	sb := currentSandbox()
+// forksHere reports whether calls of a worker with the sandbox sb (nil:
+// none) can be forked from zygotes: a cgroup per call, and orphans
+// adopted by this process. In a sandbox, only where forks can sandbox
+// themselves (sandbox.go).
+func forksHere(sb *Sandbox) bool {
 	return callCgroupsSet() != nil && isSubreaper() && (sb == nil || sb.forks)
 }
 
@@ -245,7 +245,7 @@ func (z *zygote) fork(s *spare, forCall bool) error {
 		return err
 	}
 	env := s.box.make(dir.env(effectiveEnv(p.cfg.env(z.we.env)), p.cfg.CancelGrace))
-	if sb := currentSandbox(); sb != nil {
+	if sb := p.cfg.Sandbox; sb != nil {
 		env = sandboxEnv(env, dir, sb.Hide, sb.Binds)
 	}
 	fail := func(err error) error {

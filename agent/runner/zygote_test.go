@@ -49,7 +49,7 @@ var containedChild bool
 func inContainedChild(t *testing.T, env ...string) bool {
 	t.Helper()
 	if containedChild {
-		if !forksHere() {
+		if !forksHere(nil) {
 			t.Fatal("the contained child test process cannot fork calls from zygotes")
 		}
 		return true
