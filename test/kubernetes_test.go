@@ -2,6 +2,7 @@ package test
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -81,6 +82,12 @@ func TestHelmChartRefuses(t *testing.T) {
 		{[]string{"-f", minimal, "--set", "mode=scaledJob"}, "keda.triggers is required"},
 		{[]string{"-f", minimal, "--set", "drain.enabled=true", "--set", "drain.method=sigquit"}, "drain.method must be preStop or stopSignal"},
 		{[]string{"-f", minimal, "--set", "drain.enabled=true", "--set", "terminationGracePeriodSeconds=60"}, "shorter than the drain"},
+		{[]string{"-f", minimal, "--set", "sandbox.mode=sometimes"}, `sandbox.mode must be auto, on or off, not "sometimes"`},
+		{[]string{"-f", minimal, "--set", "sandbox.mode="}, `sandbox.mode must be auto, on or off, not ""`},
+		{[]string{"-f", minimal, "--set-json", `sandbox.binds=["/data","datasets:rw"]`}, `sandbox.binds: "datasets:rw" is not an absolute path`},
+		{[]string{"-f", minimal, "--set-json", `sandbox.binds=["/data:rx"]`}, `sandbox.binds: "/data:rx" is not an absolute path, optionally followed by :rw`},
+		{[]string{"-f", minimal, "--set", "sandbox.mode=off", "--set", "sandbox.allowNamespaces=true"}, "set sandbox.allowNamespaces false, or sandbox.mode auto or on"},
+		{[]string{"-f", minimal, "--set", "hostUsers=maybe"}, `hostUsers must be true, false or null, not "maybe"`},
 	} {
 		cmd := exec.Command(helm, append([]string{"template", "rel", "."}, c.args...)...)
 		cmd.Dir = chart
@@ -88,6 +95,189 @@ func TestHelmChartRefuses(t *testing.T) {
 		if err == nil || !strings.Contains(string(out), c.want) {
 			t.Errorf("helm template %v: %v, want an error saying %q; got\n%s", c.args, err, c.want, out)
 		}
+	}
+}
+
+// TestHelmChartSandbox: the sandbox values become the worker's --sandbox
+// and --sandbox-bind arguments and, with allowNamespaces, a worker
+// container whose seccomp and AppArmor profiles let it make a user
+// namespace and mount in it (Unconfined, unless the owner set a Localhost
+// profile), while the init container keeps the pod's RuntimeDefault; the
+// pod's hostUsers only where set. NOTES says how to see whether the pods
+// got their sandbox, and warns when it is off.
+func TestHelmChartSandbox(t *testing.T) {
+	helm := installHelm(t)
+	chart := filepath.Join(moduleRoot(t), chartDir)
+	minimal := filepath.Join(chart, "ci", "minimal-values.yaml")
+	no, yes := false, true
+	// YAML 1.1, which Helm reads values in, takes an unquoted on and off
+	// for true and false: a user writes them so.
+	unquoted := map[string]string{}
+	for _, mode := range []string{"on", "off"} {
+		unquoted[mode] = filepath.Join(t.TempDir(), mode+".yaml")
+		if err := os.WriteFile(unquoted[mode], []byte("sandbox:\n  mode: "+mode+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		set  []string
+		want sandboxWant
+	}{
+		{"defaults", nil, sandboxWant{mode: "auto"}},
+		{"on, with binds", []string{"--set", "sandbox.mode=on", "--set-json", `sandbox.binds=["/data","/cache:rw","/models:ro"]`},
+			sandboxWant{mode: "on", binds: []string{"/data", "/cache:rw", "/models:ro"}}},
+		{"off", []string{"--set", "sandbox.mode=off"}, sandboxWant{mode: "off"}},
+		{"mode: on unquoted", []string{"-f", unquoted["on"]}, sandboxWant{mode: "on"}},
+		{"mode: off unquoted", []string{"-f", unquoted["off"]}, sandboxWant{mode: "off"}},
+		{"allowNamespaces", []string{"--set", "sandbox.allowNamespaces=true"},
+			sandboxWant{mode: "auto", seccomp: "Unconfined", appArmor: "Unconfined"}},
+		{"allowNamespaces in a Job", []string{"--set", "mode=job", "--set", "sandbox.allowNamespaces=true", "--set", "sandbox.mode=on"},
+			sandboxWant{mode: "on", seccomp: "Unconfined", appArmor: "Unconfined"}},
+		{"allowNamespaces keeps the container's Localhost seccomp profile",
+			[]string{"--set", "sandbox.allowNamespaces=true", "--set-json", `securityContext.seccompProfile={"type":"Localhost","localhostProfile":"profiles/fluksio.json"}`},
+			sandboxWant{mode: "auto", seccomp: "Localhost", appArmor: "Unconfined"}},
+		{"allowNamespaces keeps the pod's Localhost seccomp profile",
+			[]string{"--set", "sandbox.allowNamespaces=true", "--set-json", `podSecurityContext.seccompProfile={"type":"Localhost","localhostProfile":"profiles/fluksio.json"}`},
+			sandboxWant{mode: "auto", seccomp: "Localhost", appArmor: "Unconfined"}},
+		{"allowNamespaces keeps a Localhost AppArmor profile",
+			[]string{"--set", "sandbox.allowNamespaces=true", "--set-json", `securityContext.appArmorProfile={"type":"Localhost","localhostProfile":"fluksio-worker"}`},
+			sandboxWant{mode: "auto", seccomp: "Unconfined", appArmor: "Localhost"}},
+		{"allowNamespaces overrides a RuntimeDefault set on the container",
+			[]string{"--set", "sandbox.allowNamespaces=true", "--set-json", `securityContext.seccompProfile={"type":"RuntimeDefault"}`},
+			sandboxWant{mode: "auto", seccomp: "Unconfined", appArmor: "Unconfined"}},
+		{"hostUsers false", []string{"--set", "hostUsers=false", "--set", "sandbox.allowNamespaces=true"},
+			sandboxWant{mode: "auto", seccomp: "Unconfined", appArmor: "Unconfined", hostUsers: &no}},
+		{"hostUsers true", []string{"--set", "hostUsers=true"}, sandboxWant{mode: "auto", hostUsers: &yes}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			args := append([]string{"template", "rel", ".", "-f", minimal}, c.set...)
+			text := runTool(t, chart, nil, helm, args...)
+			r := decodeStrict(t, text)
+			var spec corev1.PodSpec
+			switch {
+			case len(r.deployments) == 1:
+				spec = r.deployments[0].Spec.Template.Spec
+			case len(r.jobs) == 1:
+				spec = r.jobs[0].Spec.Template.Spec
+			default:
+				t.Fatalf("no Deployment or Job rendered:\n%s", text)
+			}
+			checkSandbox(t, spec, c.want)
+			if t.Failed() {
+				t.Logf("rendered:\n%s", text)
+			}
+
+			// NOTES: how to check, and a warning when off.
+			notes := runTool(t, chart, nil, helm, append([]string{"install", "rel", ".", "--dry-run=client", "-f", minimal}, c.set...)...)
+			_, notes, _ = strings.Cut(notes, "NOTES:")
+			main := spec.Containers[0]
+			stateDir := main.Args[slices.Index(main.Args, "--state-dir")+1]
+			check := fmt.Sprintf("%s status --state-dir %s", main.Command[0], stateDir)
+			if !strings.Contains(notes, check) || !strings.Contains(notes, "sandbox: on") {
+				t.Errorf("NOTES do not say how to check the sandbox (%q):\n%s", check, notes)
+			}
+			if warned := strings.Contains(notes, "calls run with the worker's rights"); warned != (c.want.mode == "off") {
+				t.Errorf("NOTES with sandbox.mode %s: warned %v, want %v:\n%s", c.want.mode, warned, c.want.mode == "off", notes)
+			}
+		})
+	}
+}
+
+// sandboxWant is what a pod spec should say about the calls' sandbox:
+// the worker's --sandbox mode and --sandbox-bind paths in order, the
+// profile types the worker container runs under ("" for the pod's
+// RuntimeDefault, unchanged), and the pod's hostUsers (nil: left out).
+type sandboxWant struct {
+	mode              string
+	binds             []string
+	seccomp, appArmor string
+	hostUsers         *bool
+}
+
+func checkSandbox(t *testing.T, spec corev1.PodSpec, want sandboxWant) {
+	t.Helper()
+	initC, main := spec.InitContainers[0], spec.Containers[0]
+	var mode []string
+	var binds []string
+	for i := 0; i+1 < len(main.Args); i++ {
+		switch main.Args[i] {
+		case "--sandbox":
+			mode = append(mode, main.Args[i+1])
+		case "--sandbox-bind":
+			binds = append(binds, main.Args[i+1])
+		}
+	}
+	if !slices.Equal(mode, []string{want.mode}) || !slices.Equal(binds, want.binds) {
+		t.Errorf("--sandbox %v, --sandbox-bind %v; want --sandbox %s once and --sandbox-bind %v", mode, binds, want.mode, want.binds)
+	}
+
+	// The profile a container runs under: its own, else the pod's.
+	psc := spec.SecurityContext
+	seccomp := func(c corev1.Container) string {
+		if c.SecurityContext != nil && c.SecurityContext.SeccompProfile != nil {
+			return string(c.SecurityContext.SeccompProfile.Type)
+		}
+		if psc != nil && psc.SeccompProfile != nil {
+			return string(psc.SeccompProfile.Type)
+		}
+		return ""
+	}
+	appArmor := func(c corev1.Container) string {
+		if c.SecurityContext != nil && c.SecurityContext.AppArmorProfile != nil {
+			return string(c.SecurityContext.AppArmorProfile.Type)
+		}
+		if psc != nil && psc.AppArmorProfile != nil {
+			return string(psc.AppArmorProfile.Type)
+		}
+		return ""
+	}
+	wantSeccomp, wantAppArmor := cmp.Or(want.seccomp, "RuntimeDefault"), want.appArmor
+	if got := seccomp(main); got != wantSeccomp {
+		t.Errorf("the worker container's seccomp profile is %q, want %q", got, wantSeccomp)
+	}
+	if got := appArmor(main); got != wantAppArmor {
+		t.Errorf("the worker container's AppArmor profile is %q, want %q (\"\": the runtime's default)", got, wantAppArmor)
+	}
+	// A Localhost profile kept keeps its file.
+	if seccomp(main) == "Localhost" {
+		p := psc.SeccompProfile
+		if main.SecurityContext.SeccompProfile != nil {
+			p = main.SecurityContext.SeccompProfile
+		}
+		if p.LocalhostProfile == nil || *p.LocalhostProfile == "" {
+			t.Errorf("the worker container's Localhost seccomp profile lost its file: %+v", p)
+		}
+	}
+	if appArmor(main) == "Localhost" {
+		p := psc.AppArmorProfile
+		if main.SecurityContext.AppArmorProfile != nil {
+			p = main.SecurityContext.AppArmorProfile
+		}
+		if p.LocalhostProfile == nil || *p.LocalhostProfile == "" {
+			t.Errorf("the worker container's Localhost AppArmor profile lost its name: %+v", p)
+		}
+	}
+	// Only the worker is unconfined: the init container copies a file.
+	if got := seccomp(initC); got != "RuntimeDefault" && got != "Localhost" {
+		t.Errorf("the init container's seccomp profile is %q, want the pod's", got)
+	}
+	if got := appArmor(initC); got == "Unconfined" {
+		t.Error("the init container is unconfined by AppArmor too")
+	}
+	// Whatever the profiles, the worker keeps the rest: no capabilities,
+	// no privilege escalation, a read-only root, non-root.
+	sc := main.SecurityContext
+	if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+		sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 {
+		t.Errorf("the worker container's securityContext %+v lost what the chart sets besides the profiles", sc)
+	}
+	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot {
+		t.Errorf("the pod no longer runs as non-root: %+v", psc)
+	}
+
+	if (spec.HostUsers == nil) != (want.hostUsers == nil) || (spec.HostUsers != nil && *spec.HostUsers != *want.hostUsers) {
+		t.Errorf("hostUsers %v, want %v", formatOr(spec.HostUsers), formatOr(want.hostUsers))
 	}
 }
 
@@ -123,6 +313,12 @@ type chartValues struct {
 		CPUMax    *float64 `json:"cpuMax"`
 	} `json:"callLimits"`
 	MinFreeDisk string `json:"minFreeDisk"`
+	Sandbox     struct {
+		Mode            string
+		Binds           []string
+		AllowNamespaces bool `json:"allowNamespaces"`
+	}
+	HostUsers *bool `json:"hostUsers"`
 }
 
 func readValues(t *testing.T, chart, file string) chartValues {
@@ -544,6 +740,13 @@ func checkChart(t *testing.T, name string, v chartValues, text string, r rendere
 	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
 		t.Error("the pod mounts a service account token; the worker needs no API access")
 	}
+
+	// The calls' sandbox, as the values say.
+	unconfined := ""
+	if v.Sandbox.AllowNamespaces {
+		unconfined = "Unconfined"
+	}
+	checkSandbox(t, spec, sandboxWant{mode: v.Sandbox.Mode, binds: v.Sandbox.Binds, seccomp: unconfined, appArmor: unconfined, hostUsers: v.HostUsers})
 
 	// One-shot workers are bounded and not restarted in place.
 	if v.Mode != "deployment" {
@@ -1055,7 +1258,7 @@ func chartAppVersion(t *testing.T) string {
 }
 
 // formatOr is *p as text, "" for nil.
-func formatOr[T int | float64](p *T) string {
+func formatOr[T int | float64 | bool](p *T) string {
 	if p == nil {
 		return ""
 	}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/fluksio/fluksio-worker/agent/enginetest"
+	"github.com/fluksio/fluksio-worker/agent/status"
 	"github.com/fluksio/fluksio-worker/test/nspawn"
 )
 
@@ -332,6 +334,37 @@ def inside():
             "python": os.path.realpath(sys.executable)}
 `
 
+// reachCode is node code reporting what it can reach of the worker's own:
+// the token file and the state directory, at the paths the pod gives the
+// worker. In a sandbox the token reads empty, and the state directory is a
+// read-only stand-in showing only the runner's script and the call's own
+// directory.
+const reachCode = `
+import errno, os
+
+def reach(token_file, state_dir):
+    def err(e):
+        return errno.errorcode.get(e.errno, str(e.errno))
+    def listing(d):
+        try:
+            return sorted(os.listdir(d))
+        except OSError as e:
+            return err(e)
+    try:
+        with open(token_file) as f:
+            token = len(f.read())
+    except OSError as e:
+        token = err(e)
+    try:
+        open(os.path.join(state_dir, "planted"), "w").close()
+        write = "writable"
+    except OSError as e:
+        write = err(e)
+    return {"token_bytes": token, "state": listing(state_dir), "state_write": write,
+            "calls": listing(os.path.join(state_dir, "calls")),
+            "own": os.path.basename(os.environ["FLUKSIO_CALL_DIR"])}
+`
+
 // slowCode is a call that says it runs, then runs until stopped.
 const slowCode = `
 import time
@@ -358,13 +391,20 @@ def slow():
 //     no_new_privs, a read-only root and a writable /tmp; stopping the pod
 //     (SIGTERM) while a call runs stops the call, which is answered, and
 //     ends the worker with exit 0 within terminationGracePeriodSeconds.
+//     The worker's status says its calls are sandboxed, and a call reads
+//     neither the token (hidden) nor the worker's state (only its own
+//     directory and the runner's script are shown, read-only).
 //   - job and scaledJob: the Job's and the KEDA ScaledJob's pod template
-//     run one call and exit 0 (--max-calls 1).
+//     run one call and exit 0 (--max-calls 1); the Job's with
+//     sandbox.mode on and allowNamespaces.
 //
 // Not covered: a kubelet's probes and restarts, a cluster's networking
 // (host networking here), the pod's resource limits, the drain's preStop
 // hook and stop signal (TestHelmChartPodRuns runs the hook), fsGroup and
-// a Secret volume's defaultMode (podman ignores both; see makeSecret).
+// a Secret volume's defaultMode (podman ignores both; see makeSecret), the
+// seccomp and AppArmor profiles the chart sets (kube play 4.3 takes seccomp
+// from annotations only; no AppArmor on this host; podman's default
+// profile allows the sandbox anyway).
 func TestHelmChartUnderPodman(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -453,6 +493,40 @@ func TestHelmChartUnderPodman(t *testing.T) {
 		}
 		t.Logf("inside the pod: %v", out)
 
+		// The calls' sandbox: on (podman's default seccomp profile,
+		// containers-common's, allows a user namespace and mounts in it,
+		// and this host has no AppArmor), as the worker's status file in
+		// the state volume says; a call reads neither the token nor the
+		// worker's state (its status file, other calls), and writes none.
+		stateDir := main.Args[slices.Index(main.Args, "--state-dir")+1]
+		stateVol := pm.run(t, "volume", "inspect", "--format", "{{.Mountpoint}}", "deployment-"+mountedAt(main, stateDir))
+		ws, err := status.Read(stateVol)
+		if err != nil || !strings.HasPrefix(ws.Sandbox, "on") {
+			t.Errorf("the worker's status in the pod says sandbox %q (%v), want on", ws.Sandbox, err)
+		}
+		tokenFile := main.Args[slices.Index(main.Args, "--token-file")+1]
+		answer, _ = runNode(t, wk, nodeRun("reach", reachCode, "reach", map[string]any{"token_file": tokenFile, "state_dir": stateDir}))
+		reached := outputsOf(t, answer)
+		t.Logf("a call in the pod reaches: %v", reached)
+		if reached["token_bytes"] != float64(0) {
+			t.Errorf("a call in the pod reads %v bytes of the token file, want none (hidden)", reached["token_bytes"])
+		}
+		state, _ := reached["state"].([]any)
+		for _, e := range state {
+			if e != "calls" && e != "runtime" {
+				t.Errorf("a call in the pod sees %v in the state directory; want only calls/ (its own) and runtime/", e)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(stateVol, "status.json")); err != nil || len(state) == 0 {
+			t.Errorf("the state directory itself: %v, listed from the call as %v", err, reached["state"])
+		}
+		if calls, _ := reached["calls"].([]any); len(calls) > 1 || (len(calls) == 1 && calls[0] != reached["own"]) {
+			t.Errorf("a call in the pod sees the call directories %v; want only its own, %v", calls, reached["own"])
+		}
+		if reached["state_write"] != "EROFS" {
+			t.Errorf("a call in the pod writing in the state directory: %v, want EROFS", reached["state_write"])
+		}
+
 		// The pod is stopped (SIGTERM) while a call runs: the call is
 		// stopped and answered, the worker exits 0 within the grace.
 		call := startNode(t, wk, nodeRun("slow", slowCode, "slow", nil))
@@ -481,10 +555,20 @@ func TestHelmChartUnderPodman(t *testing.T) {
 		}
 	})
 
-	for _, c := range []struct{ name, values string }{{"job", "job-values.yaml"}, {"scaledjob", "scaledjob-values.yaml"}} {
+	// The Job's pod with sandbox.mode on and allowNamespaces: the pod
+	// plays, and its worker, which starts only with a sandbox, runs its
+	// call. (kube play 4.3 takes seccomp from annotations only and this
+	// host has no AppArmor: the profiles themselves are not tried here.)
+	for _, c := range []struct {
+		name, values string
+		set          []string
+	}{
+		{"job", "job-values.yaml", []string{"--set", "sandbox.mode=on", "--set", "sandbox.allowNamespaces=true"}},
+		{"scaledjob", "scaledjob-values.yaml", nil},
+	} {
 		t.Run(c.name, func(t *testing.T) {
 			eng := startEngine(t, enginetest.Options{})
-			r := render(t, c.values, eng, freePort(t), "--set", "gpus=0", "--set", "oneShot.maxCalls=1")
+			r := render(t, c.values, eng, freePort(t), append([]string{"--set", "gpus=0", "--set", "oneShot.maxCalls=1"}, c.set...)...)
 			var spec corev1.PodSpec
 			if len(r.jobs) == 1 {
 				spec = r.jobs[0].Spec.Template.Spec

@@ -131,8 +131,70 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - {{ printf "%ds" (int .Values.oneShot.maxIdleSeconds) | quote }}
 {{- end }}
 {{- end }}
+{{- include "fluksio-worker.sandboxArgs" . }}
 {{- range .Values.extraArgs }}
 - {{ . | quote }}
+{{- end }}
+{{- end }}
+
+{{/* sandbox.mode: auto, on or off. YAML 1.1 reads an unquoted on and
+     off as true and false: those are taken as meant. */}}
+{{- define "fluksio-worker.sandboxMode" -}}
+{{- $mode := .Values.sandbox.mode }}
+{{- if kindIs "bool" $mode }}
+{{- $mode = ternary "on" "off" $mode }}
+{{- end }}
+{{- if not (has $mode (list "auto" "on" "off")) }}
+{{- fail (printf "sandbox.mode must be auto, on or off, not %q" (toString $mode)) }}
+{{- end }}
+{{- $mode }}
+{{- end }}
+
+{{/* The sandbox's arguments, after refusing what the worker would refuse
+     at start (a pod that never starts) or what cannot mean anything. */}}
+{{- define "fluksio-worker.sandboxArgs" -}}
+{{- $sb := .Values.sandbox }}
+{{- $mode := include "fluksio-worker.sandboxMode" . }}
+{{- if and $sb.allowNamespaces (eq $mode "off") }}
+{{- fail "sandbox.allowNamespaces unconfines the worker's seccomp and AppArmor profiles for a sandbox that sandbox.mode off turns off: set sandbox.allowNamespaces false, or sandbox.mode auto or on" }}
+{{- end }}
+- --sandbox
+- {{ $mode | quote }}
+{{- range $sb.binds }}
+{{- $path := toString . }}
+{{- $mode := "" }}
+{{- if contains ":" $path }}
+{{- $mode = regexReplaceAll "^[^:]*:" $path "" }}
+{{- $path = regexReplaceAll ":.*$" $path "" }}
+{{- end }}
+{{- if or (not (isAbs $path)) (not (has $mode (list "" "rw" "ro"))) }}
+{{- fail (printf "sandbox.binds: %q is not an absolute path, optionally followed by :rw (writable) or :ro: give /PATH or /PATH:rw" (toString .)) }}
+{{- end }}
+- --sandbox-bind
+- {{ . | toString | quote }}
+{{- end }}
+{{- end }}
+
+{{/* The worker container's securityContext: securityContext, with the
+     seccomp and AppArmor profiles unconfined where sandbox.allowNamespaces
+     says (a user namespace and mounts in it, which runtimes' default
+     profiles refuse), unless a Localhost profile is set for the container
+     or the pod (one of the owner's, which is kept). */}}
+{{- define "fluksio-worker.securityContext" -}}
+{{- $sc := deepCopy (default dict .Values.securityContext) }}
+{{- if .Values.sandbox.allowNamespaces }}
+{{- $pod := default dict .Values.podSecurityContext }}
+{{- range $field := list "seccompProfile" "appArmorProfile" }}
+{{- $own := get $sc $field }}
+{{- $podOwn := get $pod $field }}
+{{- $localhost := or (and (kindIs "map" $own) (eq (toString $own.type) "Localhost")) (and (not $own) (kindIs "map" $podOwn) (eq (toString $podOwn.type) "Localhost")) }}
+{{- if not $localhost }}
+{{- $_ := set $sc $field (dict "type" "Unconfined") }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- with $sc }}
+{{- toYaml . }}
 {{- end }}
 {{- end }}
 
@@ -181,6 +243,12 @@ spec:
   {{- with .Values.imagePullSecrets }}
   imagePullSecrets:
     {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- if not (kindIs "invalid" .Values.hostUsers) }}
+  {{- if not (kindIs "bool" .Values.hostUsers) }}
+  {{- fail (printf "hostUsers must be true, false or null, not %q" (toString .Values.hostUsers)) }}
+  {{- end }}
+  hostUsers: {{ .Values.hostUsers }}
   {{- end }}
   {{- with .Values.podSecurityContext }}
   securityContext:
@@ -273,9 +341,9 @@ spec:
           {{- toYaml . | nindent 10 }}
         {{- end }}
       {{- end }}
-      {{- with .Values.securityContext }}
+      {{- with include "fluksio-worker.securityContext" . }}
       securityContext:
-        {{- toYaml . | nindent 8 }}
+        {{- . | nindent 8 }}
       {{- end }}
       volumeMounts:
         - name: fluksio-bin
