@@ -2,6 +2,7 @@ package agent
 
 import (
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -37,8 +38,9 @@ func setupSandbox(log *slog.Logger, cfg config.Config, exe string, exeErr error,
 }
 
 // SandboxOf is the sandbox every runner of cfg shares: the state
-// directory, the config file and the token file hidden; the owner's
-// --sandbox-bind paths shown.
+// directory, the config file and the token file hidden (with its
+// directory where it is a Kubernetes Secret's, see projected); the
+// owner's --sandbox-bind paths shown.
 func SandboxOf(cfg config.Config, exe, stateDir string) runner.Sandbox {
 	sb := runner.Sandbox{Exe: exe, Hide: []string{stateDir}}
 	for _, f := range []string{cfg.File, cfg.TokenFile} {
@@ -47,6 +49,9 @@ func SandboxOf(cfg config.Config, exe, stateDir string) runner.Sandbox {
 		}
 		if abs, err := filepath.Abs(f); err == nil {
 			sb.Hide = append(sb.Hide, abs)
+			if projected(abs) {
+				sb.Hide = append(sb.Hide, filepath.Dir(abs))
+			}
 		}
 	}
 	for _, b := range cfg.SandboxBinds {
@@ -54,4 +59,16 @@ func SandboxOf(cfg config.Config, exe, stateDir string) runner.Sandbox {
 		sb.Binds = append(sb.Binds, platform.SandboxBind{Path: p, Write: mode == "rw"})
 	}
 	return sb
+}
+
+// projected reports whether path is a file of a Kubernetes Secret,
+// ConfigMap or projected volume: a link through the volume's "..data"
+// link to a timestamped directory, which the kubelet replaces when the
+// Secret changes. Hiding the file hides the file of the moment (a mount
+// follows the links); a runner sandboxed before a rotation, or forked
+// from a zygote that was, would see the next token. Its directory, the
+// volume, holds nothing else a call needs and is hidden whole.
+func projected(path string) bool {
+	target, err := os.Readlink(path)
+	return err == nil && strings.HasPrefix(target, "..data"+string(filepath.Separator))
 }
