@@ -81,6 +81,50 @@ func TestRepositoryFromRelease(t *testing.T) {
 		}
 	}
 
+	// Which sums hold for which file, as docs/releasing.md ("Verifying a
+	// download") says: the repository's debs are the release's, byte for
+	// byte, so SHA256SUMS holds for them; its rpms are the release's with
+	// a signature added, so SHA256SUMS holds for the release's own rpm
+	// (which carries no signature), and the header digest is the same in
+	// both.
+	sums, err := os.ReadFile(filepath.Join(v1.dist, "SHA256SUMS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := func(path string) bool {
+		t.Helper()
+		sum := strings.Fields(runTool(t, repo, nil, "sha256sum", path))[0]
+		return strings.Contains(string(sums), sum+"  "+filepath.Base(path)+"\n")
+	}
+	for _, arch := range []string{"amd64", "arm64"} {
+		deb := "deb/pool/main/f/fluksio-worker/" + filepath.Base(v1.pkg(t, "deb", arch))
+		if !listed(deb) {
+			t.Errorf("the repository's %s is not the one SHA256SUMS lists", deb)
+		}
+		released := v1.pkg(t, "rpm", arch)
+		served := filepath.Join(repo, "rpm/packages", filepath.Base(released))
+		if !listed(released) {
+			t.Errorf("SHA256SUMS does not hold for the release's %s", filepath.Base(released))
+		}
+		if listed(served) {
+			t.Errorf("SHA256SUMS holds for the repository's signed %s: docs/releasing.md says it does not", filepath.Base(served))
+		}
+		header := func(rpm string) string {
+			return runTool(t, repo, nil, "rpm", "-qp", "--nosignature", "--qf", "%{SHA256HEADER}\n", rpm)
+		}
+		// The header holds the payload's digest, so its digest stands for
+		// the whole package.
+		if d := runTool(t, repo, nil, "rpm", "-qp", "--nosignature", "--qf", "%{PAYLOADDIGEST}", released); len(d) != 64 {
+			t.Errorf("the release's %s has no payload digest in its header (%q): its header digest does not cover the files", filepath.Base(released), d)
+		}
+		if header(served) != header(released) {
+			t.Errorf("the repository's %s has another header digest than the release's: %s, %s", filepath.Base(served), header(served), header(released))
+		}
+		if out, err := exec.Command("rpmkeys", "--dbpath", rpmdb, "--checksig", released).CombinedOutput(); strings.Contains(string(out), "signatures OK") {
+			t.Errorf("the release's own %s carries a signature (%v: %s): docs/releasing.md says it does not", filepath.Base(released), err, out)
+		}
+	}
+
 	// Again: the packages stay as they were.
 	before := treeSums(t, filepath.Join(repo, "deb/pool"), filepath.Join(repo, "rpm/packages"))
 	key.publish(t, v1.dist, repo)
