@@ -121,13 +121,14 @@ func (a *Agent) vet(c *call) bool {
 		a.book.begin(c)
 		return true
 	}
-	// No heartbeat follows its answer; the book forgets it before the
-	// engine hears the answer, so the engine may send its id again.
+	// No heartbeat follows its answer. The answer goes before the book
+	// forgets the call, as a running call's does: a stopping worker
+	// closes its connection once the book is empty.
 	c.markAnswered()
-	running, waiting := a.book.decline(c)
 	if no != nil {
 		c.refuse(no)
 	}
+	running, waiting := a.book.decline(c)
 	c.abandon()
 	a.publishCounts(running, waiting)
 	a.notify()

@@ -304,3 +304,48 @@ func TestPreCallHookCallGetsHeartbeats(t *testing.T) {
 		t.Errorf("the call answered %s after %q", answer.Raw, rawOf(events))
 	}
 }
+
+// TestDrainRunsCallWhosePreCallHookTakesIt: a call whose pre-call hook runs
+// when a drain begins was admitted before it: it runs once its hook takes
+// it, as a call waiting for a slot does, and the drain ends after its
+// answer. A call sent during the drain is declined.
+func TestDrainRunsCallWhosePreCallHookTakesIt(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	began, gate := filepath.Join(dir, "began"), filepath.Join(dir, "gate")
+	hook := fmt.Sprintf(`: > '%s'; while [ ! -e '%s' ]; do sleep 0.05; done; exit 0`, began, gate)
+	f := serveFake(t, enginetest.Options{}, "--parallel", "1", "--pre-call-hook", hook, "--hook-timeout", "1m")
+	c := f.run(t, "vetted", map[string]any{"announce": true})
+	eventually(t, callTimeout, "the pre-call hook to run", func() bool { _, err := os.Stat(began); return err == nil })
+	f.a.Drain()
+	declined(t, answerOf(t, f.run(t, "late")), protocol.TypeNodeCancelled, "the worker is draining")
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	answer, events := wait(t, c)
+	if !answer.OK || !startedIn(events) {
+		t.Errorf("the call whose hook ran when the drain began answered %s after %q", answer.Raw, rawOf(events))
+	}
+	if err := f.result(t); err != nil {
+		t.Fatalf("Serve after the drain: %v", err)
+	}
+}
+
+// TestStopAnswersCallInPreCallHook: a stop kills the pre-call hooks that
+// run and answers their calls NodeCancelled, "the worker is stopping";
+// the worker then exits.
+func TestStopAnswersCallInPreCallHook(t *testing.T) {
+	t.Parallel()
+	began := filepath.Join(t.TempDir(), "began")
+	f := serveFake(t, enginetest.Options{}, "--pre-call-hook", fmt.Sprintf(`: > '%s'; exec sleep 600`, began), "--hook-timeout", "10m")
+	c := f.run(t, "vetting", map[string]any{"announce": true})
+	eventually(t, callTimeout, "the pre-call hook to run", func() bool { _, err := os.Stat(began); return err == nil })
+	f.a.Stop()
+	answer, events := wait(t, c)
+	if answer.Error == nil || answer.Error.Type != protocol.TypeNodeCancelled || answer.Error.Message != "the worker is stopping" || startedIn(events) {
+		t.Errorf("a call in its pre-call hook at a stop answered %s after %q", answer.Raw, rawOf(events))
+	}
+	if err := f.result(t); err != nil {
+		t.Fatalf("Serve after the stop: %v", err)
+	}
+}
