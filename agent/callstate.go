@@ -110,8 +110,3 @@ func (st callState) String() string {
 	}
 	return "unknown"
 }
-
-// inSlot reports whether a call in st holds one of the --parallel slots.
-func (st callState) inSlot() bool {
-	return st == callVetting || st == callRunning || st == callHeld
-}
