@@ -21,11 +21,7 @@ package agent
 // that may outlive it (resume.go) is held, and running again when an engine
 // claims it. Every call ends once.
 
-import (
-	"fmt"
-	"log/slog"
-	"slices"
-)
+import "github.com/fluksio/fluksio-worker/agent/moves"
 
 // callState is where a call is in its life; guarded by callBook.mu.
 type callState uint8
@@ -41,7 +37,7 @@ const (
 )
 
 // callMoves is every legal move: from a state, the states it may go to.
-var callMoves = map[callState][]callState{
+var callMoves = moves.Table[callState]{
 	callNew:     {callWaiting, callVetting},
 	callWaiting: {callVetting, callLeaving},
 	callVetting: {callRunning, callEnded},
@@ -52,43 +48,18 @@ var callMoves = map[callState][]callState{
 
 // move changes c's state to, a move its caller knows is legal (it holds
 // the book's lock and saw the state it moves from). An illegal one is a
-// bug in the book, and loud: a panic under test (illegalCallMovePanics),
-// an error in the log otherwise, where the worker goes on; it changes
+// bug in the book, and loud (moves.Table.Must): a panic under test, an
+// error in the call's log otherwise, where the worker goes on; it changes
 // nothing.
 func (c *call) move(to callState) {
-	if !c.tryMove(to) {
-		c.illegalMove(to)
-	}
+	callMoves.Must(&c.state, to, "a call", "the worker's book of calls", c.log)
 }
 
 // tryMove changes c's state to, where that is a legal move from its state,
 // and reports whether it did: for a move that may lose to another (the
 // call ended or was taken meanwhile), whose false its caller expects and
 // handles. The book's lock is held.
-func (c *call) tryMove(to callState) bool {
-	if !slices.Contains(callMoves[c.state], to) {
-		return false
-	}
-	c.state = to
-	return true
-}
-
-// illegalCallMovePanics makes an illegal move panic; the package's tests
-// set it (callstate_test.go).
-var illegalCallMovePanics = false
-
-// illegalMove says that c cannot move to: a bug in the book.
-func (c *call) illegalMove(to callState) {
-	msg := fmt.Sprintf("a call cannot move from %s to %s (a bug in the worker's book of calls; please report it)", c.state, to)
-	if illegalCallMovePanics {
-		panic(msg)
-	}
-	log := c.log
-	if log == nil {
-		log = slog.Default()
-	}
-	log.Error(msg)
-}
+func (c *call) tryMove(to callState) bool { return callMoves.Try(&c.state, to) }
 
 // String names a state in the log and the tests' messages.
 func (st callState) String() string {

@@ -1,17 +1,16 @@
 package agent
 
 import (
-	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 
-	"github.com/fluksio/fluksio-worker/agent/enginetest"
 	"github.com/fluksio/fluksio-worker/agent/metrics"
+	"github.com/fluksio/fluksio-worker/agent/moves"
+	"github.com/fluksio/fluksio-worker/agent/moves/movestest"
 )
 
 // An illegal move of a call is a bug: in this package's tests it panics.
-func init() { illegalCallMovePanics = true }
+func init() { moves.PanicOnIllegal = true }
 
 var allCallStates = []callState{callNew, callWaiting, callVetting, callRunning, callHeld, callLeaving, callEnded}
 
@@ -32,64 +31,7 @@ func TestCallStateMoves(t *testing.T) {
 		{callHeld, callEnded}:      true, // delivered just as its connection was lost
 		{callLeaving, callEnded}:   true, // answered or dropped without a slot
 	}
-	for _, from := range allCallStates {
-		for _, to := range allCallStates {
-			t.Run(fmt.Sprintf("%s to %s", from, to), func(t *testing.T) {
-				c := &call{state: from}
-				moved := c.tryMove(to)
-				want := legal[[2]callState{from, to}]
-				if moved != want {
-					t.Fatalf("move from %s to %s: moved=%v, want %v", from, to, moved, want)
-				}
-				if now := c.state; want && now != to || !want && now != from {
-					t.Fatalf("move from %s to %s left it %s", from, to, now)
-				}
-			})
-		}
-	}
-}
-
-// A move its caller takes for legal (move, not tryMove) that is not is
-// loud: a panic under test, an error in the log otherwise; it changes
-// nothing either way. A legal one is silent.
-func TestIllegalCallMoveIsLoud(t *testing.T) {
-	for _, from := range allCallStates {
-		for _, to := range allCallStates {
-			if (&call{state: from}).tryMove(to) {
-				continue // legal
-			}
-			t.Run(fmt.Sprintf("%s to %s", from, to), func(t *testing.T) {
-				c := &call{state: from}
-				func() {
-					defer func() {
-						msg, _ := recover().(string)
-						if !strings.Contains(msg, "cannot move from "+from.String()+" to "+to.String()) {
-							t.Errorf("move from %s to %s did not panic with its states (recovered %q)", from, to, msg)
-						}
-					}()
-					c.move(to)
-				}()
-				if c.state != from {
-					t.Errorf("an illegal move from %s to %s left it %s", from, to, c.state)
-				}
-				// Outside tests: an error in the call's log, and the worker
-				// goes on.
-				illegalCallMovePanics = false
-				defer func() { illegalCallMovePanics = true }()
-				var log enginetest.Buffer
-				c.log = slog.New(slog.NewTextHandler(&log, nil))
-				c.move(to)
-				if !strings.Contains(log.String(), "level=ERROR") || !strings.Contains(log.String(), "cannot move from") || c.state != from {
-					t.Errorf("an illegal move from %s to %s outside tests logged %q and left it %s", from, to, log.String(), c.state)
-				}
-			})
-		}
-	}
-	c := &call{state: callNew}
-	c.move(callWaiting) // legal: no panic
-	if c.state != callWaiting {
-		t.Fatalf("a legal move left the call %s", c.state)
-	}
+	movestest.Check(t, callMoves, allCallStates, legal)
 }
 
 // Every state's names are distinct and said.

@@ -13,12 +13,12 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/fluksio/fluksio-worker/agent/moves"
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
@@ -87,7 +87,7 @@ const (
 )
 
 // spareMoves is every legal move: from a state, the states it may go to.
-var spareMoves = map[spareState][]spareState{
+var spareMoves = moves.Table[spareState]{
 	spareStarting: {spareReady, spareRetired},
 	spareReady:    {spareClaimed, spareRetired},
 	spareClaimed:  {spareServing, spareRefused},
@@ -95,43 +95,22 @@ var spareMoves = map[spareState][]spareState{
 
 // move changes s's state to, a move its caller knows is legal (it holds
 // the pool's mutex and saw the state it moves from). An illegal one is a
-// bug in the pool, and loud (as containerd's shim is on an impossible
-// transition): a panic under test (illegalMovePanics), an error in the
-// log otherwise, where the worker goes on; it changes nothing.
+// bug in the pool, and loud (moves.Table.Must): a panic under test, an
+// error in the log otherwise, where the worker goes on; it changes
+// nothing.
 func (s *spare) move(to spareState) {
-	if !s.tryMove(to) {
-		s.illegalMove(to)
+	var log *slog.Logger
+	if s.box != nil {
+		log = s.box.log
 	}
+	spareMoves.Must(&s.state, to, "a spare runner", "the worker's warm pool", log)
 }
 
 // tryMove changes s's state to, where that is a legal move from its
 // state, and reports whether it did: for a move that may lose to another
 // (the spare retired meanwhile, or out of the pool already), whose false
 // its caller expects and handles. The pool's mutex is held.
-func (s *spare) tryMove(to spareState) bool {
-	if !slices.Contains(spareMoves[s.state], to) {
-		return false
-	}
-	s.state = to
-	return true
-}
-
-// illegalMovePanics makes an illegal move panic; the package's tests set
-// it (spare_state_test.go).
-var illegalMovePanics = false
-
-// illegalMove says that s cannot move to: a bug in the pool.
-func (s *spare) illegalMove(to spareState) {
-	msg := fmt.Sprintf("a spare runner cannot move from %s to %s (a bug in the worker's warm pool; please report it)", s.state, to)
-	if illegalMovePanics {
-		panic(msg)
-	}
-	log := slog.Default()
-	if s.box != nil {
-		log = s.box.log
-	}
-	log.Error(msg)
-}
+func (s *spare) tryMove(to spareState) bool { return spareMoves.Try(&s.state, to) }
 
 // String names a state in the log and the tests' messages.
 func (st spareState) String() string {

@@ -2,15 +2,14 @@ package runner
 
 import (
 	"fmt"
-	"log/slog"
-	"strings"
 	"testing"
 
-	"github.com/fluksio/fluksio-worker/agent/enginetest"
+	"github.com/fluksio/fluksio-worker/agent/moves"
+	"github.com/fluksio/fluksio-worker/agent/moves/movestest"
 )
 
 // An illegal move of a spare is a bug: in this package's tests it panics.
-func init() { illegalMovePanics = true }
+func init() { moves.PanicOnIllegal = true }
 
 var allSpareStates = []spareState{spareStarting, spareReady, spareClaimed, spareServing, spareRefused, spareRetired}
 
@@ -26,63 +25,7 @@ func TestSpareStateMoves(t *testing.T) {
 		{spareClaimed, spareServing}:  true, // fresh: it serves the call
 		{spareClaimed, spareRefused}:  true, // stale or dead: discarded, the call starts cold
 	}
-	for _, from := range allSpareStates {
-		for _, to := range allSpareStates {
-			t.Run(fmt.Sprintf("%s to %s", from, to), func(t *testing.T) {
-				s := &spare{state: from}
-				moved := s.tryMove(to)
-				want := legal[[2]spareState{from, to}]
-				if moved != want {
-					t.Fatalf("move from %s to %s: moved=%v, want %v", from, to, moved, want)
-				}
-				if now := s.state; want && now != to || !want && now != from {
-					t.Fatalf("move from %s to %s left it %s", from, to, now)
-				}
-			})
-		}
-	}
-}
-
-// A move its caller takes for legal (move, not tryMove) that is not is
-// loud: a panic under test, an error in the log otherwise; it changes
-// nothing either way. A legal one is silent.
-func TestIllegalSpareMoveIsLoud(t *testing.T) {
-	for _, from := range allSpareStates {
-		for _, to := range allSpareStates {
-			if (&spare{state: from}).tryMove(to) {
-				continue // legal
-			}
-			t.Run(fmt.Sprintf("%s to %s", from, to), func(t *testing.T) {
-				s := &spare{state: from}
-				func() {
-					defer func() {
-						msg, _ := recover().(string)
-						if !strings.Contains(msg, "cannot move from "+from.String()+" to "+to.String()) {
-							t.Errorf("move from %s to %s did not panic with its states (recovered %q)", from, to, msg)
-						}
-					}()
-					s.move(to)
-				}()
-				if s.state != from {
-					t.Errorf("an illegal move from %s to %s left it %s", from, to, s.state)
-				}
-				// Outside tests: an error in the log, and the worker goes on.
-				illegalMovePanics = false
-				defer func() { illegalMovePanics = true }()
-				var log enginetest.Buffer
-				s.box = &box{log: slog.New(slog.NewTextHandler(&log, nil))}
-				s.move(to)
-				if !strings.Contains(log.String(), "level=ERROR") || !strings.Contains(log.String(), "cannot move from") || s.state != from {
-					t.Errorf("an illegal move from %s to %s outside tests logged %q and left it %s", from, to, log.String(), s.state)
-				}
-			})
-		}
-	}
-	s := &spare{state: spareStarting}
-	s.move(spareReady) // legal: no panic
-	if s.state != spareReady {
-		t.Fatalf("a legal move left the spare %s", s.state)
-	}
+	movestest.Check(t, spareMoves, allSpareStates, legal)
 }
 
 // Every state's names are distinct and said.
