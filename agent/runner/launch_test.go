@@ -21,8 +21,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/fluksio/fluksio-worker/platform"
 )
 
 // openFDs lists this process's open descriptors, each with what it is
@@ -183,4 +186,182 @@ func TestAForkThatFailsLeavesNothingBehind(t *testing.T) {
 		t.Fatalf("fork: %v; want the zygote's refusal", err)
 	}
 	nothingLeft(t, r, before)
+}
+
+// limitFDs lets this process open only free descriptors more, until
+// restore: every way of starting a runner then fails at the point where it
+// makes its free+1st. The limit is set with the system call itself:
+// syscall.Setrlimit would stop os/exec from giving the runners the limit
+// the process started with, for the rest of the tests.
+func limitFDs(t *testing.T, free int) (restore func()) {
+	t.Helper()
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	open := openFDs(t)
+	// The lowest limit with free unused descriptors below it.
+	limit := 0
+	for n := 0; n < free; limit++ {
+		if _, used := open[strconv.Itoa(limit)]; !used {
+			n++
+		}
+	}
+	prlimit := func(l *unix.Rlimit) {
+		if _, _, e := unix.RawSyscall6(unix.SYS_PRLIMIT64, 0, unix.RLIMIT_NOFILE, uintptr(unsafe.Pointer(l)), 0, 0, 0); e != 0 {
+			t.Fatalf("setting RLIMIT_NOFILE: %v", e)
+		}
+	}
+	prlimit(&unix.Rlimit{Cur: uint64(limit), Max: old.Max})
+	return func() { prlimit(&old) }
+}
+
+// outOfDescriptors runs start with no descriptor free, then one, and so
+// on until it starts: each start that failed must have left nothing
+// behind. started ends what start started.
+//
+// It starts once first with no limit: what the process opens once for all
+// its runners (the worker's memory cgroup's OOM counter, say) is open
+// then, and is not taken for what a start left; nor is it tried first out
+// of descriptors, which would leave the process without it.
+func outOfDescriptors(t *testing.T, r *rig, start func() error, started func()) {
+	t.Helper()
+	if err := start(); err != nil {
+		t.Fatalf("it does not start even with descriptors free: %v", err)
+	}
+	started()
+	before := openFDs(t)
+	failed := 0
+	for free := 0; ; free++ {
+		if free > 100 {
+			t.Fatalf("it did not start with %d descriptors free", free)
+		}
+		restore := limitFDs(t, free)
+		err := start()
+		restore()
+		if err == nil {
+			break
+		}
+		failed++
+		t.Logf("with %d descriptors free: %v", free, err)
+		if left := leftOpen(before, openFDs(t)); len(left) > 0 {
+			t.Fatalf("with %d descriptors free, a start that failed (%v) left open %v", free, err, left)
+		}
+		if dirs := r.callDirs(); len(dirs) > 0 {
+			t.Fatalf("with %d descriptors free, a start that failed (%v) left the call directories %v", free, err, dirs)
+		}
+	}
+	started()
+	if failed < 6 {
+		t.Errorf("it started with %d descriptors free; want the pipes of a start to need more", failed)
+	}
+	nothingLeft(t, r, before)
+}
+
+// Out of descriptors, a start fails wherever it next makes one (a pipe, a
+// directory's listing, the process itself): whichever it was, it leaves
+// nothing behind.
+func TestAStartOutOfDescriptorsLeavesNothingBehind(t *testing.T) {
+	t.Run("Cold", func(t *testing.T) {
+		r := newRig(t, nil)
+		var c *call
+		outOfDescriptors(t, r, func() (err error) {
+			c, err = r.start(context.Background(), "cold", nil)
+			return err
+		}, func() {
+			answer(t, c.output(t))
+			c.end(t, true)
+		})
+	})
+	for name, role := range map[string]platform.CgroupRole{"Spare": platform.CgroupSpare, "Zygote": platform.CgroupZygote} {
+		t.Run(name, func(t *testing.T) {
+			// The fake runner knows no zygote mode: started as one, it
+			// waits for a request like any runner, and is discarded.
+			r := newRig(t, func(c *Config) { c.Spares = 1 })
+			p := r.pool.warm
+			we := &warmEnv{rt: Runtime{Path: r.runtime, Embedded: true}}
+			var s *spare
+			var report *os.File
+			var closeControl func() // a zygote's
+			outOfDescriptors(t, r, func() (err error) {
+				s = &spare{pool: p, we: we, started: make(chan struct{}), exited: make(chan struct{})}
+				s.box = &box{log: r.cfg.Log, kept: p.cfg.cgroups, role: role}
+				if role == platform.CgroupZygote {
+					z := &zygote{spare: s}
+					report, err = z.start()
+					closeControl = z.closeControl
+					return err
+				}
+				report, err = s.start()
+				return err
+			}, func() {
+				if closeControl != nil {
+					closeControl()
+				}
+				report.Close()
+				go func() {
+					s.exitErr = s.cmd.Wait()
+					s.box.reaped(s.cmd)
+					close(s.exited)
+				}()
+				p.discard(s)
+			})
+		})
+	}
+	t.Run("Fork", func(t *testing.T) {
+		r := newRig(t, nil)
+		worker, zygoteEnd, err := controlPair()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := net.FileConn(zygoteEnd)
+		zygoteEnd.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		zygoteSide := c.(*net.UnixConn)
+		p := &warmPool{cfg: &r.pool.cfg, forkTimeout: waitLong}
+		we := &warmEnv{rt: Runtime{Path: r.runtime, Embedded: true}}
+		z := &zygote{spare: &spare{pool: p, we: we, box: &box{log: r.cfg.Log}}, ctl: worker}
+		// The zygote's side, as in TestAForkThatFailsLeavesNothingBehind,
+		// for every fork request: it refuses each.
+		asked := make(chan struct{}, 1)
+		served := make(chan struct{})
+		go func() {
+			defer close(served)
+			buf, oob := make([]byte, 64<<10), make([]byte, unix.CmsgSpace(8*forkFDs))
+			for {
+				_, oobn, _, _, err := zygoteSide.ReadMsgUnix(buf, oob)
+				if err != nil {
+					return
+				}
+				msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
+				for _, m := range msgs {
+					fds, _ := unix.ParseUnixRights(&m)
+					for _, fd := range fds {
+						unix.Close(fd)
+					}
+				}
+				asked <- struct{}{}
+				zygoteSide.Write([]byte("0"))
+			}
+		}()
+		defer func() {
+			z.closeControl()
+			<-served
+			zygoteSide.Close()
+		}()
+		// It "starts" once its request reached the zygote: the refusal
+		// after is TestAForkThatFailsLeavesNothingBehind's.
+		outOfDescriptors(t, r, func() error {
+			s := &spare{pool: p, we: we, exited: make(chan struct{}), state: spareServing, box: &box{log: r.cfg.Log, kept: p.cfg.cgroups}}
+			err := z.fork(s, false)
+			select {
+			case <-asked:
+				return nil
+			default:
+				return err
+			}
+		}, func() {})
+	})
 }
