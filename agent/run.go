@@ -26,9 +26,6 @@ import (
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
-// Version is the binary's version, set by main.
-var Version = "dev"
-
 // RunCommand is `fluksio-worker run`: attach and serve in the foreground
 // until stopped (SIGTERM/SIGINT), drained (SIGQUIT), idle (--max-idle) or
 // refused. SIGHUP reloads: it re-executes this binary in place once the
