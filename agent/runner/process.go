@@ -1,12 +1,17 @@
 // Package runner owns a call's runner process, from its start to the
 // moment nothing of it is left: it starts the process contained (its own
 // process group, a cookie in its environment, a cgroup per call where the
-// worker may make them, a raised oom_score_adj, a private call directory)
-// or hands out a warm spare started ahead (warm.go); writes the request on
-// its stdin; relays its stdout lines (events to the engine through a
-// callback, the answer to the caller) and its stderr to the log; and stops
-// it with the stop ladder: SIGTERM to everything of the call, --cancel-grace
-// to finish, SIGKILL, then a sweep of what is left.
+// worker may make them, a raised oom_score_adj, a private call directory,
+// a sandbox where the worker has one), or hands out a warm one (warm.go):
+// a spare, started ahead of its call (spare.go) or, where each call has a
+// cgroup, forked from its environment's zygote, an interpreter that loaded
+// the runtime once (zygote.go). Whichever way a runner starts, one launch
+// owns what the start makes until the runner runs (launch.go). The package
+// writes the request on the runner's stdin; relays its stdout lines (events
+// to the engine through a callback, the answer to the caller), its stderr
+// to the log, and what its node prints as the call's log events
+// (nodeout.go); and stops it with the stop ladder: SIGTERM to everything of
+// the call, --cancel-grace to finish, SIGKILL, then a sweep of what is left.
 //
 // It knows nothing of the engine's session: the caller owns the call as
 // the engine sees it (heartbeats, the answer, the worker's own error
