@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -364,4 +365,32 @@ func TestAStartOutOfDescriptorsLeavesNothingBehind(t *testing.T) {
 			}
 		}, func() {})
 	})
+}
+
+// A real zygote, stopped (SIGSTOP): the fork of a spare ahead waits for its
+// answer until forkTimeout, fails, and the zygote is replaced. What that
+// fork made (the runner's pipes, its call directory, the node's pipes, its
+// cgroup) is gone with it. It runs in a child test process that contains
+// calls in cgroups, alone there, so its descriptors can be counted.
+func TestAStoppedZygotesForkLeavesNothingBehind(t *testing.T) {
+	if !inContainedChild(t) {
+		return
+	}
+	z := newZygoteRig(t, 1, nil)
+	z.pool.warm.forkTimeout = 200 * time.Millisecond
+	_, spares := z.stoppedZygote(t)
+	// Counted now: what the pool holds (the zygote, its spares) goes with
+	// it; what the failed fork made must too.
+	before := openFDs(t)
+	c := z.runForked(t, "takes-a-spare", pidNode, spares)
+	answer(t, c.output(t))
+	deadline := time.Now().Add(waitLong)
+	for !strings.Contains(z.log.String(), "a zygote could not fork a spare; replacing it") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no fork failed on the stopped zygote within %s", waitLong)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.end(t, true)
+	nothingLeft(t, z.rig, before)
 }
