@@ -214,3 +214,86 @@ func TestGitHubAnchors(t *testing.T) {
 		t.Error("a line in a code block became a heading")
 	}
 }
+
+// hexWord is a word that may be a commit hash, abbreviated or whole.
+var hexWord = regexp.MustCompile(`\b[0-9a-f]{7,40}\b`)
+
+// TestDocsNameNoBuildByCommitHash: documentation names a build by what it
+// is (a released version, "the build before the relay work"), not by its
+// commit hash, which says nothing to a reader. A command that must build
+// a commit no release names may give its hash, in a code block that says
+// it is the git commit to build. A word counts as a hash when this
+// repository's git resolves it to a commit (in a shallow clone, fewer do).
+func TestDocsNameNoBuildByCommitHash(t *testing.T) {
+	type use struct {
+		file  string
+		line  int
+		word  string
+		fence string // the code block it is in; "" in prose
+	}
+	var uses []*use
+	for _, file := range markdownFiles(t) {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var open string // the open fence's marker
+		var block []*use
+		var text strings.Builder
+		for i, line := range strings.Split(string(b), "\n") {
+			switch {
+			case open != "" && closesFence(line, open):
+				for _, u := range block {
+					u.fence = text.String()
+				}
+				open, block = "", nil
+				text.Reset()
+				continue
+			case open == "" && openingFence(line) != "":
+				open = openingFence(line)
+				continue
+			}
+			if open != "" {
+				text.WriteString(line + "\n")
+			}
+			for _, w := range hexWord.FindAllString(line, -1) {
+				if strings.ContainsAny(w, "0123456789") && strings.ContainsAny(w, "abcdef") {
+					u := &use{file: file, line: i + 1, word: w}
+					uses = append(uses, u)
+					if open != "" {
+						block = append(block, u)
+					}
+				}
+			}
+		}
+	}
+	if len(uses) == 0 {
+		return
+	}
+	var query strings.Builder
+	for _, u := range uses {
+		query.WriteString(u.word + "^{commit}\n")
+	}
+	cmd := exec.Command("git", "cat-file", "--batch-check")
+	cmd.Stdin = strings.NewReader(query.String())
+	out, err := cmd.Output()
+	if err != nil {
+		t.Skipf("git cat-file --batch-check: %v", err)
+	}
+	answers := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	if len(answers) != len(uses) {
+		t.Fatalf("git cat-file --batch-check answered %d lines for %d words:\n%s", len(answers), len(uses), out)
+	}
+	for i, u := range uses {
+		// "OBJECT commit SIZE" for a commit; "WORD^{commit} missing" else.
+		if f := strings.Fields(answers[i]); len(f) != 3 || f[1] != "commit" {
+			continue
+		}
+		switch {
+		case u.fence == "":
+			t.Errorf("%s:%d: %s is a commit hash: name the build by what it is (a released version, or what it lacks), and give a commit only in the command that builds it", u.file, u.line, u.word)
+		case !strings.Contains(u.fence, "git commit"):
+			t.Errorf("%s:%d: the commit hash %s in a command: the block must say it is the git commit to build (a comment naming the build)", u.file, u.line, u.word)
+		}
+	}
+}

@@ -2,11 +2,16 @@ package agent
 
 // The book of calls: which calls the engine awaits, which hold one of the
 // --parallel runner slots, which wait for one (queue.go), and the counts
-// --max-calls and --max-idle decide on. Every change to them is a method
-// here, under one lock, so these hold:
+// --max-calls and --max-idle decide on. Each call's state (callstate.go)
+// is the book's: every change to them is a method here, under one lock,
+// so these hold:
 //
-//   - at most --parallel calls hold a slot (slots ≤ parallel), and a slot
-//     passes to a waiting call only when its call's runner is gone;
+//   - a call is in the book from its admission, before its pre-call hook
+//     runs, so the duplicate check, --max-calls, the queue's bounds and
+//     heartbeats see it wherever it is;
+//   - at most --parallel calls hold a slot (slots ≤ parallel), vetting by
+//     their pre-call hook or running, and a slot passes to a waiting call
+//     only when its call's runner is gone;
 //   - a call ends once: end counts it done only while the book holds it;
 //   - with --max-calls, answered + running never exceeds it, since a call
 //     is admitted only while there is room (full) and an ending call moves
@@ -33,8 +38,8 @@ type callBook struct {
 	maxCalls int64 // --max-calls; 0: no bound
 
 	mu       sync.Mutex
-	calls    map[string]*call   // calls the engine awaits an answer for, waiting ones included
-	live     map[*call]struct{} // calls holding a slot: their processes may exist
+	calls    map[string]*call   // calls the engine awaits an answer for, waiting and vetting ones included
+	live     map[*call]struct{} // calls holding a slot: their hook or processes may exist
 	slots    int                // slots in use, at most parallel
 	queue    callQueue          // calls waiting for a slot
 	lastDone time.Time          // when a call last ended, or the last connection began
@@ -47,16 +52,21 @@ func newCallBook(parallel, maxCalls int, done int64) *callBook {
 		calls: map[string]*call{}, live: map[*call]struct{}{}, lastDone: time.Now()}
 }
 
-// admit takes c: it starts on a free slot (start), or waits for one. It
-// is refused, with the answer to send, when a call with its id is already
-// here or the queue is full.
+// admit takes c, a new call: it takes a free slot (start), vetting, or
+// waits for one. It is refused, with the answer to send, when a call with
+// its id is already here or the queue is full; it stays new.
 func (b *callBook) admit(c *call) (start bool, no *refusal) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if other, dup := b.calls[c.id]; dup {
 		state := "running"
-		if other.queued {
+		switch other.state {
+		case callWaiting:
 			state = "waiting for a free slot"
+		case callVetting:
+			if other.preCall != nil {
+				state = "waiting for this worker's pre-call hook"
+			}
 		}
 		return false, &refusal{metrics.DeclinedInvalid, protocol.TypeRemoteError,
 			fmt.Sprintf("a call with call_id %q is already %s on this worker; this duplicate was not started", logging.Cut(c.id, maxLoggedID), state)}
@@ -66,6 +76,7 @@ func (b *callBook) admit(c *call) (start bool, no *refusal) {
 	case start:
 		b.slots++
 		b.live[c] = struct{}{}
+		c.move(callVetting)
 	case !b.queue.fits(c.size):
 		return false, &refusal{metrics.DeclinedQueueFull, protocol.TypeRemoteError, b.queue.fullError(b.parallel)}
 	default:
@@ -94,28 +105,55 @@ func (b *callBook) full() bool {
 }
 
 // leaveQueue takes the call id out of the queue if it waits there: the
-// engine cancelled it. It returns the call, nil if none is here.
+// engine cancelled it, and it is leaving. It returns the call, nil if none
+// is here.
 func (b *callBook) leaveQueue(id string) (c *call, waiting bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	c = b.calls[id]
-	waiting = c != nil && c.queued
-	if waiting {
-		b.queue.remove(c)
+	return c, c != nil && b.queue.remove(c)
+}
+
+// begin moves c, vetting, to running: its runner starts.
+func (b *callBook) begin(c *call) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c.move(callRunning)
+}
+
+// decline ends c, vetting, without running it: its pre-call hook declined
+// it, it was stopped or cancelled meanwhile, or its connection is gone. It
+// is not counted among the calls done, nor answered for --max-calls, as a
+// call refused at its arrival is not; it keeps its slot until next.
+func (b *callBook) decline(c *call) (running, waiting int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c.move(callEnded)
+	if b.calls[c.id] == c {
+		delete(b.calls, c.id)
 	}
-	return c, waiting
+	return b.countsLocked()
 }
 
 // end counts c's end: answered when the engine got its answer. It
 // reports false for a call the book does not hold (ended already, or
 // dropped with its connection): nothing is counted twice. lastAllowed says
-// this answer is the one that fills --max-calls.
-func (b *callBook) end(c *call, answered bool) (ok bool, running, waiting int, done int64, lastAllowed bool) {
+// this answer is the one that fills --max-calls; from is the state c
+// ended from (leaving: it never had a slot).
+func (b *callBook) end(c *call, answered bool) (ok bool, from callState, running, waiting int, done int64, lastAllowed bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.calls[c.id] != c {
-		return false, 0, 0, b.done, false
+		return false, c.state, 0, 0, b.done, false
 	}
+	from = c.state
+	if from == callHeld {
+		// Answered and delivered just as its connection was lost: nothing
+		// is left to hold.
+		c.holdTimer.Stop()
+		c.holdTimer = nil
+	}
+	c.move(callEnded)
 	delete(b.calls, c.id)
 	b.lastDone = time.Now()
 	b.done++
@@ -124,12 +162,12 @@ func (b *callBook) end(c *call, answered bool) (ok bool, running, waiting int, d
 		lastAllowed = b.maxCalls > 0 && b.answered == b.maxCalls
 	}
 	running, waiting = b.countsLocked()
-	return true, running, waiting, b.done, lastAllowed
+	return true, from, running, waiting, b.done, lastAllowed
 }
 
-// next passes the slot of prev, whose runner is gone, to the next waiting
-// call (take false: to none; the slot is given back). The call returned
-// holds the slot now.
+// next passes the slot of prev, whose runner is gone (or which ended
+// vetting), to the next waiting call (take false: to none; the slot is
+// given back). The call returned holds the slot now, vetting.
 func (b *callBook) next(prev *call, take bool) (c *call, running, waiting int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -160,6 +198,7 @@ func (b *callBook) dropWaiting() (dropped []*call, running int) {
 	defer b.mu.Unlock()
 	dropped = b.queue.takeAll()
 	for _, c := range dropped {
+		c.move(callEnded)
 		if b.calls[c.id] == c {
 			delete(b.calls, c.id)
 		}
@@ -168,15 +207,23 @@ func (b *callBook) dropWaiting() (dropped []*call, running int) {
 	return dropped, running
 }
 
-// appendWaiting appends the calls waiting now to buf.
-func (b *callBook) appendWaiting(buf []*call) []*call {
+// appendAwaiting appends to buf the calls that wait now, for a slot or on
+// their pre-call hook: the calls whose heartbeats are beatWaiting's.
+func (b *callBook) appendAwaiting(buf []*call) []*call {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.queue.appendWaiting(buf)
+	buf = b.queue.appendWaiting(buf)
+	for c := range b.live {
+		if c.state == callVetting {
+			buf = append(buf, c)
+		}
+	}
+	return buf
 }
 
-// countsLocked is how many calls run (the engine awaits their answers)
-// and how many wait for a slot.
+// countsLocked is how many calls run (the engine awaits their answers;
+// vetting ones included, since they hold a slot) and how many wait for a
+// slot.
 func (b *callBook) countsLocked() (running, waiting int) {
 	return len(b.calls) - b.queue.n, b.queue.n
 }
@@ -242,17 +289,18 @@ type heldCall struct {
 	since time.Time
 }
 
-// hold holds every call that outlives its connection (it has a journal),
-// runs and is not held already: each is stopped by expire when its grace
-// runs out, unless unhold comes first. It returns the calls it held.
+// hold holds every call that outlives its connection (it has a journal)
+// and runs: each is stopped by expire when its grace runs out, unless
+// unhold comes first. It returns the calls it held.
 func (b *callBook) hold(expire func(*call)) []heldCall {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var held []heldCall
 	for _, c := range b.calls {
-		if c.journal == nil || c.queued || c.holdTimer != nil {
+		if c.journal == nil || c.state != callRunning {
 			continue
 		}
+		c.move(callHeld)
 		c.journal.Detach()
 		c.heldAt = time.Now()
 		c.holdTimer = time.AfterFunc(c.grace, func() { expire(c) })
@@ -266,9 +314,10 @@ func (b *callBook) hold(expire func(*call)) []heldCall {
 func (b *callBook) unhold(c *call) (since time.Time, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if c.holdTimer == nil {
+	if c.state != callHeld {
 		return time.Time{}, false
 	}
+	c.move(callRunning)
 	c.holdTimer.Stop()
 	c.holdTimer = nil
 	return c.heldAt, true
@@ -280,7 +329,7 @@ func (b *callBook) held() []heldCall {
 	defer b.mu.Unlock()
 	var held []heldCall
 	for _, c := range b.calls {
-		if c.holdTimer != nil {
+		if c.state == callHeld {
 			held = append(held, heldCall{c, c.heldAt})
 		}
 	}

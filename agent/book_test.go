@@ -32,6 +32,9 @@ func TestBookSlotsNeverExceedParallel(t *testing.T) {
 		if refusal != nil || start != (i < 2) {
 			t.Fatalf("call %d: start %v, refusal %+v", i, start, refusal)
 		}
+		if start {
+			b.begin(calls[i]) // its pre-call hook (none here) took it
+		}
 		checkSlots(t, b)
 	}
 	if running, waiting := b.counts(); running != 2 || waiting != 3 {
@@ -43,6 +46,7 @@ func TestBookSlotsNeverExceedParallel(t *testing.T) {
 		if next == nil || next.id != want {
 			t.Fatalf("the slot of c%d went to %v, want %s", i, next, want)
 		}
+		b.begin(next)
 		checkSlots(t, b)
 		b.end(calls[i], true)
 	}
@@ -71,30 +75,33 @@ func TestBookEachCallEndsOnce(t *testing.T) {
 	running := &call{id: "r"}
 	waiting := &call{id: "w"}
 	b.admit(running)
+	b.begin(running)
 	b.admit(waiting)
 	dropped, left := b.dropWaiting()
 	if len(dropped) != 1 || dropped[0] != waiting || left != 1 {
 		t.Fatalf("dropWaiting took %d calls, left %d running", len(dropped), left)
 	}
-	if ok, _, _, _, _ := b.end(waiting, false); ok {
+	if ok, _, _, _, _, _ := b.end(waiting, false); ok {
 		t.Error("a call dropped with its connection ended as if it ran")
 	}
-	ok, r, w, done, _ := b.end(running, true)
+	ok, _, r, w, done, _ := b.end(running, true)
 	if !ok || r != 0 || w != 0 || done != 8 {
 		t.Fatalf("the end of the running call: ok %v, %d running, %d waiting, %d done; want true, 0, 0, 8", ok, r, w, done)
 	}
-	if ok, _, _, done, _ := b.end(running, true); ok || done != 8 {
+	if ok, _, _, _, done, _ := b.end(running, true); ok || done != 8 {
 		t.Fatalf("a second end of the same call: ok %v, %d done; want false, 8", ok, done)
 	}
+	b.next(running, true) // its runner is gone; nothing waits
 	// A call of the same id later is a new call, and ends on its own.
 	again := &call{id: "r"}
 	if _, refusal := b.admit(again); refusal != nil {
 		t.Fatalf("a new call with an ended call's id refused: %s", refusal.msg)
 	}
-	if ok, _, _, _, _ := b.end(running, true); ok {
+	b.begin(again)
+	if ok, _, _, _, _, _ := b.end(running, true); ok {
 		t.Error("the old call's end ended the new call of its id")
 	}
-	if ok, _, _, done, _ := b.end(again, false); !ok || done != 9 {
+	if ok, _, _, _, done, _ := b.end(again, false); !ok || done != 9 {
 		t.Fatalf("the new call's end: ok %v, %d done", ok, done)
 	}
 }
@@ -114,16 +121,17 @@ func TestBookMaxCallsAnsweredPlusRunning(t *testing.T) {
 		if _, refusal := b.admit(c); refusal != nil {
 			t.Fatal(refusal.msg)
 		}
+		b.begin(c)
 		return c
 	}
 	a, bb, c := admit("a"), admit("b"), admit("c")
 	if !b.full() {
 		t.Fatal("3 running calls leave room under --max-calls 3")
 	}
-	if _, _, _, _, last := b.end(a, true); last {
+	if _, _, _, _, _, last := b.end(a, true); last {
 		t.Fatal("the first answer was taken as the last allowed")
 	}
-	if _, _, _, _, last := b.end(bb, false); last { // stopped, never answered
+	if _, _, _, _, _, last := b.end(bb, false); last { // stopped, never answered
 		t.Fatal("an unanswered end was counted as answered")
 	}
 	if b.full() {
@@ -134,7 +142,7 @@ func TestBookMaxCallsAnsweredPlusRunning(t *testing.T) {
 		t.Fatal("1 answered + 2 running leaves room under --max-calls 3")
 	}
 	b.end(c, true)
-	if _, _, _, _, last := b.end(d, true); !last {
+	if _, _, _, _, _, last := b.end(d, true); !last {
 		t.Fatal("the third answer did not say --max-calls is answered")
 	}
 	if !b.full() {

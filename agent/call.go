@@ -19,9 +19,10 @@ import (
 )
 
 // A call is one run or compile request as the engine sees it: its id and
-// op, its place in the queue, its heartbeats and its answer (the runner's,
-// or the worker's own). Its runner process is a runner.Process, which
-// starts and stops it; the call's goroutine is the one that ends it.
+// op, where it is in its life (state, the book's), its heartbeats and its
+// answer (the runner's, or the worker's own). Its runner process is a
+// runner.Process, which starts and stops it; the call's goroutine is the
+// one that ends it.
 type call struct {
 	id       string
 	idJSON   []byte   // id as a JSON string, which every line the call sends carries
@@ -40,11 +41,19 @@ type call struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	queued bool // waiting for a slot; guarded by callBook.mu
+	// state is where it is in its life (callstate.go); guarded by
+	// callBook.mu, changed only by the book.
+	state callState
 
-	// sendMu orders what the call sends: heartbeats come from the queue
-	// while it waits and from supervise once it runs, and none may follow
-	// the answer.
+	// preCall is what its pre-call hook reads on stdin (nil without a
+	// hook), and refuse answers it declined without running (dispatch.go):
+	// both for vet, in its slot.
+	preCall []byte
+	refuse  func(*refusal)
+
+	// sendMu orders what the call sends: heartbeats come from beatWaiting
+	// while it waits (for a slot or on its pre-call hook) and from
+	// supervise once it runs, and none may follow the answer.
 	sendMu   sync.Mutex
 	answered bool
 	lastBeat time.Time // the last heartbeat, or the arrival
@@ -52,15 +61,16 @@ type call struct {
 	proc atomic.Pointer[runner.Process] // once started, for kill
 
 	// Set by attachment.adopt before the call runs (resume.go).
-	rt      runner.Runtime     // the runner script of the call's connection
-	session context.Context    // ends when nobody can hear the call any more
-	wg      *sync.WaitGroup    // counts the goroutine serving the call
-	journal *hold.Journal      // numbers and keeps its frames; nil without the resume extension
-	grace   time.Duration      // how long it may be held through an outage
-	release context.CancelFunc // ends session, for a held call
-	// Guarded by callBook.mu, and changed only by its hold and unhold:
-	// while held, the timer that stops it at the end of its grace, and when
-	// the hold began.
+	rt       runner.Runtime     // the runner script of the call's connection
+	attached context.Context    // ends with the connection the call came on
+	session  context.Context    // ends when nobody can hear the call any more
+	wg       *sync.WaitGroup    // counts the goroutine serving the call
+	journal  *hold.Journal      // numbers and keeps its frames; nil without the resume extension
+	grace    time.Duration      // how long it may be held through an outage
+	release  context.CancelFunc // ends session, for a held call
+	// Guarded by callBook.mu, and changed only by its hold, unhold and
+	// end: while held, the timer that stops it at the end of its grace, and
+	// when the hold began.
 	holdTimer *time.Timer
 	heldAt    time.Time
 
@@ -368,6 +378,14 @@ func (c *call) awaitDelivery() {
 			wait.Reset(c.grace)
 		}
 	}
+}
+
+// markAnswered says the call's answer is being sent outside it (a call
+// vet declined, answered through its refuse): no heartbeat may follow.
+func (c *call) markAnswered() {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	c.answered = true
 }
 
 // wasAnswered says whether the engine was sent the call's answer.

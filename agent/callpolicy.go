@@ -1,18 +1,19 @@
 package agent
 
 // The machine owner's say over each call (agent/policy, agent/hook): the
-// code policy refuses what it does not allow, and the pre-call hook may
-// decline a call, both before the call takes a slot; the post-call hook
-// hears how each call ended once its processes are gone.
+// code policy refuses what it does not allow before the call is admitted;
+// the pre-call hook may decline a call once it has a slot, before its
+// runner starts (vet); the post-call hook hears how each call ended once
+// its processes are gone, in the same slot.
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/fluksio/fluksio-worker/agent/runner"
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/fluksio/fluksio-worker/agent/hook"
@@ -64,104 +65,74 @@ type preCall struct {
 	Engine             string `json:"engine"`
 }
 
-// pendingCalls are the calls whose pre-call hook runs: not yet in the
-// book, but a cancel must find them.
-type pendingCalls struct {
-	mu sync.Mutex
-	m  map[string]context.CancelFunc
-}
-
-func (p *pendingCalls) add(id string, cancel context.CancelFunc) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if _, dup := p.m[id]; dup {
-		return false
-	}
-	if p.m == nil {
-		p.m = map[string]context.CancelFunc{}
-	}
-	p.m[id] = cancel
-	return true
-}
-
-func (p *pendingCalls) remove(id string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.m, id)
-}
-
-// cancel stops the hook of call id, if one runs; the call is then
-// answered as cancelled before it started.
-func (p *pendingCalls) cancel(id string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	stop, ok := p.m[id]
-	if ok {
-		stop()
-	}
-	return ok
-}
-
-// askPreCallHook runs the pre-call hook of a call on its own goroutine
-// (the connection's messages are read on meanwhile), sending the call's
-// heartbeats while it runs, then admits the call or declines it.
-func (a *Agent) askPreCallHook(at *attachment, m protocol.Message, node policy.Node, env []string, request []byte, refuse func(*refusal)) {
-	ctx, cancel := context.WithCancel(at.ctx)
-	if !at.pending.add(m.CallID, cancel) {
-		cancel()
-		refuse(&refusal{metrics.DeclinedInvalid, protocol.TypeRemoteError, "a call with this call_id is already waiting for this worker's pre-call hook"})
-		return
+// preCallInput is what the pre-call hook of call m reads on stdin; nil
+// without a hook.
+func (a *Agent) preCallInput(m protocol.Message, node policy.Node, env []string) []byte {
+	if a.cfg.PreCallHook == "" {
+		return nil
 	}
 	input, _ := json.Marshal(preCall{
 		CallID: m.CallID, Op: m.Op, Function: protocol.CallIDText(m.Fields["function"]),
 		Module: node.Module, Filename: node.Filename, SourceSHA256: node.SourceSHA256(),
 		EnvKeys: policy.EnvKeys(env), CUDAVisibleDevices: callEnvValue(env, "CUDA_VISIBLE_DEVICES"), Engine: logging.ShownURL(a.cfg.URL),
 	})
-	at.calls.Add(1)
-	go func() {
-		defer at.calls.Done()
-		defer cancel()
-		beat := time.NewTicker(protocol.HeartbeatInterval)
-		defer beat.Stop()
-		done := make(chan hook.Result, 1)
-		go func() { done <- hook.Run(ctx, a.cfg.PreCallHook, input, nil, a.cfg.HookBound()) }()
-		var r hook.Result
-	wait:
-		for {
-			select {
-			case r = <-done:
-				break wait
-			case <-beat.C:
-				at.conn.SendJSON(protocol.NewHeartbeat(m.CallID))
-			}
-		}
-		at.pending.remove(m.CallID)
-		logHookStderr(a.log.With("call_id", logging.Cut(m.CallID, maxLoggedID)), "pre-call", r)
+	return input
+}
+
+// vet runs c's pre-call hook in c's slot, so that at most --parallel hooks
+// run at once, and reports whether c runs: the book moves it from vetting
+// to running, or it ends there, declined (its hook said no, failed or
+// timed out), cancelled or stopped while the hook ran (answered
+// NodeCancelled, its hook killed), or dropped with its connection (nobody
+// hears an answer). Its heartbeats meanwhile are beatWaiting's. A call
+// whose hook takes it runs, whatever the worker's mode: it was admitted
+// before a drain or a reload began, as a call waiting for a slot was.
+func (a *Agent) vet(c *call) bool {
+	if c.preCall == nil {
+		a.book.begin(c)
+		return true
+	}
+	ctx, cancel := context.WithCancel(c.ctx) // a cancel or a stop of the call
+	stopOnLost := context.AfterFunc(c.attached, cancel)
+	r := hook.Run(ctx, a.cfg.PreCallHook, c.preCall, nil, a.cfg.HookBound())
+	stopOnLost()
+	cancel()
+	logHookStderr(c.log, "pre-call", r)
+	var no *refusal
+	switch stop := runner.Stopped(c.ctx); {
+	case c.attached.Err() != nil:
+		// The connection is gone: nobody hears an answer.
+	case stop != nil && stop.Reason == "":
+		no = &refusal{metrics.DeclinedCancelled, protocol.TypeNodeCancelled, msgCancelledWaiting}
+	case stop != nil:
+		no = &refusal{metrics.DeclinedCancelled, protocol.TypeNodeCancelled, stop.Error()}
+	case !r.OK():
+		reason := r.Reason
 		switch {
-		case at.ctx.Err() != nil:
-			return // the connection is gone: nobody hears an answer
-		case ctx.Err() != nil:
-			refuse(&refusal{metrics.DeclinedCancelled, protocol.TypeNodeCancelled, msgCancelledWaiting})
-			return
-		case !r.OK():
-			reason := r.Reason
-			switch {
-			case r.TimedOut:
-				reason = fmt.Sprintf("it did not answer within %s", a.cfg.HookBound())
-			case r.Err != nil:
-				reason = r.Err.Error()
-			case reason == "":
-				reason = fmt.Sprintf("it exited %d", r.Exit)
-			}
-			refuse(&refusal{metrics.DeclinedHook, protocol.TypeNodeCancelled, msgHookDeclined + reason})
-			return
+		case r.TimedOut:
+			reason = fmt.Sprintf("it did not answer within %s", a.cfg.HookBound())
+		case r.Err != nil:
+			reason = r.Err.Error()
+		case reason == "":
+			reason = fmt.Sprintf("it exited %d", r.Exit)
 		}
-		if no := a.modeRefusal(); no != nil {
-			refuse(no)
-			return
-		}
-		a.admitCall(at, m, request, env, refuse)
-	}()
+		no = &refusal{metrics.DeclinedHook, protocol.TypeNodeCancelled, msgHookDeclined + reason}
+	default:
+		a.book.begin(c)
+		return true
+	}
+	// No heartbeat follows its answer. The answer goes before the book
+	// forgets the call, as a running call's does: a stopping worker
+	// closes its connection once the book is empty.
+	c.markAnswered()
+	if no != nil {
+		c.refuse(no)
+	}
+	running, waiting := a.book.decline(c)
+	c.abandon()
+	a.publishCounts(running, waiting)
+	a.notify()
+	return false
 }
 
 // callEnvValue is key's value in env (KEY=VALUE entries), "" when unset.

@@ -7,8 +7,10 @@ package agent_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -238,5 +240,112 @@ func TestPostCallHookThatHangs(t *testing.T) {
 	// killed at its bound.
 	if !strings.Contains(f.log.String(), "did not finish within 300ms") {
 		t.Errorf("the log does not say the post-call hook was killed:\n%s", f.log.String())
+	}
+}
+
+// TestPreCallHooksAtMostParallel: a pipeline's whole fan-out sent to a
+// --parallel 1 worker runs its pre-call hooks one at a time, each in the
+// slot its call takes, the rest of the calls waiting in the queue; every
+// call runs. Each hook counts the hooks running with it (itself included)
+// and lingers, so hooks run at once would see each other.
+func TestPreCallHooksAtMostParallel(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	running, seen := filepath.Join(dir, "running"), filepath.Join(dir, "seen")
+	if err := os.Mkdir(running, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	hook := fmt.Sprintf(`: > '%[1]s'/$$; ls '%[1]s' | wc -l >> '%[2]s'; sleep 0.2; rm -f '%[1]s'/$$; exit 0`, running, seen)
+	f := serveFake(t, enginetest.Options{}, "--parallel", "1", "--pre-call-hook", hook)
+	const calls = 12
+	var sent []*enginetest.Call
+	for i := range calls {
+		sent = append(sent, f.run(t, fmt.Sprint("fan-", i)))
+	}
+	for _, c := range sent {
+		if a := answerOf(t, c); !a.OK {
+			t.Errorf("%s answered %s", c.ID, a.Raw)
+		}
+	}
+	b, err := os.ReadFile(seen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := strings.Fields(string(b))
+	most := 0
+	for _, n := range counts {
+		v, _ := strconv.Atoi(n)
+		most = max(most, v)
+	}
+	if len(counts) != calls || most != 1 {
+		t.Errorf("%d pre-call hooks ran, at most %d at once (each saw %v); want %d, one at a time under --parallel 1", len(counts), most, counts, calls)
+	}
+}
+
+// TestPreCallHookCallGetsHeartbeats: a call whose pre-call hook runs longer
+// than the heartbeat interval hears heartbeats from the book, as a waiting
+// call does, and then runs.
+func TestPreCallHookCallGetsHeartbeats(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the 10 s heartbeat")
+	}
+	t.Parallel()
+	f := serveFake(t, enginetest.Options{}, "--parallel", "1", "--pre-call-hook", "sleep 11; exit 0", "--hook-timeout", "1m")
+	c := f.run(t, "slow-hook", map[string]any{"announce": true})
+	m, err := c.Next(timeoutCtx(t, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(m.Raw) != `{"call_id":"slow-hook","event":"heartbeat"}` {
+		t.Fatalf("the first frame while its pre-call hook ran was %s, want a heartbeat", m.Raw)
+	}
+	answer, events := wait(t, c)
+	if !answer.OK || !startedIn(events) {
+		t.Errorf("the call answered %s after %q", answer.Raw, rawOf(events))
+	}
+}
+
+// TestDrainRunsCallWhosePreCallHookTakesIt: a call whose pre-call hook runs
+// when a drain begins was admitted before it: it runs once its hook takes
+// it, as a call waiting for a slot does, and the drain ends after its
+// answer. A call sent during the drain is declined.
+func TestDrainRunsCallWhosePreCallHookTakesIt(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	began, gate := filepath.Join(dir, "began"), filepath.Join(dir, "gate")
+	hook := fmt.Sprintf(`: > '%s'; while [ ! -e '%s' ]; do sleep 0.05; done; exit 0`, began, gate)
+	f := serveFake(t, enginetest.Options{}, "--parallel", "1", "--pre-call-hook", hook, "--hook-timeout", "1m")
+	c := f.run(t, "vetted", map[string]any{"announce": true})
+	eventually(t, callTimeout, "the pre-call hook to run", func() bool { _, err := os.Stat(began); return err == nil })
+	f.a.Drain()
+	declined(t, answerOf(t, f.run(t, "late")), protocol.TypeNodeCancelled, "the worker is draining")
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	answer, events := wait(t, c)
+	if !answer.OK || !startedIn(events) {
+		t.Errorf("the call whose hook ran when the drain began answered %s after %q", answer.Raw, rawOf(events))
+	}
+	if err := f.result(t); err != nil {
+		t.Fatalf("Serve after the drain: %v", err)
+	}
+}
+
+// TestStopAnswersCallInPreCallHook: a stop kills the pre-call hooks that
+// run and answers their calls NodeCancelled, "the worker is stopping";
+// the worker then exits.
+func TestStopAnswersCallInPreCallHook(t *testing.T) {
+	t.Parallel()
+	began := filepath.Join(t.TempDir(), "began")
+	f := serveFake(t, enginetest.Options{}, "--pre-call-hook", fmt.Sprintf(`: > '%s'; exec sleep 600`, began), "--hook-timeout", "10m")
+	c := f.run(t, "vetting", map[string]any{"announce": true})
+	eventually(t, callTimeout, "the pre-call hook to run", func() bool { _, err := os.Stat(began); return err == nil })
+	f.a.Stop()
+	answer, events := wait(t, c)
+	if answer.Error == nil || answer.Error.Type != protocol.TypeNodeCancelled || answer.Error.Message != "the worker is stopping" || startedIn(events) {
+		t.Errorf("a call in its pre-call hook at a stop answered %s after %q", answer.Raw, rawOf(events))
+	}
+	if err := f.result(t); err != nil {
+		t.Fatalf("Serve after the stop: %v", err)
 	}
 }

@@ -104,11 +104,7 @@ func (a *Agent) startCall(at *attachment, m protocol.Message) {
 		refuse(&refusal{metrics.DeclinedInvalid, protocol.TypeRemoteError, "could not re-encode the request: " + err.Error()})
 		return
 	}
-	if a.cfg.PreCallHook != "" {
-		a.askPreCallHook(at, m, node, env, request, refuse)
-		return
-	}
-	a.admitCall(at, m, request, env, refuse)
+	a.admitCall(at, m, request, env, a.preCallInput(m, node, env), refuse)
 }
 
 // modeRefusal declines a call the worker takes none of now: it stops,
@@ -125,12 +121,15 @@ func (a *Agent) modeRefusal() *refusal {
 	return a.diskRefusal()
 }
 
-// admitCall gives an accepted call a slot, or a place in the queue.
-func (a *Agent) admitCall(at *attachment, m protocol.Message, request []byte, env []string, refuse func(*refusal)) {
+// admitCall gives an accepted call a slot, or a place in the queue; in its
+// slot, its pre-call hook (preCall its input, nil without one) decides
+// whether it runs, and refuse answers it if not.
+func (a *Agent) admitCall(at *attachment, m protocol.Message, request []byte, env []string, preCall []byte, refuse func(*refusal)) {
 	log := a.log.With("call_id", logging.Cut(m.CallID, maxLoggedID))
 	now := time.Now()
 	c := newCall(m.CallID, m.Op, protocol.CallIDText(m.Fields["function"]), request, env,
 		callHost{metrics: a.metrics, runners: a.runners, ended: a.callEnded}, at.conn, log, now)
+	c.preCall, c.refuse = preCall, refuse
 	at.adopt(a, c)
 	start, no := a.book.admit(c)
 	if no != nil {
@@ -150,11 +149,10 @@ func (a *Agent) admitCall(at *attachment, m protocol.Message, request []byte, en
 	go a.runSlot(c)
 }
 
-// cancel stops a running call, or answers a waiting one without starting it.
+// cancel stops a running call, or answers a waiting one without starting
+// it; one whose pre-call hook runs has its hook stopped, and is answered as
+// cancelled before it started (vet).
 func (a *Agent) cancel(at *attachment, id string) {
-	if at.pending.cancel(id) {
-		return // its pre-call hook is stopped, and it is answered as cancelled
-	}
 	c, waiting := a.book.leaveQueue(id)
 	switch {
 	case c == nil:
@@ -181,7 +179,7 @@ func (a *Agent) publishCounts(running, waiting int) {
 // callEnded is called once per call when the engine has its answer (or
 // can no longer get one): the call no longer counts as running.
 func (a *Agent) callEnded(c *call) {
-	ok, running, waiting, done, lastAllowed := a.book.end(c, c.wasAnswered())
+	ok, from, running, waiting, done, lastAllowed := a.book.end(c, c.wasAnswered())
 	if !ok {
 		return // ended already: each call ends once
 	}
@@ -190,7 +188,7 @@ func (a *Agent) callEnded(c *call) {
 		a.log.Info("--max-calls answered; draining", "max_calls", a.cfg.MaxCalls)
 		a.Drain()
 	}
-	if c.begun.IsZero() {
+	if from == callLeaving {
 		a.declined(metrics.DeclinedCancelled) // answered (or dropped) while waiting
 	} else {
 		a.metrics.CallFinished(c.op, c.outcome, time.Since(c.begun))

@@ -12,7 +12,9 @@
 //   - what each message from the engine does (dispatch.go);
 //   - the book of calls (book.go): admission, the --parallel slots, the
 //     queue of calls waiting for one (queue.go), --max-calls and each
-//     call's end, under one lock;
+//     call's end, under one lock; it owns each call's one state
+//     (callstate.go: waiting, vetting by its pre-call hook in its slot,
+//     running, held, ended) and its table of legal moves;
 //   - a call as the engine sees it (call.go): its heartbeats and its one
 //     answer; its runner process is agent/runner's;
 //   - the graceful reload that re-executes the worker in place (reload.go);

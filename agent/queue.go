@@ -33,9 +33,11 @@ const (
 // that is due; each still gets one protocol.HeartbeatInterval after the last.
 const beatCheckInterval = time.Second
 
-// callQueue is a FIFO of waiting calls. A call cancelled while waiting is
-// marked and skipped when its turn comes, so a cancel costs O(1) however
-// long the queue is. Guarded by callBook.mu.
+// callQueue is a FIFO of waiting calls. A call cancelled while waiting
+// leaves (its state moves on) and is skipped when its turn comes, so a
+// cancel costs O(1) however long the queue is. Guarded by callBook.mu: the
+// moves it makes (into waiting, and out of it to vetting or leaving) are
+// the book's.
 type callQueue struct {
 	waiting []*call // waiting[head:] in arrival order; some may have left
 	head    int
@@ -56,20 +58,20 @@ func (q *callQueue) fullError(parallel int) string {
 }
 
 func (q *callQueue) push(c *call) {
-	c.queued = true
+	c.move(callWaiting)
 	q.waiting = append(q.waiting, c)
 	q.n++
 	q.bytes += int64(c.size)
 }
 
-// pop takes the next waiting call, or nil.
+// pop takes the next waiting call, or nil; it now holds a slot, vetting.
 func (q *callQueue) pop() *call {
 	for q.head < len(q.waiting) {
 		c := q.waiting[q.head]
 		q.waiting[q.head] = nil
 		q.head++
-		if c.queued {
-			q.leave(c)
+		if c.state == callWaiting {
+			q.leave(c, callVetting)
 			q.compact()
 			return c
 		}
@@ -78,25 +80,30 @@ func (q *callQueue) pop() *call {
 	return nil
 }
 
-// remove takes c out of the queue wherever it is (a cancel).
-func (q *callQueue) remove(c *call) {
-	if c.queued {
-		q.leave(c)
+// remove takes c out of the queue wherever it is (a cancel): it is
+// leaving. It reports false when c was not waiting.
+func (q *callQueue) remove(c *call) bool {
+	if c.state != callWaiting {
+		return false
 	}
+	q.leave(c, callLeaving)
+	return true
 }
 
-func (q *callQueue) leave(c *call) {
-	c.queued = false
+// leave counts c out of the queue, moving it to.
+func (q *callQueue) leave(c *call, to callState) {
+	c.move(to)
 	q.n--
 	q.bytes -= int64(c.size)
 }
 
-// takeAll empties the queue and returns the calls that were waiting.
+// takeAll empties the queue and returns the calls that were waiting, each
+// leaving.
 func (q *callQueue) takeAll() []*call {
 	var out []*call
 	for _, c := range q.waiting[q.head:] {
-		if c.queued {
-			q.leave(c)
+		if c.state == callWaiting {
+			q.leave(c, callLeaving)
 			out = append(out, c)
 		}
 	}
@@ -107,7 +114,7 @@ func (q *callQueue) takeAll() []*call {
 // appendWaiting appends the calls still waiting to buf.
 func (q *callQueue) appendWaiting(buf []*call) []*call {
 	for _, c := range q.waiting[q.head:] {
-		if c.queued {
+		if c.state == callWaiting {
 			buf = append(buf, c)
 		}
 	}
@@ -134,13 +141,19 @@ func (q *callQueue) compact() {
 // are never more than --parallel calls' processes. The previous call's
 // end record follows once its runner's exit is reported (call.settle),
 // off the slot.
+//
+// Each call is vetted in the slot first (vet: its pre-call hook), so at
+// most --parallel pre-call hooks run at once; a call its hook declines
+// ends there, and the slot takes the next.
 func (a *Agent) runSlot(c *call) {
 	for c != nil {
-		c.run(c.session, c.rt)
-		if a.cfg.PostCallHook != "" {
-			c.settled() // the hook is told what the call cost
+		if a.vet(c) {
+			c.run(c.session, c.rt)
+			if a.cfg.PostCallHook != "" {
+				c.settled() // the hook is told what the call cost
+			}
+			a.afterCall(c) // the post-call hook, in the slot and within its bound
 		}
-		a.afterCall(c) // the post-call hook, in the slot and within its bound
 		if c.journal != nil {
 			// The call is over: nothing of it can be asked for again.
 			c.journal.Close()
@@ -171,8 +184,9 @@ func (a *Agent) runSlot(c *call) {
 	}
 }
 
-// beatWaiting sends each waiting call its heartbeats, as a running call
-// gets them, until the connection ends.
+// beatWaiting sends each call that waits, for a slot or on its pre-call
+// hook, its heartbeats, as a running call gets them from supervise, until
+// the connection ends. Which calls those are is the book's to say.
 func (a *Agent) beatWaiting(at *attachment) {
 	defer at.calls.Done()
 	tick := time.NewTicker(beatCheckInterval)
@@ -183,7 +197,7 @@ func (a *Agent) beatWaiting(at *attachment) {
 		case <-at.ctx.Done():
 			return
 		case now := <-tick.C:
-			waiting = a.book.appendWaiting(waiting[:0])
+			waiting = a.book.appendAwaiting(waiting[:0])
 			for _, c := range waiting {
 				c.beatIfDue(now)
 			}

@@ -23,8 +23,8 @@ func TestCallQueueIsFIFOAndSkipsCancelledCalls(t *testing.T) {
 	var order []string
 	for c := q.pop(); c != nil; c = q.pop() {
 		order = append(order, c.id)
-		if c.queued {
-			t.Errorf("popped call %s still marked queued", c.id)
+		if c.state != callVetting {
+			t.Errorf("popped call %s is %s, want vetting (it holds a slot)", c.id, c.state)
 		}
 	}
 	if got := strings.Join(order, ","); got != "0,2,3,4" {

@@ -36,8 +36,6 @@ type attachment struct {
 	// answer came (or its wait ended), and the timer of that wait.
 	resumed     atomic.Bool
 	resumeTimer *time.Timer
-
-	pending pendingCalls // calls whose pre-call hook runs (callpolicy.go)
 }
 
 // engineNoisePerSecond is how many log lines a second the engine's ignored
@@ -251,6 +249,7 @@ func (a *Agent) serveConnection(ctx context.Context, at *attachment, lost <-chan
 func (at *attachment) adopt(a *Agent, c *call) {
 	c.rt = at.rt
 	c.wg = at.calls
+	c.attached = at.ctx
 	c.session = at.ctx
 	if grace := at.conn.ResumeGrace(); grace > 0 {
 		c.grace = grace

@@ -239,7 +239,69 @@ func planInstall(ctx context.Context, h host, l Layout, req installRequest, stdo
 		}
 		return nil, err
 	}
+	if bind := homeCacheBind(l, acct, values); bind != "" {
+		values["sandbox-bind"] = withBind(values["sandbox-bind"], bind)
+		if cfg, err = loadConfig(values); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(stdout, "Calls may write %s's caches in %s (sandbox-bind in the config); the rest of the home is read-only to them.\n", acct.Name, strings.TrimSuffix(bind, ":rw"))
+	}
 	return &installPlan{l: l, values: values, cfg: cfg, exe: exe, acct: acct}, nil
+}
+
+// personsHome is acct's home where it is a person's (under /home, or
+// root's), which the service may write (the unit's ReadWritePaths); ""
+// for a service account's.
+func personsHome(acct account) string {
+	if acct.Home == "/root" || strings.HasPrefix(acct.Home, "/home/") {
+		return acct.Home
+	}
+	return ""
+}
+
+// homeCacheBind is the --sandbox-bind that keeps a person's caches
+// (~/.cache: Hugging Face's, torch's, pip's) writable to the calls of a
+// service running as that person, as they were before calls had a
+// sandbox (which shows the rest of the system read-only); "" where the
+// service runs as an account of its own, where the sandbox is off, or
+// where the config already shows it.
+func homeCacheBind(l Layout, acct account, values map[string]any) string {
+	home := personsHome(acct)
+	if home == "" || l.GOOS != "linux" || values["sandbox"] == "off" {
+		return ""
+	}
+	cache := filepath.Join(home, ".cache")
+	var given []string
+	switch v := values["sandbox-bind"].(type) {
+	case string:
+		given = config.SplitLabels(v)
+	case []string:
+		given = v
+	case []any:
+		for _, b := range v {
+			given = append(given, fmt.Sprint(b))
+		}
+	}
+	for _, b := range given {
+		if p, _, _ := strings.Cut(b, ":"); p == cache || p == home {
+			return ""
+		}
+	}
+	return cache + ":rw"
+}
+
+// withBind adds bind to a sandbox-bind value as install keeps it: the
+// command line's text, or a config file's list.
+func withBind(old any, bind string) any {
+	switch v := old.(type) {
+	case nil:
+		return bind
+	case []any:
+		return append(v, bind)
+	case []string:
+		return append(v, bind)
+	}
+	return fmt.Sprint(old) + "," + bind
 }
 
 // installed is the service install wrote: its manager, whether it ran
@@ -276,7 +338,7 @@ func (p *installPlan) write(stdout, stderr io.Writer) (*installed, error) {
 		return nil, err
 	}
 	fmt.Fprintf(stdout, "Wrote %s (mode 0600, readable by %s only).\n", l.ConfigPath, acct.Name)
-	if err := prepareDirs(l, acct, p.cfg.StateDir); err != nil {
+	if err := prepareDirs(l, acct, p.cfg.StateDir, p.cfg.SandboxBinds); err != nil {
 		return nil, err
 	}
 	before, _ := m.State()
@@ -483,9 +545,7 @@ func renderServiceFile(l Layout, exe string, acct account, cfg config.Config) (s
 	p := serviceParams{Executable: exe, ConfigPath: l.ConfigPath, CancelGrace: cfg.CancelGrace}
 	if !l.UserService {
 		p.Account = acct.Name
-		if acct.Home == "/root" || strings.HasPrefix(acct.Home, "/home/") {
-			p.WritableHome = acct.Home
-		}
+		p.WritableHome = personsHome(acct)
 	}
 	if l.GOOS == "darwin" {
 		return renderPlist(p, l.LogDir)
@@ -497,7 +557,10 @@ func renderServiceFile(l Layout, exe string, acct account, cfg config.Config) (s
 // creates for it: systemd's StateDirectory= does it for a system unit, but
 // launchd has no such thing, and a user unit's state lives under
 // $XDG_STATE_HOME, which may not exist yet.
-func prepareDirs(l Layout, acct account, stateDir string) error {
+func prepareDirs(l Layout, acct account, stateDir string, binds []string) error {
+	if err := prepareBinds(acct, binds); err != nil {
+		return err
+	}
 	if l.GOOS == "linux" && !l.UserService {
 		return nil
 	}
@@ -519,6 +582,31 @@ func prepareDirs(l Layout, acct account, stateDir string) error {
 		if !l.UserService {
 			if err := os.Chown(dir, acct.UID, acct.GID); err != nil {
 				return fmt.Errorf("handing %s to %s: %w", dir, acct.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// prepareBinds makes the cache directory homeCacheBind shows, if the
+// person has none yet, as theirs (0700): a path shown to a sandbox must
+// be there when a call starts.
+func prepareBinds(acct account, binds []string) error {
+	home := personsHome(acct)
+	for _, b := range binds {
+		p, _, _ := strings.Cut(b, ":")
+		if home == "" || p != filepath.Join(home, ".cache") {
+			continue
+		}
+		if _, err := os.Lstat(p); err == nil {
+			continue
+		}
+		if err := os.Mkdir(p, 0o700); err != nil {
+			return fmt.Errorf("creating %s: %w", p, err)
+		}
+		if os.Geteuid() == 0 {
+			if err := os.Chown(p, acct.UID, acct.GID); err != nil {
+				return fmt.Errorf("handing %s to %s: %w", p, acct.Name, err)
 			}
 		}
 	}

@@ -13,7 +13,14 @@
 #     /etc/pki/rpm-gpg/RPM-GPG-KEY-fluksio-worker, the repository into
 #     /etc/yum.repos.d/fluksio-worker.repo (metadata and packages checked
 #     against that key), dnf/yum install fluksio-worker.
-# Then it prints the command that attaches this machine to an engine.
+# Then it prints the command that attaches this machine to an engine, the
+# same one the package prints when it is first installed.
+#
+#   curl -fsSL https://packages.fluksio.io/install.sh | sh -s -- --remove
+#
+# undoes that: the apt source and its key, or the yum/dnf repository file,
+# its key file and the key rpm imported from it. The package itself stays
+# (apt or dnf removes it; the script says how), as does anything it keeps.
 #
 # The key is trusted only if it is the release key: its fingerprint is
 # below (release_key), and README.md and docs/releasing.md publish the same.
@@ -54,6 +61,17 @@ die() {
 # the last line), so a download cut short runs nothing half-way; what it
 # runs reads /dev/null, never the rest of a script piped into sh.
 main() {
+	case "$*" in
+	"") set_up ;;
+	--remove)
+		need_root
+		remove
+		;;
+	*) die "unknown argument: $*. install.sh takes none (install), or --remove (remove the repository and its key): curl -fsSL $repo/install.sh | sh -s -- --remove" ;;
+	esac
+}
+
+set_up() {
 	detect
 	need_root
 	tmp=$(mktemp -d)
@@ -205,6 +223,11 @@ install_rpm() {
 	# never by a URL whose answer could change; dnf checks the metadata
 	# (repo_gpgcheck) and each package (gpgcheck) against it, and the -y
 	# below imports only that file's key into rpm's database.
+	# metadata_expire: dnf's default is 48 hours, so a `dnf upgrade` the
+	# day a release is announced would say "Nothing to do". The metadata
+	# changes only with a release, and checking it costs one small
+	# repomd.xml; after an hour at most, a plain `dnf upgrade` sees a new
+	# release (`dnf upgrade --refresh` at once).
 	cat >"$tmp/repo" <<EOF
 [fluksio-worker]
 name=fluksio-worker
@@ -213,11 +236,17 @@ enabled=1
 gpgcheck=1
 repo_gpgcheck=1
 gpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-fluksio-worker
+metadata_expire=1h
 EOF
 	put "$tmp/repo" /etc/yum.repos.d/fluksio-worker.repo || say "the fluksio-worker repository was already set up"
 	$as_root "$manager" install -y fluksio-worker </dev/null
 }
 
+# next_step says what to run next. On a first install the package's own
+# message (packaging/scripts/postinstall.sh) said the same above, in the
+# package manager's output: the two name one command, --token - (the token
+# pasted when asked or piped in, so it is on no command line and in no
+# shell history).
 next_step() {
 	say ""
 	if [ -e /etc/systemd/system/fluksio-worker.service ]; then
@@ -227,6 +256,67 @@ next_step() {
 	say "$(fluksio-worker --version) is installed. Attach this machine to your engine (paste the token when asked):"
 	say ""
 	say "  sudo fluksio-worker install --url wss://ENGINE/api/v1/workers/attach --token -"
+}
+
+# remove takes out what an install added to the package manager's
+# configuration, and says each thing it removed: the apt source and its
+# key, or the repository file, its key file and the key rpm imported from
+# it (rpm names an imported key gpg-pubkey-ID, ID the fingerprint's last 8
+# hex digits, or in rpm 6 the whole fingerprint: the installed file's key
+# where gpg can read it, and the release key). Run again it finds nothing
+# and says so. The package stays:
+# removing it is apt's or dnf's, and the script prints the command.
+remove() {
+	removed=
+	rpmkey=/etc/pki/rpm-gpg/RPM-GPG-KEY-fluksio-worker
+	ids=$(rpm_ids "$release_key")
+	if [ -f "$rpmkey" ] && command -v gpg >/dev/null 2>&1; then
+		tmp=$(mktemp -d)
+		trap cleanup EXIT
+		if fpr=$(fingerprint "$rpmkey"); then
+			ids="$ids $(rpm_ids "$fpr")"
+		fi
+	fi
+	for f in /etc/apt/sources.list.d/fluksio-worker.list /etc/apt/keyrings/fluksio-worker.asc /etc/yum.repos.d/fluksio-worker.repo "$rpmkey"; do
+		[ -e "$f" ] || continue
+		$as_root rm -f "$f" || die "could not remove $f"
+		say "removed $f"
+		removed=1
+	done
+	if command -v rpm >/dev/null 2>&1; then
+		for id in $ids; do
+			rpm -q "gpg-pubkey-$id" >/dev/null 2>&1 || continue
+			$as_root rpm -e --allmatches "gpg-pubkey-$id" || die "could not remove the key gpg-pubkey-$id from rpm's database"
+			say "removed the key gpg-pubkey-$id from rpm's database"
+			removed=1
+		done
+	fi
+	if [ -z "$removed" ]; then
+		say "found no fluksio-worker repository or key to remove: nothing was changed"
+	fi
+	status=
+	if command -v dpkg-query >/dev/null 2>&1; then
+		status=$(dpkg-query -W -f '${Status}' fluksio-worker 2>/dev/null) || status=
+	fi
+	case $status in
+	*" installed")
+		say "The fluksio-worker package stays installed: sudo apt purge fluksio-worker removes it with its config and state (apt remove keeps those)."
+		return
+		;;
+	*" config-files")
+		say "The fluksio-worker package left its config and state: sudo apt purge fluksio-worker removes them."
+		return
+		;;
+	esac
+	if command -v rpm >/dev/null 2>&1 && rpm -q fluksio-worker >/dev/null 2>&1; then
+		say "The package stays installed: sudo fluksio-worker uninstall --purge && sudo dnf remove fluksio-worker removes it with its config and state."
+	fi
+}
+
+# rpm_ids FINGERPRINT prints the ids rpm may name the key by, lower case:
+# the last 8 hex digits, and the whole fingerprint.
+rpm_ids() {
+	printf '%s %s' "$(printf '%s' "$1" | tail -c 8)" "$1" | tr ABCDEF abcdef
 }
 
 main "$@"

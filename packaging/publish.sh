@@ -100,9 +100,18 @@ missing=$(printf '%s\n' "$after" | while read -r f; do
 done)
 [ -z "$missing" ] || die "the new indexes name files that are not there:$missing. Nothing was uploaded."
 
+# A package is never replaced (repository.sh refuses), so rsync's quick
+# check, size and modification time, is right for the pool. It is not for
+# the rest: an index rewritten within the second DEST's copy was written,
+# at the same size (a Release naming a Packages.gz of 845 bytes where the
+# old one named 645), looks unchanged to rsync, which compares whole
+# seconds; DEST would keep the old signed Release over the new indexes,
+# and apt would refuse them. So everything but the pool is compared by
+# its contents (--checksum): a few small files.
+pool="--exclude /deb/pool/ --exclude /rpm/packages/"
 rsync -a --exclude /deb/dists/ --exclude /rpm/repodata/ "$stage/" "$dest/"
-rsync -a --exclude /deb/dists/stable/InRelease --exclude /deb/dists/stable/Release \
+rsync -a --checksum $pool --exclude /deb/dists/stable/InRelease --exclude /deb/dists/stable/Release \
 	--exclude /deb/dists/stable/Release.gpg --exclude /rpm/repodata/repomd.xml \
 	--exclude /rpm/repodata/repomd.xml.asc "$stage/" "$dest/"
-rsync -a "$stage/" "$dest/"
+rsync -a --checksum $pool "$stage/" "$dest/"
 printf 'publish.sh: %s lists %s packages\n' "$dest" "$(printf '%s\n' "$after" | grep -c .)"

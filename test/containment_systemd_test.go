@@ -57,8 +57,14 @@ func checkServiceContainment(ctx context.Context, t *testing.T, w *enginetest.Wo
 	t.Helper()
 	if out := must("fluksio-worker status"); !strings.Contains(out, "cgroup") {
 		t.Errorf("status does not say the service contains calls by cgroup:\n%s", out)
-	} else if !strings.Contains(out, "spare runners and a zygote") {
-		t.Errorf("status does not say why there are more spares than --warm (forked ahead by a zygote):\n%s", out)
+	}
+	// The short line says --warm; how the spares are kept (more of them,
+	// forked ahead by a zygote) is in --json.
+	// In this rig's systemd-nspawn machine Landlock's scopes are not
+	// offered (the host's kernel has them), so the runners of a sandbox
+	// are not forked there, which status says too.
+	if out := must("fluksio-worker status --json"); !strings.Contains(out, "spare runners and a zygote") && !strings.Contains(out, "none forked from a zygote: a forked runner's sandbox needs Landlock") {
+		t.Errorf("status --json does not say how spares are kept (forked ahead by a zygote, or why not):\n%s", out)
 	}
 	if out := must("fluksio-worker check"); !strings.Contains(out, "contain    cgroup") {
 		t.Errorf("check does not say the service contains calls by cgroup:\n%s", out)

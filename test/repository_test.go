@@ -18,6 +18,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,6 +81,50 @@ func TestRepositoryFromRelease(t *testing.T) {
 		}
 	}
 
+	// Which sums hold for which file, as docs/releasing.md ("Verifying a
+	// download") says: the repository's debs are the release's, byte for
+	// byte, so SHA256SUMS holds for them; its rpms are the release's with
+	// a signature added, so SHA256SUMS holds for the release's own rpm
+	// (which carries no signature), and the header digest is the same in
+	// both.
+	sums, err := os.ReadFile(filepath.Join(v1.dist, "SHA256SUMS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := func(path string) bool {
+		t.Helper()
+		sum := strings.Fields(runTool(t, repo, nil, "sha256sum", path))[0]
+		return strings.Contains(string(sums), sum+"  "+filepath.Base(path)+"\n")
+	}
+	for _, arch := range []string{"amd64", "arm64"} {
+		deb := "deb/pool/main/f/fluksio-worker/" + filepath.Base(v1.pkg(t, "deb", arch))
+		if !listed(deb) {
+			t.Errorf("the repository's %s is not the one SHA256SUMS lists", deb)
+		}
+		released := v1.pkg(t, "rpm", arch)
+		served := filepath.Join(repo, "rpm/packages", filepath.Base(released))
+		if !listed(released) {
+			t.Errorf("SHA256SUMS does not hold for the release's %s", filepath.Base(released))
+		}
+		if listed(served) {
+			t.Errorf("SHA256SUMS holds for the repository's signed %s: docs/releasing.md says it does not", filepath.Base(served))
+		}
+		header := func(rpm string) string {
+			return runTool(t, repo, nil, "rpm", "-qp", "--nosignature", "--qf", "%{SHA256HEADER}\n", rpm)
+		}
+		// The header holds the payload's digest, so its digest stands for
+		// the whole package.
+		if d := runTool(t, repo, nil, "rpm", "-qp", "--nosignature", "--qf", "%{PAYLOADDIGEST}", released); len(d) != 64 {
+			t.Errorf("the release's %s has no payload digest in its header (%q): its header digest does not cover the files", filepath.Base(released), d)
+		}
+		if header(served) != header(released) {
+			t.Errorf("the repository's %s has another header digest than the release's: %s, %s", filepath.Base(served), header(served), header(released))
+		}
+		if out, err := exec.Command("rpmkeys", "--dbpath", rpmdb, "--checksig", released).CombinedOutput(); strings.Contains(string(out), "signatures OK") {
+			t.Errorf("the release's own %s carries a signature (%v: %s): docs/releasing.md says it does not", filepath.Base(released), err, out)
+		}
+	}
+
 	// Again: the packages stay as they were.
 	before := treeSums(t, filepath.Join(repo, "deb/pool"), filepath.Join(repo, "rpm/packages"))
 	key.publish(t, v1.dist, repo)
@@ -135,9 +180,12 @@ func TestReleaseSHA256SUMSSigned(t *testing.T) {
 // TestRepositoryForDnf reads the rpm repository with Debian's dnf, as a
 // Fedora or RHEL machine would: the metadata only with its signature
 // (repo_gpgcheck), both architectures listed; a repomd.xml altered after
-// signing is refused. No rpm distribution boots here, so dnf install itself,
-// the package's scriptlets under a Fedora systemd and install.sh's dnf/yum
-// branch run nowhere in the suite.
+// signing is refused. Then through the repository file install.sh writes:
+// a release published after the machine last read the metadata is seen by
+// a plain query two hours later (dnf's default expiry is 48 hours). No rpm
+// distribution boots here, so dnf install itself, the package's scriptlets
+// under a Fedora systemd and the rest of install.sh's dnf/yum branch run
+// nowhere in the suite.
 func TestRepositoryForDnf(t *testing.T) {
 	needTool(t, "dnf")
 	v1 := sharedSnapshot(t, "1.0.0")
@@ -185,6 +233,130 @@ func TestRepositoryForDnf(t *testing.T) {
 	}
 	if out, err := query(tampered); err == nil || !strings.Contains(out, "signature") {
 		t.Errorf("dnf read a repomd.xml altered after signing: %v\n%s", err, out)
+	}
+
+	// A machine set up by install.sh, its repository file as written (the
+	// repository and the key where this test keeps them), reads the
+	// metadata; 1.0.1 is published; two hours later a plain query, which
+	// is what `dnf upgrade` reads, must fetch the new metadata. The file
+	// is older than the cache, as on a machine set up before (dnf takes
+	// metadata older than its repository file as expired whatever the
+	// expiry).
+	v2 := sharedSnapshot(t, "1.0.1")
+	dir := t.TempDir()
+	reposd := filepath.Join(dir, "yum.repos.d")
+	if err := os.Mkdir(reposd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	repoFile := filepath.Join(reposd, "fluksio-worker.repo")
+	text := installShRepoFile(t, "file://"+repo, "file://"+filepath.Join(repo, "fluksio-worker.asc"))
+	if err := os.WriteFile(repoFile, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if err := os.Chtimes(repoFile, now.Add(-3*time.Hour), now.Add(-3*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(dir, "dnf.conf")
+	if err := os.WriteFile(conf, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cache := filepath.Join(dir, "cache")
+	dnf := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("dnf", append([]string{"-y", "--config", conf, "--releasever", "1",
+			"--setopt=reposdir=" + reposd, "--setopt=cachedir=" + cache,
+			"--installroot", filepath.Join(dir, "root"), "--forcearch", "x86_64"}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("dnf %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	versions := []string{"repoquery", "--repo", "fluksio-worker", "--arch", "x86_64", "--qf", "%{version}-%{release}", "fluksio-worker"}
+	if out := dnf(versions...); !strings.Contains(out, "1.0.0-1") || strings.Contains(out, "1.0.1-1") {
+		t.Fatalf("dnf through install.sh's repository file, before 1.0.1 is published:\n%s", out)
+	}
+	key.publish(t, v2.dist, repo)
+	err = filepath.Walk(cache, func(path string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Chtimes(path, now.Add(-2*time.Hour), now.Add(-2*time.Hour))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := dnf(versions...); !strings.Contains(out, "1.0.1-1") {
+		t.Errorf("two hours after dnf last read the repository, and 1.0.1 published since, dnf still lists only:\n%s\n(install.sh's repository file:\n%s)", out, text)
+	}
+}
+
+// installShRepoFile is the yum/dnf repository file install.sh writes, with
+// the repository at repoURL and the key at keyURL instead of the machine's
+// /etc/pki/rpm-gpg/ (which a test does not write).
+func installShRepoFile(t *testing.T, repoURL, keyURL string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(moduleRoot(t), "packaging/install.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?s)cat >"\$tmp/repo" <<EOF\n(.*?\n)EOF\n`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal(`packaging/install.sh has no repository file (cat >"$tmp/repo" <<EOF ... EOF)`)
+	}
+	text := strings.ReplaceAll(string(m[1]), "$repo", repoURL)
+	const pkiKey = "file:///etc/pki/rpm-gpg/RPM-GPG-KEY-fluksio-worker"
+	if !strings.Contains(text, "gpgkey="+pkiKey+"\n") {
+		t.Fatalf("install.sh's repository file names no gpgkey=%s:\n%s", pkiKey, text)
+	}
+	text = strings.ReplaceAll(text, pkiKey, keyURL)
+	if strings.Contains(text, "$") {
+		t.Fatalf("install.sh's repository file has a variable this test does not know:\n%s", text)
+	}
+	return text
+}
+
+// TestRepositoryFilesAgree: the yum/dnf repository file docs/releasing.md
+// shows, for setting the repository up by hand, is the one install.sh
+// writes for the default repository.
+func TestRepositoryFilesAgree(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(moduleRoot(t), "docs/releasing.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?s)<<'REPO'\n(.*?\n)REPO\n`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("docs/releasing.md shows no repository file (<<'REPO' ... REPO)")
+	}
+	const pkiKey = "file:///etc/pki/rpm-gpg/RPM-GPG-KEY-fluksio-worker"
+	if want := installShRepoFile(t, "https://packages.fluksio.io", pkiKey); string(m[1]) != want {
+		t.Errorf("docs/releasing.md shows the repository file\n%s\ninstall.sh writes\n%s", m[1], want)
+	}
+}
+
+// TestInstallScriptAndPackageNameOneNextCommand: a first install through
+// install.sh shows the package's own message (its postinst, in apt's or
+// dnf's output), then the script's: both name one command to run next.
+func TestInstallScriptAndPackageNameOneNextCommand(t *testing.T) {
+	root := moduleRoot(t)
+	command := regexp.MustCompile(`sudo fluksio-worker install --url wss://ENGINE[^"\n]*`)
+	seen := map[string][]string{}
+	for _, f := range []string{"packaging/install.sh", "packaging/scripts/postinstall.sh"} {
+		b, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := command.FindAllString(string(b), -1)
+		if len(found) == 0 {
+			t.Errorf("%s prints no next command (sudo fluksio-worker install --url wss://ENGINE...)", f)
+		}
+		for _, c := range found {
+			seen[strings.TrimSpace(c)] = append(seen[strings.TrimSpace(c)], f)
+		}
+	}
+	if len(seen) != 1 {
+		t.Errorf("install.sh and the package print %d different next commands, want one: %q", len(seen), seen)
 	}
 }
 
@@ -256,7 +428,8 @@ func TestInstallScriptRefusesUnknownSystems(t *testing.T) {
 // attached; the script again changes nothing; a newer release published
 // and `apt-get update && apt-get upgrade` with a call running: the call
 // finishes and the worker reloads in place; a Packages file altered after
-// signing is refused by apt.
+// signing is refused by apt. Then `install.sh --remove`: apt-get update no
+// longer fetches the repository.
 func TestInstallScriptFromRepositoryUnderSystemd(t *testing.T) {
 	nspawn.Require(t)
 	v1 := sharedSnapshot(t, "1.0.0")
@@ -264,7 +437,13 @@ func TestInstallScriptFromRepositoryUnderSystemd(t *testing.T) {
 	key := newSigningKey(t)
 	repo := filepath.Join(t.TempDir(), "repo")
 	key.publish(t, v1.dist, repo)
-	srv := httptest.NewServer(http.FileServer(http.Dir(repo)))
+	// fetched counts the requests the repository's server answers.
+	var fetched atomic.Int64
+	files := http.FileServer(http.Dir(repo))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fetched.Add(1)
+		files.ServeHTTP(w, r)
+	}))
 	t.Cleanup(srv.Close)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -286,6 +465,18 @@ func TestInstallScriptFromRepositoryUnderSystemd(t *testing.T) {
 	t.Logf("install.sh:\n%s", out)
 	if !strings.Contains(out, "sudo fluksio-worker install --url wss://ENGINE/api/v1/workers/attach --token -") {
 		t.Errorf("install.sh does not print the next command:\n%s", out)
+	}
+	// The package said what to run next (its postinst, in apt's output),
+	// then the script did: the same command.
+	next := regexp.MustCompile(`(?m)^\s*(sudo fluksio-worker install --url .*?)\s*$`).FindAllStringSubmatch(out, -1)
+	if len(next) < 2 {
+		t.Errorf("a first install through install.sh prints the next command %d times, want the package's and the script's:\n%s", len(next), out)
+	}
+	for _, c := range next {
+		if c[1] != next[0][1] {
+			t.Errorf("a first install through install.sh prints two next commands, %q and %q:\n%s", next[0][1], c[1], out)
+			break
+		}
 	}
 	if got := strings.TrimSpace(sh("fluksio-worker --version")); got != "fluksio-worker "+v1.version {
 		t.Errorf("install.sh installed %q, want %s", got, v1.version)
@@ -382,6 +573,43 @@ func TestInstallScriptFromRepositoryUnderSystemd(t *testing.T) {
 	}
 	t.Logf("apt-get update, Packages altered after signing:\n%s", out)
 	step("a Packages altered after signing")
+
+	// Taking the repository out, as `curl URL/install.sh | sh -s --
+	// --remove` does: the source and the key removed and named, the
+	// package left with the command that removes it; apt-get update then
+	// fetches nothing from the repository; run again, nothing to remove.
+	removeScript := "sh -s -- --remove </root/install.sh 2>&1"
+	out = sh(removeScript)
+	t.Logf("install.sh --remove:\n%s", out)
+	for _, want := range []string{
+		"removed /etc/apt/sources.list.d/fluksio-worker.list",
+		"removed /etc/apt/keyrings/fluksio-worker.asc",
+		"sudo apt purge fluksio-worker",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("install.sh --remove does not say %q:\n%s", want, out)
+		}
+	}
+	for _, f := range []string{"/etc/apt/sources.list.d/fluksio-worker.list", "/etc/apt/keyrings/fluksio-worker.asc"} {
+		if _, err := os.Stat(m.Path(f)); !os.IsNotExist(err) {
+			t.Errorf("after install.sh --remove, %s is still there (%v)", f, err)
+		}
+	}
+	if got := strings.TrimSpace(sh("fluksio-worker --version")); got != "fluksio-worker "+v2.version {
+		t.Errorf("install.sh --remove changed the package: %q, want %s installed", got, v2.version)
+	}
+	fetched.Store(0)
+	sh("apt-get update -q 2>&1")
+	if n := fetched.Load(); n != 0 {
+		t.Errorf("after install.sh --remove, apt-get update made %d requests to the repository", n)
+	}
+	if policy := sh("apt-cache policy fluksio-worker"); strings.Contains(policy, srv.URL) {
+		t.Errorf("after install.sh --remove and apt-get update, apt still offers the repository:\n%s", policy)
+	}
+	if out := sh(removeScript); !strings.Contains(out, "found no fluksio-worker repository or key to remove") || strings.Contains(out, "removed ") {
+		t.Errorf("install.sh --remove run again:\n%s\nwant it to say it found nothing to remove", out)
+	}
+	step("install.sh --remove")
 }
 
 // writeIndex replaces dir's Packages and Packages.gz with b.

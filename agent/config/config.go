@@ -304,7 +304,7 @@ var Options = []Option{
 		func(c *Config, v string) error { c.TrustKeys = append(c.TrustKeys, SplitLabels(v)...); return nil }},
 	{"allow-env", "PATTERN,PATTERN", "under a code policy, the variables a call's env may set besides the built-in ones that only tune (thread counts, CUDA_VISIBLE_DEVICES, locale, TZ): names or patterns such as WANDB_*; any other is refused (PolicyRefused); the flag may be repeated",
 		func(c *Config, v string) error { c.AllowEnv = append(c.AllowEnv, SplitLabels(v)...); return nil }},
-	{"pre-call-hook", "CMD", "a shell command run before a call takes its slot, the call's metadata as JSON on stdin: exit 0 takes the call, any other status declines it (NodeCancelled, its first stderr line the reason) so the engine runs it elsewhere",
+	{"pre-call-hook", "CMD", "a shell command run in a call's slot before its runner starts (at most --parallel at once), the call's metadata as JSON on stdin: exit 0 takes the call, any other status declines it (NodeCancelled, its first stderr line the reason) so the engine runs it elsewhere",
 		func(c *Config, v string) error { c.PreCallHook = v; return nil }},
 	{"post-call-hook", "CMD", "a shell command run after a call's processes are gone, its outcome as JSON on stdin; its failure is logged, not the call's",
 		func(c *Config, v string) error { c.PostCallHook = v; return nil }},

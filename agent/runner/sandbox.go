@@ -96,12 +96,13 @@ func (c *Config) sandboxed(cmd *exec.Cmd, dir *callDir, zygote bool, scripts ...
 	}
 	spec := platform.SandboxSpec{Hide: sb.Hide, Dir: cmd.Dir, Zygote: zygote, OwnPIDs: !sb.forks}
 	spec.Binds = append(spec.Binds, platform.SandboxBind{Path: dir.path, Write: true})
+	owner := c.ownerShown(sb)
 	if zygote {
 		// Its forks' directories, each of which hides the others.
 		calls := filepath.Dir(dir.path)
 		spec.Binds = append(spec.Binds, platform.SandboxBind{Path: calls, Write: true})
 		shown := []string{calls}
-		for _, b := range sb.Binds {
+		for _, b := range owner {
 			shown = append(shown, b.Path)
 		}
 		js, _ := json.Marshal(shown)
@@ -112,10 +113,7 @@ func (c *Config) sandboxed(cmd *exec.Cmd, dir *callDir, zygote bool, scripts ...
 			spec.Binds = append(spec.Binds, platform.SandboxBind{Path: s})
 		}
 	}
-	if b, ok := interpreterBind(c.Python, sb.Hide); ok {
-		spec.Binds = append(spec.Binds, b)
-	}
-	spec.Binds = append(spec.Binds, sb.Binds...)
+	spec.Binds = append(spec.Binds, owner...)
 	if dir.cwd == "" {
 		// The worker's own working directory, where its runners work (a
 		// person's project directory).
@@ -151,6 +149,30 @@ func interpreterBind(python string, hidden []string) (platform.SandboxBind, bool
 		dir = python
 	}
 	return platform.SandboxBind{Path: dir}, true
+}
+
+// ownerShown is what every runner of c is shown besides its call
+// directory: the interpreter where its sandbox would cover it
+// (interpreterBind), the directories of the worker's own PYTHONPATH under
+// the paths each sandbox replaces (a person's checkout in /tmp, read-only;
+// never the engine's PYTHONPATH of a request, which could name another
+// user's files there), and the owner's --sandbox-bind paths, last.
+func (c *Config) ownerShown(sb *Sandbox) []platform.SandboxBind {
+	var shown []platform.SandboxBind
+	if b, ok := interpreterBind(c.Python, sb.Hide); ok {
+		shown = append(shown, b)
+	}
+	if path, ok := lookupEnv(c.BaseEnv, "PYTHONPATH"); ok {
+		for _, p := range filepath.SplitList(path) {
+			if !filepath.IsAbs(p) || !within(p, sandboxReplaced) || slices.Contains(sandboxReplaced, filepath.Clean(p)) || within(p, sb.Hide) {
+				continue
+			}
+			if st, err := os.Stat(p); err == nil && st.IsDir() {
+				shown = append(shown, platform.SandboxBind{Path: filepath.Clean(p)})
+			}
+		}
+	}
+	return append(shown, sb.Binds...)
 }
 
 // sandboxEnv points what the environment names that node code could not

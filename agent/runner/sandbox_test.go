@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"os"
 	"testing"
 
 	"github.com/fluksio/fluksio-worker/platform"
@@ -30,5 +31,26 @@ func TestInterpreterUnderAReplacedPathIsShown(t *testing.T) {
 		case c.want != "" && (!ok || b != platform.SandboxBind{Path: c.want}):
 			t.Errorf("%s: shown as %+v (%v), want %s read-only", c.python, b, ok, c.want)
 		}
+	}
+}
+
+// The worker's own PYTHONPATH, where a private /tmp would cover it, is
+// shown read-only; a path that is not there, a relative one, /tmp itself
+// and one under a hidden path are not.
+func TestWorkersImportPathUnderTmpIsShown(t *testing.T) {
+	mods := t.TempDir() // under the test's TMPDIR, /tmp here
+	if !within(mods, sandboxReplaced) {
+		t.Skipf("%s is not under a directory the sandbox replaces", mods)
+	}
+	hidden := mods + "/state"
+	if err := os.Mkdir(hidden, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	c := &Config{Python: "/usr/bin/python3", BaseEnv: []string{"PYTHONPATH=" + mods + ":relative:/tmp:" + mods + "/gone:" + hidden + ":/usr/lib/python3/dist-packages"}}
+	sb := &Sandbox{Hide: []string{hidden}, Binds: []platform.SandboxBind{{Path: "/data", Write: true}}}
+	got := c.ownerShown(sb)
+	want := []platform.SandboxBind{{Path: mods}, {Path: "/data", Write: true}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("shown %+v, want %+v", got, want)
 	}
 }

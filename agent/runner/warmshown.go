@@ -23,6 +23,10 @@ func WarmDetail(spares int, sb *Sandbox) string {
 	}
 	kept := fmt.Sprintf("%d spare runner%s started ahead (--warm %d)", spares, plural(spares), spares)
 	if !forksHere(sb) {
+		if sb != nil && forksHere(nil) {
+			// What a person comparing two machines would ask.
+			return kept + ", each in a sandbox of its own, none forked from a zygote: a forked runner's sandbox needs Landlock's scopes (Linux 6.12), which this system does not offer"
+		}
 		return kept
 	}
 	n := spares + forkedSparesAhead

@@ -2,7 +2,11 @@
 # After install or upgrade (deb postinst, rpm %post).
 #
 # Fresh install: say what to run next; the package never starts a worker,
-# because only `install` knows the engine and the token.
+# because only `install` knows the engine and the token. The command is the
+# one packaging/install.sh prints after installing the package (one
+# command, whichever way the package came): --token - reads the token from
+# stdin, pasted when asked or piped in, so it is on no command line and in
+# no shell history.
 # Upgrade with the service installed: rewrite its unit from the new binary
 # (a newer unit template may fix things), then, only if it is running,
 # reload it: the worker lets its running calls finish (a training run may
@@ -25,10 +29,10 @@ esac
 if [ ! -e "$unit" ]; then
 	cat <<'MSG'
 
-fluksio-worker is installed. To attach this machine to your Fluksio engine
-as a service (token from a file or stdin, so it stays out of shell history):
+fluksio-worker is installed. Attach this machine to your engine (paste the
+token when asked):
 
-  sudo fluksio-worker install --url wss://ENGINE/api/v1/workers/attach --token-file PATH
+  sudo fluksio-worker install --url wss://ENGINE/api/v1/workers/attach --token -
 
 Then: systemctl status fluksio-worker (or: fluksio-worker status)
 Example settings: /usr/share/doc/fluksio-worker/config.example.toml
