@@ -67,15 +67,6 @@ func (a *Agent) handle(at *attachment, data []byte) {
 	}
 }
 
-// refusal is why a call is declined without running: the reason the
-// metrics count it under, and the answer the engine gets (its error type
-// and message). The reason is chosen where the call is declined.
-type refusal struct {
-	reason metrics.DeclineReason
-	typ    string // protocol.TypeNodeCancelled or protocol.TypeRemoteError
-	msg    string
-}
-
 func (a *Agent) startCall(at *attachment, m protocol.Message) {
 	log := a.log.With("call_id", logging.Cut(m.CallID, maxLoggedID))
 	refuse := func(no *refusal) {
