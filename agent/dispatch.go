@@ -21,11 +21,6 @@ import (
 // although its op and call_id can be read.
 const msgUnreadable = "the worker cannot read this request: it is not valid JSON, or nested deeper than 10000 levels"
 
-// maxLoggedID bounds an identifier (a call_id, an op) in the log: the
-// engine chooses them, and a 1 MB call_id must not be logged whole on
-// every line of its call.
-const maxLoggedID = 128
-
 // handle acts on one engine message. Bad input is logged and skipped:
 // it never takes the connection down.
 func (a *Agent) handle(at *attachment, data []byte) {
