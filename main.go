@@ -23,9 +23,6 @@ import (
 	"github.com/fluksio/fluksio-worker/installer"
 )
 
-// version is stamped by the release build (-ldflags "-X main.version=…").
-var version = "dev"
-
 type command struct {
 	name    string
 	summary string

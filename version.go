@@ -12,6 +12,9 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/protocol"
 )
 
+// version is stamped by the release build (-ldflags "-X main.version=…").
+var version = "dev"
+
 // Set with -X by a build outside a git checkout (a distribution's, from a
 // tarball); otherwise, the release's included, they come from the build
 // information Go stamps from git, which the release's SBOM also reads.

@@ -23,6 +23,10 @@ import (
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
+// Version is the binary's version, set by main: the status file and the
+// metrics carry it, and run and selftest say it as they start.
+var Version = "dev"
+
 // Reconnection backoff: 1 s, doubling to 30 s, reset after a welcome.
 const (
 	backoffMin = time.Second

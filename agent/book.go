@@ -52,6 +52,17 @@ func newCallBook(parallel, maxCalls int, done int64) *callBook {
 		calls: map[string]*call{}, live: map[*call]struct{}{}, lastDone: time.Now()}
 }
 
+// refusal is why a call is declined without running: the reason the
+// metrics count it under, and the answer the engine gets (its error type
+// and message). The reason is chosen where the call is declined: the book
+// at admission (admit), the mode, the disk and the owner's policy and
+// pre-call hook before and after it; dispatch's refuse answers it.
+type refusal struct {
+	reason metrics.DeclineReason
+	typ    string // protocol.TypeNodeCancelled or protocol.TypeRemoteError
+	msg    string
+}
+
 // admit takes c, a new call: it takes a free slot (start), vetting, or
 // waits for one. It is refused, with the answer to send, when a call with
 // its id is already here or the queue is full; it stays new.

@@ -93,6 +93,11 @@ type call struct {
 	settle func()
 }
 
+// maxLoggedID bounds an identifier (a call_id, an op, a function) in the
+// log: the engine chooses them, and a 1 MB call_id must not be logged
+// whole on every line of its call.
+const maxLoggedID = 128
+
 // callHost is what a call uses of the worker, and all it uses.
 type callHost struct {
 	metrics *metrics.Metrics // nil without --listen

@@ -21,11 +21,6 @@ import (
 // although its op and call_id can be read.
 const msgUnreadable = "the worker cannot read this request: it is not valid JSON, or nested deeper than 10000 levels"
 
-// maxLoggedID bounds an identifier (a call_id, an op) in the log: the
-// engine chooses them, and a 1 MB call_id must not be logged whole on
-// every line of its call.
-const maxLoggedID = 128
-
 // handle acts on one engine message. Bad input is logged and skipped:
 // it never takes the connection down.
 func (a *Agent) handle(at *attachment, data []byte) {
@@ -65,15 +60,6 @@ func (a *Agent) handle(at *attachment, data []byte) {
 			a.log.Warn("ignoring a message with an unknown op", "op", logging.Cut(m.Op, maxLoggedID))
 		}
 	}
-}
-
-// refusal is why a call is declined without running: the reason the
-// metrics count it under, and the answer the engine gets (its error type
-// and message). The reason is chosen where the call is declined.
-type refusal struct {
-	reason metrics.DeclineReason
-	typ    string // protocol.TypeNodeCancelled or protocol.TypeRemoteError
-	msg    string
 }
 
 func (a *Agent) startCall(at *attachment, m protocol.Message) {

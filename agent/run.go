@@ -26,9 +26,6 @@ import (
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
-// Version is the binary's version, set by main.
-var Version = "dev"
-
 // RunCommand is `fluksio-worker run`: attach and serve in the foreground
 // until stopped (SIGTERM/SIGINT), drained (SIGQUIT), idle (--max-idle) or
 // refused. SIGHUP reloads: it re-executes this binary in place once the
@@ -141,7 +138,6 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	defer pulse.Stop()
 	attaching := a.Attaching()
 	service.Status(a.Pulse())
-	stopping := false
 	// A reload is checked before it begins (reloadcheck.go); checked
 	// carries the verdict, nil while no check runs.
 	var checked chan error
@@ -191,8 +187,9 @@ func RunCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 				log.Info("SIGQUIT: draining")
 				a.endBecause("SIGQUIT: drained")
 				a.Drain()
-			case !stopping:
-				stopping = true
+			case !a.life.mode().ending():
+				// The first stop signal: the lifecycle is told (Stop), so
+				// the next one finds the worker stopping, and kills.
 				a.endBecause(signalName(sig) + ": stopped")
 				log.Info("stopping (a second signal stops at once)", "signal", sig.String())
 				service.Stopping()

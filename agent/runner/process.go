@@ -1,12 +1,17 @@
 // Package runner owns a call's runner process, from its start to the
 // moment nothing of it is left: it starts the process contained (its own
 // process group, a cookie in its environment, a cgroup per call where the
-// worker may make them, a raised oom_score_adj, a private call directory)
-// or hands out a warm spare started ahead (warm.go); writes the request on
-// its stdin; relays its stdout lines (events to the engine through a
-// callback, the answer to the caller) and its stderr to the log; and stops
-// it with the stop ladder: SIGTERM to everything of the call, --cancel-grace
-// to finish, SIGKILL, then a sweep of what is left.
+// worker may make them, a raised oom_score_adj, a private call directory,
+// a sandbox where the worker has one), or hands out a warm one (warm.go):
+// a spare, started ahead of its call (spare.go) or, where each call has a
+// cgroup, forked from its environment's zygote, an interpreter that loaded
+// the runtime once (zygote.go). Whichever way a runner starts, one launch
+// owns what the start makes until the runner runs (launch.go). The package
+// writes the request on the runner's stdin; relays its stdout lines (events
+// to the engine through a callback, the answer to the caller), its stderr
+// to the log, and what its node prints as the call's log events
+// (nodeout.go); and stops it with the stop ladder: SIGTERM to everything of
+// the call, --cancel-grace to finish, SIGKILL, then a sweep of what is left.
 //
 // It knows nothing of the engine's session: the caller owns the call as
 // the engine sees it (heartbeats, the answer, the worker's own error
@@ -17,11 +22,9 @@ package runner
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"sync"
 	"syscall"
 	"time"
@@ -303,75 +306,37 @@ func (pl *Pool) Start(ctx context.Context, spec Spec) (*Process, error) {
 // startCold starts a new interpreter in a new box; it returns the read
 // end of its stdout.
 func (p *Process) startCold(spec Spec) (*os.File, error) {
-	stdoutR, stdoutW, err := runnerPipe(0)
-	if err != nil {
-		return nil, fmt.Errorf("creating the runner's pipes: %w", err)
-	}
-	stderrR, stderrW, err := runnerPipe(0)
-	if err != nil {
-		stdoutR.Close()
-		stdoutW.Close()
-		return nil, fmt.Errorf("creating the runner's pipes: %w", err)
+	l := newLaunch(p.cfg, p.log)
+	defer l.close() // all of it, where it did not start
+	if err := l.stdio(true); err != nil {
+		return nil, err
 	}
 	b, dir, err := p.boxes.take(p.log)
 	if err != nil {
-		stdoutR.Close()
-		stdoutW.Close()
-		stderrR.Close()
-		stderrW.Close()
 		return nil, err
 	}
-	var pipes *nodePipes
+	l.dir = dir
 	args := []string{p.cfg.script(spec.Runtime)}
 	var extra []*os.File
 	if spec.Runtime.Embedded {
-		if pipes, args, extra, err = passedNodePipes(args, extra); err != nil {
-			stdoutR.Close()
-			stdoutW.Close()
-			stderrR.Close()
-			stderrW.Close()
+		if args, extra, err = l.passNodePipes(args, extra); err != nil {
 			b.teardown()
-			dir.remove()
 			return nil, err
 		}
 	}
-	cmd := exec.Command(p.cfg.Python, args...)
-	b.prepare(cmd, dir.env(p.cfg.env(spec.Env), p.cfg.CancelGrace))
-	cmd.Dir = dir.cwd
-	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
-	cmd.ExtraFiles = extra
-	stdinR, stdin, err := runnerPipe(1)
-	if err == nil {
-		err = p.cfg.sandboxed(cmd, dir, false, args[0], spec.Runtime.Path)
-	}
-	if err == nil {
-		cmd.Stdin = stdinR
-		err = b.start(cmd)
-		stdinR.Close()
-		if err != nil {
-			stdin.Close()
-		}
-	}
-	stdoutW.Close()
-	stderrW.Close()
-	pipes.started()
+	cmd, err := l.exec(b, args, extra, p.cfg.env(spec.Env), false, spec.Runtime.Path)
 	if err != nil {
-		stdoutR.Close()
-		stderrR.Close()
-		pipes.close()
-		if err := dir.remove(); err != nil {
-			p.log.Warn("could not remove the call's directory", "dir", dir.path, "error", err)
-		}
-		return nil, fmt.Errorf("starting %s: %w", p.cfg.Python, err)
+		return nil, err
 	}
-	p.box, p.stdin, p.stderr, p.pipes, p.dir = b, stdin, stderrR, pipes, dir
+	p.box, p.stdin, p.stderr, p.pipes, p.dir = b, l.stdin, l.stderr, l.nodes, l.dir
+	l.handOver()
 	go func() {
 		err := cmd.Wait()
 		b.reaped(cmd)
 		p.log.Debug("runner exited", "pid", b.pid, "status", exitStatus(err))
 		close(p.exited)
 	}()
-	return stdoutR, nil
+	return l.stdout, nil
 }
 
 // write writes the request on the runner's stdin. A runner that died

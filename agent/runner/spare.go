@@ -271,101 +271,50 @@ func (s *spare) waitServed() {
 // the descriptor it reports on; it returns that report's read end.
 func (s *spare) start() (*os.File, error) {
 	p := s.pool
-	var made madePipes
-	stdoutR, stdoutW, err := made.pipe()
-	if err != nil {
+	l := newLaunch(p.cfg, s.box.log)
+	defer l.close() // all of it, where it did not start
+	if err := l.stdio(true); err != nil {
 		return nil, err
 	}
-	stderrR, stderrW, err := made.pipe()
+	reportR, reportW, err := l.fromRunner()
 	if err != nil {
-		made.close()
-		return nil, err
-	}
-	reportR, reportW, err := made.pipe()
-	if err != nil {
-		made.close()
 		return nil, err
 	}
 	args := []string{p.cfg.script(s.we.rt), spareFlag, strconv.Itoa(spareReportFD)}
 	extra := extraFiles(map[int]*os.File{spareReportFD: reportW})
-	var pipes *nodePipes
 	if s.we.rt.Embedded {
 		if p.preload != "" {
 			args = append(args, p.preload)
 		}
-		if pipes, args, extra, err = passedNodePipes(args, extra); err != nil {
-			made.close()
+		if args, extra, err = l.passNodePipes(args, extra); err != nil {
 			return nil, err
 		}
 	}
-	err = s.launch(args, extra, stdoutW, stderrW)
-	stdoutW.Close()
-	stderrW.Close()
-	reportW.Close()
-	pipes.started()
-	if err != nil {
-		stdoutR.Close()
-		stderrR.Close()
-		reportR.Close()
-		pipes.close()
+	if err := s.launch(l, args, extra); err != nil {
 		return nil, err
 	}
-	s.stdout, s.stderr, s.pipes = stdoutR, stderrR, pipes
+	s.stdout, s.stderr, s.pipes = l.stdout, l.stderr, l.nodes
+	l.handOver()
 	close(s.started)
 	return reportR, nil
 }
 
-// launch starts s's process (a spare's or a zygote's) with args, extra
-// as its descriptors from 3 on, and its stdout and stderr to stdout and
-// stderr (nil: nowhere), in a call directory and the box of its own. The
-// caller closes its copies of what the process inherits.
-func (s *spare) launch(args []string, extra []*os.File, stdout, stderr *os.File) error {
+// launch starts s's process (a spare's or a zygote's) with args and extra
+// as its descriptors from 3 on, in a call directory and the box of its
+// own; l has its stdio. s keeps the process, its stdin and its directory;
+// the caller hands l over.
+func (s *spare) launch(l *launch, args []string, extra []*os.File) error {
 	p := s.pool
-	dir, err := p.cfg.newCallDir()
+	if err := l.makeDir(); err != nil {
+		return err
+	}
+	s.began = time.Now()
+	cmd, err := l.exec(s.box, args, extra, effectiveEnv(p.cfg.env(s.we.env)), s.box.role == platform.CgroupZygote, s.we.rt.Path)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(p.cfg.Python, args...)
-	s.box.prepare(cmd, dir.env(effectiveEnv(p.cfg.env(s.we.env)), p.cfg.CancelGrace))
-	cmd.Dir = dir.cwd
-	if stdout != nil {
-		cmd.Stdout, cmd.Stderr = stdout, stderr
-	}
-	cmd.ExtraFiles = extra
-	stdin, err := cmd.StdinPipe()
-	s.began = time.Now()
-	if err == nil {
-		err = p.cfg.sandboxed(cmd, dir, s.box.role == platform.CgroupZygote, args[0], s.we.rt.Path)
-	}
-	if err == nil {
-		err = s.box.start(cmd)
-	}
-	if err != nil {
-		dir.remove()
-		return fmt.Errorf("starting %s: %w", p.cfg.Python, err)
-	}
-	s.cmd, s.stdin, s.dir = cmd, stdin, dir
+	s.cmd, s.stdin, s.dir = cmd, l.stdin, l.dir
 	return nil
-}
-
-// madePipes are the pipes a start made, to close should it fail.
-type madePipes []*os.File
-
-// pipe makes a pipe, or says it could not.
-func (m *madePipes) pipe() (r, w *os.File, err error) {
-	r, w, err = os.Pipe()
-	if err != nil {
-		return nil, nil, fmt.Errorf("creating the runner's pipes: %w", err)
-	}
-	*m = append(*m, r, w)
-	return r, w, nil
-}
-
-// close closes every end of the pipes made.
-func (m madePipes) close() {
-	for _, f := range m {
-		f.Close()
-	}
 }
 
 // effectiveEnv is env with only the last entry of each name, in order.

@@ -123,39 +123,36 @@ func (z *zygote) run() {
 // report's read end.
 func (z *zygote) start() (*os.File, error) {
 	p := z.pool
-	var made madePipes
-	reportR, reportW, err := made.pipe()
+	l := newLaunch(p.cfg, z.box.log)
+	defer l.close() // all of it, where it did not start
+	// Its own output goes nowhere: no call reads it.
+	if err := l.stdio(false); err != nil {
+		return nil, err
+	}
+	reportR, reportW, err := l.fromRunner()
 	if err != nil {
 		return nil, err
 	}
-	exitsR, exitsW, err := made.pipe()
+	exitsR, exitsW, err := l.fromRunner()
 	if err != nil {
-		made.close()
 		return nil, err
 	}
 	ctl, ctlChild, err := controlPair()
 	if err != nil {
-		made.close()
 		return nil, err
 	}
-	z.ctl = ctl
+	l.track(ctl, ctlChild)
 	args := []string{p.cfg.script(z.we.rt), zygoteFlag, strconv.Itoa(zygoteReportFD), strconv.Itoa(zygoteControlFD), strconv.Itoa(zygoteExitsFD)}
 	if p.preload != "" {
 		args = append(args, p.preload)
 	}
-	// Its own output goes nowhere: no call reads it.
 	extra := extraFiles(map[int]*os.File{zygoteReportFD: reportW, zygoteControlFD: ctlChild, zygoteExitsFD: exitsW})
-	err = z.launch(args, extra, nil, nil)
-	ctlChild.Close()
-	exitsW.Close()
-	reportW.Close()
-	if err != nil {
-		z.closeControl()
-		exitsR.Close()
-		reportR.Close()
+	if err := z.launch(l, args, extra); err != nil {
 		return nil, err
 	}
+	z.ctl = ctl
 	z.exits = newRunnerExits(exitsR)
+	l.handOver()
 	close(z.started)
 	return reportR, nil
 }
@@ -217,56 +214,36 @@ func (z *zygote) fork(s *spare, forCall bool) error {
 	if z.ctl == nil {
 		return errors.New("the zygote was stopped")
 	}
-	var files []*os.File
-	closeAll := func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}
-	var ends [3][2]*os.File
-	for i := range ends {
-		r, w, err := os.Pipe()
-		if err != nil {
-			closeAll()
-			return fmt.Errorf("creating the runner's pipes: %w", err)
-		}
-		files = append(files, r, w)
-		ends[i] = [2]*os.File{r, w}
-	}
-	dir, err := p.cfg.newCallDir()
-	if err != nil {
-		closeAll()
+	l := newLaunch(p.cfg, s.box.log)
+	defer l.close() // all of it, where it was not taken in
+	if err := l.stdio(true); err != nil {
 		return err
 	}
-	pipes, err := newNodePipes()
-	if err != nil {
-		closeAll()
-		dir.remove()
+	if err := l.makeDir(); err != nil {
 		return err
 	}
-	env := s.box.make(dir.env(effectiveEnv(p.cfg.env(z.we.env)), p.cfg.CancelGrace))
+	if err := l.makeNodePipes(); err != nil {
+		return err
+	}
+	env := s.box.make(l.dir.env(effectiveEnv(p.cfg.env(z.we.env)), p.cfg.CancelGrace))
 	if sb := p.cfg.Sandbox; sb != nil {
-		env = sandboxEnv(env, dir, sb.Hide, sb.Binds)
+		env = sandboxEnv(env, l.dir, sb.Hide, sb.Binds)
 	}
 	fail := func(err error) error {
-		closeAll()
-		pipes.close()
 		if s.box.cg != nil {
 			s.box.cg.Remove(0)
 		}
-		dir.remove()
 		return err
 	}
-	msg, err := json.Marshal(forkRequest{Env: env, Cwd: dir.cwd, Token: pipes.token})
+	msg, err := json.Marshal(forkRequest{Env: env, Cwd: l.dir.cwd, Token: l.nodes.token})
 	if err != nil {
 		return fail(err)
 	}
 	// The runner's ends (forkFDs), at the descriptors it gets them at:
-	// stdin's read end, stdout's and stderr's write ends, the node's
-	// output pipes.
+	// its stdin, stdout and stderr, the node's output pipes.
 	child := make([]*os.File, forkFDs)
-	child[0], child[1], child[2] = ends[0][0], ends[1][1], ends[2][1]
-	child[forkedOutputFD], child[forkedOutputFD+1] = pipes.w[0], pipes.w[1]
+	copy(child, l.runner[:])
+	child[forkedOutputFD], child[forkedOutputFD+1] = l.nodes.w[0], l.nodes.w[1]
 	fds := make([]int, len(child))
 	for i, f := range child {
 		fds[i] = int(f.Fd())
@@ -292,16 +269,12 @@ func (z *zygote) fork(s *spare, forCall bool) error {
 	if err != nil {
 		return fail(err)
 	}
-	for _, f := range child {
-		f.Close()
-	}
-	pipes.started()
+	l.started()
 	// Its report may have come already: a runner can exit before this.
 	report := z.exits.expect(pid)
 	watch := platform.WatchExit(pid)
 	s.forked = watch
 	s.box.pid = pid
-	s.stdin, s.stdout, s.stderr = ends[0][1], ends[1][0], ends[2][0]
 	if s.box.cg != nil {
 		// Before the request is written: the runner waits for it, so no
 		// node code runs outside the call's cgroup.
@@ -316,16 +289,13 @@ func (z *zygote) fork(s *spare, forCall bool) error {
 			z.waitRunner(pid, report, watch)
 			watch.Close()
 			platform.Forget(pid)
-			s.stdin.Close()
-			s.stdout.Close()
-			s.stderr.Close()
-			pipes.close()
+			l.close()
 			s.box.cg.Remove(reapWait)
-			dir.remove()
 			return fmt.Errorf("taking the forked runner in: %w", err)
 		}
 	}
-	s.dir, s.pipes = dir, pipes
+	s.stdin, s.stdout, s.stderr, s.dir, s.pipes = l.stdin, l.stdout, l.stderr, l.dir, l.nodes
+	l.handOver()
 	// In its call's cgroup now; without one, in the zygote's.
 	if g := s.box.cg; g != nil {
 		s.box.oom = platform.WatchOOM(g)

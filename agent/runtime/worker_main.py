@@ -1,8 +1,12 @@
-"""The embedded Fluksio runtime: runs exactly one node call for fluksio-worker.
+"""The embedded Fluksio runtime: the Python side of every fluksio-worker call.
 
-The Go agent starts ``PYTHON worker_main.py`` for every call, writes one JSON
-request line on stdin and reads JSON lines back on stdout (the line
-protocol in agent/protocol/doc.go; the request schema in README.md here). This file owns everything on the Python side of that trip:
+Every call runs in a runner of this file, a process of its own: one the Go
+agent starts as ``PYTHON worker_main.py`` for the call (cold), one it
+started ahead of the call (a spare), or one forked from a warm process of
+this file (a zygote); the modes below say which. The agent writes one JSON
+request line on the runner's stdin and reads JSON lines back on its stdout
+(the line protocol in agent/protocol/doc.go; the request schema in
+README.md here). This file owns everything on the Python side of that trip:
 
 - the protocol channel: the process's real stdout carries protocol lines and
   nothing else; node code's fd 1 and fd 2 are pipes that become ``log``
@@ -18,7 +22,8 @@ protocol in agent/protocol/doc.go; the request schema in README.md here). This f
   streamed in both directions so a file of any size never sits in memory.
 
 It is shipped as this one file and uses the standard library only (Python
-3.8 and later). It handles one request, answers, and exits.
+3.8 and later). A runner handles one request, answers, and exits; nothing
+of one call passes to the next. A zygote handles none: it forks runners.
 
 Started with no flag, it is a runner started cold. Started with
 ``--fluksio-capabilities`` alone, it says what it is (its version and the
@@ -41,6 +46,12 @@ each value to its twin here):
   the worker sends on CONTROL and reports each runner's exit on EXITS
   (zygote_serve). It runs no node code; each runner it forks is a runner
   started cold with the worker's pipes, with its call's environment.
+
+The file reads in that order: the wire, then what every call needs (the
+protocol channel, the node's output, cancel, the SDK, artifacts,
+validation, loading the node, the call), then the modes (spare, zygote,
+the worker's output pipes) and main, which picks the mode and runs the
+call.
 """
 
 from __future__ import annotations
@@ -3079,6 +3090,10 @@ def thread_count() -> int:
         return threading.active_count()
 
 
+# ---------------------------------------------------------------------------
+# Zygote mode: a warm interpreter that forks each call's runner
+# ---------------------------------------------------------------------------
+
 # `worker_main.py --fluksio-zygote REPORT CONTROL EXITS [MOD,MOD]` is a warm
 # interpreter that forks each call's runner (agent/runner/zygote.go). It
 # preloads and reports on REPORT as a spare does, then serves requests on
@@ -3093,6 +3108,7 @@ def thread_count() -> int:
 # started cold with that environment would: the worker moves it into its
 # call's cgroup before it writes the request, so no node code runs outside
 # it. The zygote runs no thread and no node code.
+
 # Set in a runner forked from the zygote (zygote_child).
 FORKED = []
 
@@ -3309,6 +3325,11 @@ def sandbox_fork_tried() -> str:
     if status == 0:
         return ""
     return why.decode("utf-8", "replace") or "the trial fork ended with status %d" % status
+
+
+# ---------------------------------------------------------------------------
+# Zygote mode: the forks it serves, and the runner each becomes
+# ---------------------------------------------------------------------------
 
 
 def zygote_serve():
@@ -3553,6 +3574,10 @@ def fcntl_dup_high(fd: int) -> int:
     return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
 
 
+# ---------------------------------------------------------------------------
+# The worker's pipes for the node's output
+# ---------------------------------------------------------------------------
+
 # `worker_main.py --fluksio-output FD ...`: the worker made the pipes the
 # node's stdout and stderr become (their write ends at FD and FD+1) and
 # reads them itself, log events and their budget included: a reader in
@@ -3618,6 +3643,11 @@ MARK_NODE_OUTPUT = [lambda: None]
 def mark_node_output() -> None:
     """Marks the place of a stream event in the node's output (the worker's pipes only)."""
     MARK_NODE_OUTPUT[0]()
+
+
+# ---------------------------------------------------------------------------
+# main: the mode this process was started in, then its one call
+# ---------------------------------------------------------------------------
 
 
 def report_capabilities() -> bool:
