@@ -55,12 +55,6 @@ func (c *call) move(to callState) {
 	callMoves.Must(&c.state, to, "a call", "the worker's book of calls", c.log)
 }
 
-// tryMove changes c's state to, where that is a legal move from its state,
-// and reports whether it did: for a move that may lose to another (the
-// call ended or was taken meanwhile), whose false its caller expects and
-// handles. The book's lock is held.
-func (c *call) tryMove(to callState) bool { return callMoves.Try(&c.state, to) }
-
 // String names a state in the log and the tests' messages.
 func (st callState) String() string {
 	switch st {

@@ -8,7 +8,6 @@ package runner
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
