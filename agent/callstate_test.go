@@ -16,7 +16,7 @@ var allCallStates = []callState{callNew, callWaiting, callVetting, callRunning, 
 
 // Every move between two of a call's states, legal or not, without a
 // session: the legal ones are the diagram's (callstate.go), each made
-// once; every other one is refused by tryMove and changes nothing.
+// once; every other one is refused (moves.Table.Try) and changes nothing.
 func TestCallStateMoves(t *testing.T) {
 	legal := map[[2]callState]bool{
 		{callNew, callWaiting}:     true, // admitted, every slot busy
