@@ -50,12 +50,14 @@ func pythonKinds(b *testing.B) []pythonKind {
 	if _, err := os.Stat(benchPython); err != nil {
 		b.Skip("no", benchPython)
 	}
-	goWorker := func(bin string, extra ...string) func(b *testing.B, eng *enginetest.Engine, parallel int, numpy bool) *worker {
+	goWorker := func(bin string, given ...string) func(b *testing.B, eng *enginetest.Engine, parallel int, numpy bool) *worker {
 		return func(b *testing.B, eng *enginetest.Engine, parallel int, numpy bool) *worker {
 			args := []string{"run", "--url", eng.AttachURL(), "--python", benchPython, "--runtime", "embedded",
 				"--state-dir", b.TempDir(), "--parallel", strconv.Itoa(parallel), "--log-level", "warn"}
 			// "--sandbox off" alone keeps the defaults below: the same
-			// worker without a sandbox around its calls.
+			// worker without a sandbox around its calls. (A copy: the
+			// closure runs once per benchmark round.)
+			extra := given
 			if len(extra) == 2 && extra[0] == "--sandbox" {
 				args, extra = append(args, extra...), nil
 			}
