@@ -12,21 +12,21 @@ import (
 	"time"
 )
 
-// readmeGPUHook is the README's example pre-call hook, gpu-free.sh: the
+// readmeGPUHook is docs/security.md's example pre-call hook, gpu-free.sh: the
 // sh block after the sentence that introduces it.
 func readmeGPUHook(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "security.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, rest, ok := strings.Cut(string(b), "Take a call only while its GPU is free")
 	if !ok {
-		t.Fatal("README.md no longer introduces its GPU hook with \"Take a call only while its GPU is free\"")
+		t.Fatal("docs/security.md no longer introduces its GPU hook with \"Take a call only while its GPU is free\"")
 	}
 	_, block, ok := strings.Cut(rest, "```sh\n")
 	if !ok {
-		t.Fatal("README.md's GPU hook has no ```sh block")
+		t.Fatal("docs/security.md's GPU hook has no ```sh block")
 	}
 	block, _, _ = strings.Cut(block, "```")
 	path := filepath.Join(t.TempDir(), "gpu-free.sh")
@@ -36,7 +36,7 @@ func readmeGPUHook(t *testing.T) string {
 	return path
 }
 
-// TestREADMEGPUHook runs the README's GPU hook as the pre-call hook runs,
+// TestREADMEGPUHook runs the GPU hook of docs/security.md as the pre-call hook runs,
 // on a PATH with the tools it uses (python3, tr) and no nvidia-smi, then
 // with an nvidia-smi that reports the GPUs free or busy. It fails closed:
 // a hook that cannot tell declines the call, saying why.

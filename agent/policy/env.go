@@ -30,7 +30,7 @@ type TuningVar struct {
 	Values  string // what valueOK accepts, for the refusal
 }
 
-// Tuning is the built-in allow-list; README's code policy section says
+// Tuning is the built-in allow-list; docs/security.md's code policy section says
 // the same of each, one line each (a test holds it to this table).
 var Tuning = []TuningVar{
 	{Name: "OMP_NUM_THREADS", Why: "OpenMP's thread count, a number"},

@@ -180,21 +180,21 @@ func TestPolicyEnvIsAnAllowList(t *testing.T) {
 }
 
 // TestTuningIsDocumented: each variable a call may set under any code
-// policy is in the README's table of why it only tunes.
+// policy is in docs/security.md's table of why it only tunes.
 func TestTuningIsDocumented(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/security.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	readme := string(b)
 	i := strings.Index(readme, "| variable | why it only tunes |")
 	if i < 0 {
-		t.Fatal("README.md has no table of the tuning variables")
+		t.Fatal("docs/security.md has no table of the tuning variables")
 	}
 	table := readme[i : i+strings.Index(readme[i:], "\n\n")]
 	for _, v := range Tuning {
 		if !strings.Contains(table, "`"+v.Name+"`") {
-			t.Errorf("README.md's table of tuning variables does not name %s (%s)", v.Name, v.Why)
+			t.Errorf("docs/security.md's table of tuning variables does not name %s (%s)", v.Name, v.Why)
 		}
 	}
 }
