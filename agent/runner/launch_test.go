@@ -141,6 +141,30 @@ func TestASpareThatCannotStartLeavesNothingBehind(t *testing.T) {
 // be counted, as its tests run in parallel.
 func TestAForkThatFailsLeavesNothingBehind(t *testing.T) {
 	r := newRig(t, nil)
+	z, zygoteSide := fakeZygote(t, r)
+	s := z.spareToFork(r)
+	before := openFDs(t)
+	handed := make(chan int, 1)
+	done := refuseForks(zygoteSide, handed)
+	defer func() {
+		z.closeControl()
+		<-done
+		zygoteSide.Close()
+	}()
+	err := z.fork(s, false)
+	if n := <-handed; n != forkFDs {
+		t.Errorf("the zygote was handed %d descriptors; want %d", n, forkFDs)
+	}
+	if err == nil || !strings.Contains(err.Error(), "could not fork") {
+		t.Fatalf("fork: %v; want the zygote's refusal", err)
+	}
+	nothingLeft(t, r, before)
+}
+
+// fakeZygote is a zygote whose end of the real control socket is the
+// test's (zygoteSide): no process behind it.
+func fakeZygote(t *testing.T, r *rig) (z *zygote, zygoteSide *net.UnixConn) {
+	t.Helper()
 	worker, zygoteEnd, err := controlPair()
 	if err != nil {
 		t.Fatal(err)
@@ -150,23 +174,32 @@ func TestAForkThatFailsLeavesNothingBehind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	zygoteSide := c.(*net.UnixConn)
-	defer zygoteSide.Close()
 	p := &warmPool{cfg: &r.pool.cfg, forkTimeout: waitLong}
 	we := &warmEnv{rt: Runtime{Path: r.runtime, Embedded: true}}
-	z := &zygote{spare: &spare{pool: p, we: we, box: &box{log: r.cfg.Log}}, ctl: worker}
-	defer z.closeControl()
-	s := &spare{pool: p, we: we, exited: make(chan struct{}), state: spareServing, box: &box{log: r.cfg.Log, kept: p.cfg.cgroups}}
+	return &zygote{spare: &spare{pool: p, we: we, box: &box{log: r.cfg.Log}}, ctl: worker}, c.(*net.UnixConn)
+}
 
-	before := openFDs(t)
-	received := make(chan int, 1)
+// spareToFork is a spare for z to fork, as a call that found none ready
+// asks for one.
+func (z *zygote) spareToFork(r *rig) *spare {
+	return &spare{pool: z.pool, we: z.we, exited: make(chan struct{}), state: spareServing, box: &box{log: r.cfg.Log, kept: z.pool.cfg.cgroups}}
+}
+
+// refuseForks plays the zygote on zygoteSide until the worker's end is
+// closed (done): it takes each fork request and the runner's descriptors,
+// closes them, says on handed how many it was handed, and answers that it
+// could not fork (worker_main.py's FORK_FAILED).
+func refuseForks(zygoteSide *net.UnixConn, handed chan<- int) (done <-chan struct{}) {
+	served := make(chan struct{})
 	go func() {
-		// The zygote's side: it takes the request and the runner's
-		// descriptors, closes them, and answers that it could not fork.
+		defer close(served)
 		buf, oob := make([]byte, 64<<10), make([]byte, unix.CmsgSpace(8*forkFDs))
-		_, oobn, _, _, err := zygoteSide.ReadMsgUnix(buf, oob)
-		n := 0
-		if err == nil {
+		for {
+			_, oobn, _, _, err := zygoteSide.ReadMsgUnix(buf, oob)
+			if err != nil {
+				return
+			}
+			n := 0
 			msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
 			for _, m := range msgs {
 				fds, _ := unix.ParseUnixRights(&m)
@@ -175,18 +208,11 @@ func TestAForkThatFailsLeavesNothingBehind(t *testing.T) {
 					n++
 				}
 			}
+			handed <- n
+			zygoteSide.Write([]byte("0"))
 		}
-		zygoteSide.Write([]byte("0"))
-		received <- n
 	}()
-	err = z.fork(s, false)
-	if n := <-received; n != forkFDs {
-		t.Errorf("the zygote was handed %d descriptors; want %d", n, forkFDs)
-	}
-	if err == nil || !strings.Contains(err.Error(), "could not fork") {
-		t.Fatalf("fork: %v; want the zygote's refusal", err)
-	}
-	nothingLeft(t, r, before)
+	return served
 }
 
 // limitFDs lets this process open only free descriptors more, until
@@ -311,42 +337,11 @@ func TestAStartOutOfDescriptorsLeavesNothingBehind(t *testing.T) {
 	}
 	t.Run("Fork", func(t *testing.T) {
 		r := newRig(t, nil)
-		worker, zygoteEnd, err := controlPair()
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := net.FileConn(zygoteEnd)
-		zygoteEnd.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		zygoteSide := c.(*net.UnixConn)
-		p := &warmPool{cfg: &r.pool.cfg, forkTimeout: waitLong}
-		we := &warmEnv{rt: Runtime{Path: r.runtime, Embedded: true}}
-		z := &zygote{spare: &spare{pool: p, we: we, box: &box{log: r.cfg.Log}}, ctl: worker}
+		z, zygoteSide := fakeZygote(t, r)
 		// The zygote's side, as in TestAForkThatFailsLeavesNothingBehind,
 		// for every fork request: it refuses each.
-		asked := make(chan struct{}, 1)
-		served := make(chan struct{})
-		go func() {
-			defer close(served)
-			buf, oob := make([]byte, 64<<10), make([]byte, unix.CmsgSpace(8*forkFDs))
-			for {
-				_, oobn, _, _, err := zygoteSide.ReadMsgUnix(buf, oob)
-				if err != nil {
-					return
-				}
-				msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
-				for _, m := range msgs {
-					fds, _ := unix.ParseUnixRights(&m)
-					for _, fd := range fds {
-						unix.Close(fd)
-					}
-				}
-				asked <- struct{}{}
-				zygoteSide.Write([]byte("0"))
-			}
-		}()
+		asked := make(chan int, 1)
+		served := refuseForks(zygoteSide, asked)
 		defer func() {
 			z.closeControl()
 			<-served
@@ -355,8 +350,7 @@ func TestAStartOutOfDescriptorsLeavesNothingBehind(t *testing.T) {
 		// It "starts" once its request reached the zygote: the refusal
 		// after is TestAForkThatFailsLeavesNothingBehind's.
 		outOfDescriptors(t, r, func() error {
-			s := &spare{pool: p, we: we, exited: make(chan struct{}), state: spareServing, box: &box{log: r.cfg.Log, kept: p.cfg.cgroups}}
-			err := z.fork(s, false)
+			err := z.fork(z.spareToFork(r), false)
 			select {
 			case <-asked:
 				return nil
