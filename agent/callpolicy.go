@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/fluksio/fluksio-worker/agent/runner"
 	"log/slog"
 	"os"
 	"strings"
@@ -21,6 +20,7 @@ import (
 	"github.com/fluksio/fluksio-worker/agent/metrics"
 	"github.com/fluksio/fluksio-worker/agent/policy"
 	"github.com/fluksio/fluksio-worker/agent/protocol"
+	"github.com/fluksio/fluksio-worker/agent/runner"
 )
 
 // msgHookDeclined opens the answer to a call the pre-call hook declined;
