@@ -1929,7 +1929,7 @@ def prepare_code() -> None:
     # shipped source before the source is in it could keep that listing,
     # within a tick of the file system's clock. Nothing on the way to
     # ship_source, the rehearsal included, imports from a file.)
-    if os.environ.get(ARTIFACT_CACHE_ENV):
+    if os.environ.get(ARTIFACT_CACHE_ENV) and not within_call_dir(artifact_cache_dir()):
         try:
             import importlib.util
             import zlib
@@ -1956,6 +1956,12 @@ def prepare_code() -> None:
             # On the paths now, as the call will have it: writing os.environ
             # costs a forked runner pages copied from its zygote.
             SHIP_AHEAD.append((code_dir, put_code_dir_first(code_dir)))
+
+
+def within_call_dir(path: str) -> bool:
+    """Whether path is in this call's directory: a cache there (a sandboxed call's own) ends with the call."""
+    base = os.environ.get(CALL_DIR_ENV)
+    return bool(base) and (path + os.sep).startswith(base.rstrip(os.sep) + os.sep)
 
 
 def call_dir(prefix: str) -> str:

@@ -96,6 +96,18 @@ class CodeCache(RuntimeTestCase):
         # memory) runs what its source says.
         self.assertEqual(self.run_to_exit()["answer"], "compiled from the source")
 
+    def test_a_sandboxed_calls_own_cache_is_not_written(self):
+        # In a sandbox the worker points the artifact cache into the call's
+        # directory (runner/sandbox.go's sandboxEnv), removed with the call:
+        # an entry written there after the answer would only hold its slot.
+        call_dir = tempfile.mkdtemp(dir=self.state)
+        own = os.path.join(call_dir, ".fluksio-artifacts")
+        env = {"FLUKSIO_ARTIFACT_CACHE": own, "FLUKSIO_CALL_DIR": call_dir}
+        answer, status = self.call(run_request(NODE, "f"), env=env).until_exit()
+        self.assertEqual(status, 0)
+        self.assertEqual(answer["outputs"]["answer"], "compiled from the source", answer)
+        self.assertFalse(os.path.exists(os.path.join(own, "code")), os.listdir(call_dir))
+
     def test_an_entry_for_another_source_is_not_used(self):
         self.run_to_exit()
         [entry] = self.entries()
