@@ -3220,10 +3220,16 @@ _SYS_LANDLOCK_CREATE_RULESET, _SYS_LANDLOCK_RESTRICT_SELF = 444, 446
 _LANDLOCK_SCOPES = 1 | 2  # abstract unix sockets, signals
 
 
-_LIBC = []  # (ctypes, the C library, its machine's system call numbers), loaded once in the zygote
+_LIBC = []  # what sandbox_fork calls, made once in the zygote (_libc)
 
 
 def _libc():
+    """The C functions and types sandbox_fork uses, made once in the zygote.
+
+    Made here, not in each fork: a ctypes function's first look-up and an
+    array type are objects the fork would make anew, writing to pages it
+    shares with the zygote, each of which is then copied.
+    """
     if _LIBC:
         return _LIBC[0]
     import ctypes
@@ -3240,8 +3246,26 @@ def _libc():
             raise OSError(err, "%s: %s" % (what, os.strerror(err)))
         return ret
 
-    _LIBC.append((ctypes, libc, numbers, check))
-    return _LIBC[0]
+    mount = libc.mount
+    mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+    prctl = libc.prctl
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    syscall = libc.syscall
+    syscall.restype = ctypes.c_long
+    c = types.SimpleNamespace(
+        ctypes=ctypes,
+        unshare=libc.unshare,
+        mount=mount,
+        prctl=prctl,
+        syscall=syscall,
+        check=check,
+        capset=ctypes.c_long(numbers["capset"]),
+        cap_header=ctypes.c_uint32 * 2,  # struct __user_cap_header_struct
+        cap_data=ctypes.c_uint32 * 6,  # three struct __user_cap_data_struct
+        ruleset_attr=ctypes.c_uint64 * 3,  # struct landlock_ruleset_attr
+    )
+    _LIBC.append(c)
+    return c
 
 
 def sandbox_fork(shown: list, call_dir) -> None:
@@ -3249,20 +3273,19 @@ def sandbox_fork(shown: list, call_dir) -> None:
 
     shown: the call directories' directory, then the owner's paths.
     """
-    ctypes, libc, numbers, check = _libc()
+    c = _libc()
+    ctypes, check = c.ctypes, c.check
     calls_dir = shown[0]
     # The zygote's user namespace, in which it kept the capability to
     # mount for this (platform/sandbox_linux.go's zygoteCaps).
-    check(libc.unshare(_CLONE_NEWNS), "unshare")
+    check(c.unshare(_CLONE_NEWNS), "unshare")
     # Opened in the new namespace, before anything hides them: a bind's
     # source must be a mount of the namespace it is made in.
     kept = [(p, os.open(p, os.O_PATH | os.O_CLOEXEC)) for p in ([call_dir] if call_dir else []) + shown[1:] if os.path.exists(p)]
-    mount = libc.mount
-    mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
 
     def mnt(source, target, fstype, flags, data=None):
         enc = lambda v: v.encode() if isinstance(v, str) else v  # noqa: E731
-        check(mount(enc(source), enc(target), enc(fstype), flags, enc(data)), "mount %s" % target)
+        check(c.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), "mount %s" % target)
 
     # The private temporary directories first: a state directory under
     # /tmp is gone with them, and the call's directory is bound in anew.
@@ -3284,23 +3307,19 @@ def sandbox_fork(shown: list, call_dir) -> None:
     if hide:
         mnt(None, calls_dir, None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     # No capability left, none to gain back: the mounts stay as they are.
-    prctl = libc.prctl
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl = c.prctl
     check(prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clearing ambient capabilities")
     cap = 0
     while prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) == 0:
         cap += 1
-    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
-    data = (ctypes.c_uint32 * 6)()
-    syscall = libc.syscall
-    syscall.restype = ctypes.c_long
-    check(syscall(ctypes.c_long(numbers["capset"]), header, data), "capset")
+    header = c.cap_header(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    check(c.syscall(c.capset, header, c.cap_data()), "capset")
     check(prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     # struct landlock_ruleset_attr: handled_access_fs, handled_access_net, scoped.
-    attr = (ctypes.c_uint64 * 3)(0, 0, _LANDLOCK_SCOPES)
-    ruleset = check(syscall(ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET), attr, ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0)), "landlock")
+    attr = c.ruleset_attr(0, 0, _LANDLOCK_SCOPES)
+    ruleset = check(c.syscall(ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET), attr, ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0)), "landlock")
     try:
-        check(syscall(ctypes.c_long(_SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)), "landlock")
+        check(c.syscall(ctypes.c_long(_SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)), "landlock")
     finally:
         os.close(ruleset)
 
