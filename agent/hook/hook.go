@@ -63,7 +63,15 @@ func Run(ctx context.Context, command string, input []byte, env []string, timeou
 		return nil
 	}
 	cmd.WaitDelay = pipeGrace
-	err := cmd.Run()
+	// Registered as a runner is: a subreaper worker reaps the zombies of
+	// other process groups when a call ends, and one that took the shell's
+	// would leave os/exec's wait "no child processes" and the hook no exit
+	// status.
+	err := platform.StartContained(cmd)
+	if err == nil {
+		err = cmd.Wait()
+		platform.Forget(cmd.Process.Pid)
+	}
 	// Whatever the shell left in its group goes with it.
 	if cmd.Process != nil {
 		platform.SignalGroup(cmd.Process.Pid, syscall.SIGKILL)

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/fluksio/fluksio-worker/platform"
 )
 
 func TestHookAcceptsAndDeclines(t *testing.T) {
@@ -68,5 +70,38 @@ func TestHookThatHangsIsKilled(t *testing.T) {
 	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 	if n, err := unix.Poll(fds, int(time.Minute.Milliseconds())); n != 1 {
 		t.Errorf("the hook's child %d outlived it by a minute (%v)", pid, err)
+	}
+}
+
+// TestHookOutcomeSurvivesTheOrphanReaper: a worker that is a subreaper
+// reaps its adopted orphans when calls end, at any moment; a hook's shell,
+// in a process group of its own, must not be taken for one, or the hook's
+// exit status is lost ("waitid: no child processes") and a pre-call hook
+// that accepted the call refuses it.
+func TestHookOutcomeSurvivesTheOrphanReaper(t *testing.T) {
+	done := make(chan struct{})
+	reaper := make(chan int)
+	go func() {
+		reaped := 0
+		for {
+			select {
+			case <-done:
+				reaper <- reaped
+				return
+			default:
+				reaped += platform.ReapOrphans()
+			}
+		}
+	}()
+	for i := range 300 {
+		r := Run(context.Background(), "exit 3", nil, nil, time.Minute)
+		if r.Err != nil || r.Exit != 3 {
+			t.Errorf("hook %d: %+v", i, r)
+			break
+		}
+	}
+	close(done)
+	if n := <-reaper; n != 0 {
+		t.Errorf("the reaper took %d of the hooks' processes", n)
 	}
 }
