@@ -391,6 +391,7 @@ func (a *Agent) runnerConfig() runner.Config {
 		Metrics:         a.metrics,
 		NodeLog:         nodeLog(a.cfg.NodeLogLevel),
 		Sandbox:         a.sandbox,
+		AdoptArtifacts:  func(own string) { a.artifacts.Adopt(own) },
 	}
 }
 

@@ -291,7 +291,10 @@ def edit(digest):
             f.write(b"fine-tuned in place")
         how = "written"
     except PermissionError:
-        os.chmod(path, 0o644)  # a node set on it gets there anyway
+        try:
+            os.chmod(path, 0o644)  # a node set on it gets there anyway
+        except OSError:
+            return {"mode": mode, "how": "refused"}  # the worker's cache, read-only in a sandbox
         with open(path, "r+b") as f:
             f.write(b"fine-tuned in place")
         how = "chmod then written"
@@ -347,6 +350,100 @@ def read(digest):
 			nodeError(t, answer, "RuntimeError", theirs, "belongs to uid 65534")
 		}
 	})
+}
+
+// TestSandboxedCallsFetchAnArtifactOnce: a sandboxed call caches what it
+// fetches for itself; the worker takes what has its digest into its own
+// cache once the call is gone, and the calls after it load it from there,
+// read-only: a pipeline's model is fetched once, not by every call, no
+// call can change it for the next, and none can list what others loaded.
+func TestSandboxedCallsFetchAnArtifactOnce(t *testing.T) {
+	t.Parallel()
+	code := `
+import hashlib, os
+from fluksio import load_artifact
+
+def read(digest):
+    path = load_artifact(digest)
+    with open(path, "rb") as f:
+        sha = "sha256:" + hashlib.sha256(f.read()).hexdigest()
+    try:
+        with open(path, "r+b") as f:
+            f.write(b"planted")
+        wrote = "written"
+    except OSError as exc:
+        wrote = type(exc).__name__
+    try:
+        os.chmod(path, 0o644)
+        chmod = "changed"
+    except OSError as exc:
+        chmod = type(exc).__name__
+    try:
+        listed = len(os.listdir(os.path.dirname(path)))
+    except OSError as exc:
+        listed = type(exc).__name__
+    return {"sha": sha, "path": path, "wrote": wrote, "chmod": chmod, "listed": listed}
+`
+	for _, named := range []bool{false, true} {
+		t.Run(map[bool]string{false: "in-the-state-directory", true: "named"}[named], func(t *testing.T) {
+			var env []string
+			if named {
+				env = []string{"FLUKSIO_ARTIFACT_CACHE=" + filepath.Join(t.TempDir(), "cache")}
+			}
+			eng, wk, _ := nodeWorker(t, runtimePython(t), "", env, "--sandbox", "on")
+			digest := eng.PutArtifact(bytes.Repeat([]byte("weights "), 1<<16))
+			answer, _ := runNode(t, wk, nodeRun("fetch", code, "read", map[string]any{"digest": digest}))
+			first := outputsOf(t, answer)
+			if first["sha"] != digest {
+				t.Fatalf("the first load: %v", first)
+			}
+			// The worker's cache, as the calls after it are shown it (the
+			// first's own was <state>/calls/<call>/.fluksio-artifacts/sha256).
+			state := first["path"].(string)
+			for range 5 {
+				state = filepath.Dir(state)
+			}
+			shown := filepath.Join(state, "artifacts", "shown", strings.TrimPrefix(digest, "sha256:"))
+			if named {
+				shown = filepath.Join(strings.TrimPrefix(env[0], "FLUKSIO_ARTIFACT_CACHE="), "shown", strings.TrimPrefix(digest, "sha256:"))
+			}
+			eventually(t, time.Minute, "the worker taking the artifact into its cache", func() bool {
+				_, err := os.Stat(shown + ".ok")
+				return err == nil
+			})
+			for i := range 2 {
+				answer, _ := runNode(t, wk, nodeRun(fmt.Sprintf("load-%d", i), code, "read", map[string]any{"digest": digest}))
+				out := outputsOf(t, answer)
+				if out["sha"] != digest || out["path"] != shown {
+					t.Errorf("load %d: %v, want %s from %s", i, out, digest, shown)
+				}
+				if out["wrote"] == "written" || out["chmod"] == "changed" {
+					t.Errorf("load %d: a call changed the worker's copy: %v", i, out)
+				}
+				// What other calls loaded is not for it to learn.
+				if out["listed"] != "PermissionError" {
+					t.Errorf("load %d: a call listed the worker's cache: %v", i, out["listed"])
+				}
+			}
+			if n := eng.ArtifactGets(digest); n != 1 {
+				t.Errorf("the artifact was fetched %d times, want once", n)
+			}
+			if b, err := os.ReadFile(shown); err != nil || !bytes.Equal(b, bytes.Repeat([]byte("weights "), 1<<16)) {
+				t.Errorf("the worker's copy changed (%v)", err)
+			}
+			// A copy touched since it was verified (its stamp no longer
+			// holds) is not handed out: the call fetches its own.
+			old := time.Now().Add(-time.Hour)
+			os.Chtimes(shown, old, old)
+			answer, _ = runNode(t, wk, nodeRun("touched", code, "read", map[string]any{"digest": digest}))
+			if out := outputsOf(t, answer); out["sha"] != digest || out["path"] == shown {
+				t.Errorf("a load after the copy was touched: %v", out)
+			}
+			if n := eng.ArtifactGets(digest); n != 2 {
+				t.Errorf("the artifact was fetched %d times, want twice", n)
+			}
+		})
+	}
 }
 
 // Item 4: spawn and forkserver pools work in shipped-source and module

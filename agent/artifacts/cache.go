@@ -262,8 +262,14 @@ func (c *Cache) remove(digest string) (bool, error) {
 	}
 	defer use.Close()
 	base := filepath.Join(c.dir, digest)
-	// The tree first, then the file and the stamps: a load that finds a
-	// part gone fetches or unpacks again.
+	// The names sandboxed calls load it by first (Adopt), then the tree,
+	// then the file and the stamps: a load that finds a part gone fetches
+	// or unpacks again.
+	for _, p := range c.shownNames(digest) {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false, err
+		}
+	}
 	if err := removeTree(base + treeSuffix); err != nil {
 		return false, err
 	}
@@ -305,4 +311,31 @@ func removeTree(root string) error {
 		return nil
 	})
 	return os.RemoveAll(root)
+}
+
+// shownDirName is the directory of the cache's entries that sandboxed
+// calls are shown, beside <cache>/sha256 (worker_main.py's
+// _shared_artifact).
+const shownDirName = "shown"
+
+// MakeShownDir makes the directory of root's entries that sandboxed calls
+// are shown (root: the artifact cache, FLUKSIO_ARTIFACT_CACHE), mode 0311:
+// a process without a capability may open a name in it, not list it.
+func MakeShownDir(root string) error {
+	dir := ShownDir(root)
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return os.Chmod(dir, 0o311)
+}
+
+// ShownDir is the directory of root's entries that sandboxed calls are
+// shown (MakeShownDir).
+func ShownDir(root string) string { return filepath.Join(root, shownDirName) }
+
+// shownNames are the names of digest's entry in the shown directory: its
+// file, its stamp and its use file, each a link to the cache's own.
+func (c *Cache) shownNames(digest string) []string {
+	dir := ShownDir(filepath.Dir(c.dir))
+	return []string{filepath.Join(dir, digest), filepath.Join(dir, digest+stampSuffix), filepath.Join(dir, "."+digest+useSuffix)}
 }

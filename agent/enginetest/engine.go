@@ -82,6 +82,7 @@ type Engine struct {
 	server    *http.Server // replaced by Restart
 	conns     map[*Worker]struct{}
 	artifacts map[string][]byte
+	gets      map[string]int // GETs of each artifact, by digest
 	hellos    []Hello
 	attempts  *attempts // every attach request; see record.go
 	resume    resumeState
@@ -352,6 +353,12 @@ func (e *Engine) artifact(w http.ResponseWriter, r *http.Request) {
 	case http.MethodGet, http.MethodHead:
 		e.mu.Lock()
 		body, ok := e.artifacts[digest]
+		if ok && r.Method == http.MethodGet {
+			if e.gets == nil {
+				e.gets = map[string]int{}
+			}
+			e.gets[digest]++
+		}
 		e.mu.Unlock()
 		if !ok {
 			http.NotFound(w, r)
@@ -372,6 +379,13 @@ func (e *Engine) Artifact(digest string) ([]byte, bool) {
 	defer e.mu.Unlock()
 	b, ok := e.artifacts[digest]
 	return b, ok
+}
+
+// ArtifactGets says how many times the artifact digest was fetched.
+func (e *Engine) ArtifactGets(digest string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.gets[digest]
 }
 
 // PutArtifact stores data and returns its digest.

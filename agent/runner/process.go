@@ -51,6 +51,10 @@ type Config struct {
 	Metrics         *metrics.Metrics // nil-safe: nil without --listen
 	NodeLog         NodeLog          // how a node's stderr lines are logged (--node-log-level)
 	Sandbox         *Sandbox         // every runner's sandbox (SetupSandbox); nil: none
+	// AdoptArtifacts takes into the worker's artifact cache what a
+	// sandboxed call fetched into its own (the directory given), once the
+	// call's processes are gone; nil: nothing is taken.
+	AdoptArtifacts func(own string)
 
 	dirs    *callDirs    // the pool's call directories kept for reuse; set by NewPool
 	cgroups *callCgroups // the pool's calls' cgroups kept for reuse; set by NewPool
@@ -500,6 +504,9 @@ func (p *Process) finish() Usage {
 	p.behind.Go(func() {
 		p.box.teardown()
 		p.boxes.sweep()
+		if p.cfg.Sandbox != nil && p.cfg.AdoptArtifacts != nil {
+			p.cfg.AdoptArtifacts(ownArtifacts(p.dir))
+		}
 		if err := p.cfg.dirs.recycle(p.dir, reuse); err != nil {
 			p.log.Warn("could not remove the call's directory", "dir", p.dir.path, "error", err)
 		}

@@ -25,6 +25,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/fluksio/fluksio-worker/agent/artifacts"
 	"github.com/fluksio/fluksio-worker/platform"
 )
 
@@ -122,7 +123,7 @@ func (c *Config) sandboxed(cmd *exec.Cmd, dir *callDir, zygote bool, scripts ...
 			spec.Dir = wd
 		}
 	}
-	cmd.Env = sandboxEnv(cmd.Env, dir, sb.Hide, sb.Binds)
+	cmd.Env = c.sandboxEnv(cmd.Env, dir, sb)
 	if err := platform.SandboxCommand(cmd, sb.Exe, spec); err != nil {
 		return fmt.Errorf("the runner's sandbox: %w", err)
 	}
@@ -156,7 +157,9 @@ func interpreterBind(python string, hidden []string) (platform.SandboxBind, bool
 // (interpreterBind), the directories of the worker's own PYTHONPATH under
 // the paths each sandbox replaces (a person's checkout in /tmp, read-only;
 // never the engine's PYTHONPATH of a request, which could name another
-// user's files there), and the owner's --sandbox-bind paths, last.
+// user's files there), the worker's artifact cache's entries, read-only
+// and not to be listed (sharedArtifacts), and the owner's --sandbox-bind
+// paths, last.
 func (c *Config) ownerShown(sb *Sandbox) []platform.SandboxBind {
 	var shown []platform.SandboxBind
 	if b, ok := interpreterBind(c.Python, sb.Hide); ok {
@@ -172,35 +175,71 @@ func (c *Config) ownerShown(sb *Sandbox) []platform.SandboxBind {
 			}
 		}
 	}
+	if shared := c.sharedArtifacts(sb); shared != "" {
+		shown = append(shown, platform.SandboxBind{Path: artifacts.ShownDir(shared)})
+	}
 	return append(shown, sb.Binds...)
 }
 
 // sandboxEnv points what the environment names that node code could not
 // use in its sandbox at the call's own directory: the artifact cache
-// (read-only, or hidden with the state directory: each call caches for
-// itself unless the owner made a cache writable with --sandbox-bind, since
-// a cache calls share is one a node could poison for the next) and HOME
-// where it is hidden (a service's is its state directory).
-func sandboxEnv(env []string, dir *callDir, hidden []string, binds []platform.SandboxBind) []string {
-	var writable []string
-	for _, b := range binds {
-		if b.Write {
-			writable = append(writable, b.Path)
-		}
-	}
+// (hidden with the state directory or read-only: each call caches what it
+// fetches for itself, unless the owner made a cache writable with
+// --sandbox-bind, since a cache calls write is one a node could poison for
+// the next) and HOME where it is hidden (a service's is its state
+// directory). The worker's own cache is shown read-only instead
+// (FLUKSIO_ARTIFACT_SHARED, sharedArtifacts): what a call fetched, the
+// worker takes in once the call is gone (Config.AdoptArtifacts).
+func (c *Config) sandboxEnv(env []string, dir *callDir, sb *Sandbox) []string {
 	env = slices.Clip(env)
 	set := func(name, v string) {
 		// In place: an interpreter takes the first of two entries.
 		env = slices.DeleteFunc(env, func(e string) bool { return strings.HasPrefix(e, name+"=") })
 		env = append(env, name+"="+v)
 	}
-	if v, ok := lookupEnv(env, ArtifactCacheEnv); ok && !within(v, writable) {
-		set(ArtifactCacheEnv, filepath.Join(dir.path, ".fluksio-artifacts"))
+	if v, ok := lookupEnv(env, ArtifactCacheEnv); ok && !within(v, writableBinds(sb.Binds)) {
+		set(ArtifactCacheEnv, ownArtifacts(dir))
+		if shared := c.sharedArtifacts(sb); shared != "" && v == shared {
+			set(ArtifactSharedEnv, shared)
+		}
 	}
-	if v, ok := lookupEnv(env, "HOME"); ok && within(v, hidden) {
+	if v, ok := lookupEnv(env, "HOME"); ok && within(v, sb.Hide) {
 		set("HOME", dir.path)
 	}
 	return env
+}
+
+// ownArtifacts is the artifact cache of a sandboxed call: in its own call
+// directory, removed with it.
+func ownArtifacts(dir *callDir) string { return filepath.Join(dir.path, ".fluksio-artifacts") }
+
+// sharedArtifacts is the worker's own artifact cache (the worker's
+// FLUKSIO_ARTIFACT_CACHE, never one a request names), where its sandboxed
+// calls cache for themselves: the directory of its entries they may load
+// but not list (artifacts.Adopt) is shown to them read-only; "" where the
+// calls write the cache themselves (a --sandbox-bind made it writable) or
+// there is none. That directory is made here, so that there is one to
+// show.
+func (c *Config) sharedArtifacts(sb *Sandbox) string {
+	v, ok := lookupEnv(c.BaseEnv, ArtifactCacheEnv)
+	if !ok || !filepath.IsAbs(v) || within(v, writableBinds(sb.Binds)) {
+		return ""
+	}
+	if os.MkdirAll(v, 0o700) != nil || artifacts.MakeShownDir(v) != nil {
+		return ""
+	}
+	return v
+}
+
+// writableBinds are the paths of the owner's binds that calls may write.
+func writableBinds(binds []platform.SandboxBind) []string {
+	var writable []string
+	for _, b := range binds {
+		if b.Write {
+			writable = append(writable, b.Path)
+		}
+	}
+	return writable
 }
 
 // lookupEnv is the last value of name in env.

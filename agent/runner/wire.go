@@ -199,15 +199,17 @@ func (r spareReport) paths() []reportedPath {
 
 // The environment every runner gets beyond its call's (worker_main.py's
 // CALL_DIR_ENV, CANCEL_GRACE_ENV, ARTIFACT_URL_ENV, ARTIFACT_TOKEN_ENV,
-// ARTIFACT_CACHE_ENV): its call directory and --cancel-grace in seconds
-// (callDir.env), the artifact store's URL and token and the artifact
-// cache (the agent's runnerBaseEnv).
+// ARTIFACT_CACHE_ENV, ARTIFACT_SHARED_ENV): its call directory and
+// --cancel-grace in seconds (callDir.env), the artifact store's URL and
+// token and the artifact cache (the agent's runnerBaseEnv), and in a
+// sandbox the worker's cache shown read-only (Config.sandboxEnv).
 const (
-	callDirEnv       = "FLUKSIO_CALL_DIR"
-	cancelGraceEnv   = "FLUKSIO_CANCEL_GRACE"
-	ArtifactURLEnv   = "FLUKSIO_ARTIFACT_URL"
-	ArtifactTokenEnv = "FLUKSIO_ARTIFACT_TOKEN"
-	ArtifactCacheEnv = "FLUKSIO_ARTIFACT_CACHE"
+	callDirEnv        = "FLUKSIO_CALL_DIR"
+	cancelGraceEnv    = "FLUKSIO_CANCEL_GRACE"
+	ArtifactURLEnv    = "FLUKSIO_ARTIFACT_URL"
+	ArtifactTokenEnv  = "FLUKSIO_ARTIFACT_TOKEN"
+	ArtifactCacheEnv  = "FLUKSIO_ARTIFACT_CACHE"
+	ArtifactSharedEnv = "FLUKSIO_ARTIFACT_SHARED"
 )
 
 // forkAnswerMax bounds the zygote's answer: a pid in decimal, or "0"

@@ -227,7 +227,7 @@ func (z *zygote) fork(s *spare, forCall bool) error {
 	}
 	env := s.box.make(l.dir.env(effectiveEnv(p.cfg.env(z.we.env)), p.cfg.CancelGrace))
 	if sb := p.cfg.Sandbox; sb != nil {
-		env = sandboxEnv(env, l.dir, sb.Hide, sb.Binds)
+		env = p.cfg.sandboxEnv(env, l.dir, sb)
 	}
 	fail := func(err error) error {
 		if s.box.cg != nil {

@@ -185,6 +185,12 @@ CANCEL_GRACE_ENV = "FLUKSIO_CANCEL_GRACE"
 ARTIFACT_URL_ENV = "FLUKSIO_ARTIFACT_URL"
 ARTIFACT_TOKEN_ENV = "FLUKSIO_ARTIFACT_TOKEN"
 ARTIFACT_CACHE_ENV = "FLUKSIO_ARTIFACT_CACHE"
+# In a sandbox: the worker's artifact cache, whose entries a call may
+# load by name from its shown/ directory, read-only (the call caches what
+# it fetches in its own FLUKSIO_ARTIFACT_CACHE, which the worker takes
+# into this one once the call is gone, if its bytes have their digest:
+# agent/artifacts Adopt).
+ARTIFACT_SHARED_ENV = "FLUKSIO_ARTIFACT_SHARED"
 # (The end of the worker's wire.)
 
 # Artifact transfers: chunk size for hashing and streaming, and the retry
@@ -1409,17 +1415,66 @@ def load_artifact(ref):
         raise ValueError("load_artifact takes a reference dict or a 'sha256:<64 hex>' digest, not %r" % (ref,))
     base, token = _store()
     hexdigest = digest.split(":", 1)[1]
+    shared = _shared_artifact(hexdigest)
+    if shared is not None and not is_directory_archive(shared):
+        return shared
     cache = private_dir(os.path.join(private_dir(artifact_cache_dir()), "sha256"))
     final = os.path.join(cache, hexdigest)
     # Calls loading one digest at once (N evaluations of one saved model)
     # take turns: the first fetches and unpacks, the others find it done.
     with _digest_lock(final):
+        if shared is not None:
+            # A directory's archive in the worker's cache: unpacked here.
+            _hold_in_use(final)
+            return unpacked_directory(cache, shared, final + ".d")
         if not _verified_file(final, hexdigest):
             _fetch(base, token, digest, cache, final)
         _hold_in_use(final)
         if is_directory_archive(final):
             return unpacked_directory(cache, final)
         return final
+
+
+def _shared_artifact(hexdigest: str):
+    """The worker's verified file of the digest, where the sandbox shows its cache read-only; else None.
+
+    The file is the one its stamp was written for (the worker verified its
+    bytes, and nothing node code can reach may write there). A shared lock
+    on its use file, held until this call's processes are gone, keeps the
+    worker from removing it meanwhile; the use file in this call's own
+    cache (_hold_in_use) tells the worker it was used.
+    """
+    top = os.environ.get(ARTIFACT_SHARED_ENV)
+    if not top:
+        return None
+    import fcntl
+
+    # Its entries' names in the directory shown (agent/artifacts Adopt),
+    # which a call may open by name but not list.
+    final = os.path.join(top, "shown", hexdigest)
+    use = os.path.join(top, "shown", "." + hexdigest + ".use")
+    try:
+        if use not in IN_USE:
+            fd = os.open(use, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH)
+                if not os.path.samestat(os.fstat(fd), os.stat(use)):
+                    raise FileNotFoundError(use)  # removed while we waited for it
+            except BaseException:
+                os.close(fd)
+                raise
+            IN_USE[use] = fd
+        st = os.lstat(final)
+    except OSError:
+        return None
+    if (st.st_mode & 0o170000) != 0o100000 or _read_text(final + STAMP_SUFFIX) != _stat_stamp(st):
+        return None
+    try:
+        own = private_dir(os.path.join(private_dir(artifact_cache_dir()), "sha256"))
+        _hold_in_use(os.path.join(own, hexdigest))
+    except (OSError, RuntimeError):
+        pass  # only the worker's record of its last use is missed
+    return final
 
 
 class _digest_lock:
@@ -1593,15 +1648,15 @@ def _tree_stamp(top: str) -> str:
     return h.hexdigest()
 
 
-def unpacked_directory(cache: str, archive: str) -> str:
-    """The archive unpacked beside it as a read-only tree, re-unpacked if it was touched.
+def unpacked_directory(cache: str, archive: str, target: str = "") -> str:
+    """The archive unpacked beside it (or at target, in cache) as a read-only tree, re-unpacked if it was touched.
 
     The caller holds the digest's lock (_digest_lock). A tree that no longer
     matches its stamp is not removed in place (a call may still be reading
     it): it is moved aside, the fresh one put in its place, and only then is
     the old one removed.
     """
-    target = archive + ".d"
+    target = target or archive + ".d"
     if os.path.isdir(target) and _read_text(target + STAMP_SUFFIX) == _tree_stamp(target):
         return target
     tmp = tempfile.mkdtemp(dir=cache, prefix=".unpack-")
