@@ -38,6 +38,7 @@ package artifacts
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -325,6 +326,15 @@ func MakeShownDir(root string) error {
 	dir := ShownDir(root)
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
+	}
+	st, err := os.Lstat(dir)
+	switch {
+	case err != nil:
+		return err
+	case !st.IsDir():
+		return fmt.Errorf("%s is not a directory", dir)
+	case st.Mode().Perm() == 0o311:
+		return nil
 	}
 	return os.Chmod(dir, 0o311)
 }
