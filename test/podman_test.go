@@ -362,6 +362,8 @@ def reach(token_file, state_dir):
         write = err(e)
     return {"token_bytes": token, "state": listing(state_dir), "state_write": write,
             "calls": listing(os.path.join(state_dir, "calls")),
+            "artifacts": listing(os.path.join(state_dir, "artifacts")),
+            "shown": listing(os.path.join(state_dir, "artifacts", "shown")),
             "own": os.path.basename(os.environ["FLUKSIO_CALL_DIR"])}
 `
 
@@ -513,9 +515,14 @@ func TestHelmChartUnderPodman(t *testing.T) {
 		}
 		state, _ := reached["state"].([]any)
 		for _, e := range state {
-			if e != "calls" && e != "runtime" {
-				t.Errorf("a call in the pod sees %v in the state directory; want only calls/ (its own) and runtime/", e)
+			if e != "calls" && e != "runtime" && e != "artifacts" {
+				t.Errorf("a call in the pod sees %v in the state directory; want only calls/ (its own), runtime/ and artifacts/shown/", e)
 			}
+		}
+		// Of the artifact cache, only the directory its entries are
+		// loaded from by digest, which a call cannot list.
+		if a, _ := reached["artifacts"].([]any); len(a) != 1 || a[0] != "shown" || reached["shown"] != "EACCES" {
+			t.Errorf("a call in the pod sees the artifact cache as %v, and its shown entries as %v; want only shown/, not to be listed (EACCES)", reached["artifacts"], reached["shown"])
 		}
 		if _, err := os.Stat(filepath.Join(stateVol, "status.json")); err != nil || len(state) == 0 {
 			t.Errorf("the state directory itself: %v, listed from the call as %v", err, reached["state"])
