@@ -65,6 +65,30 @@ if __name__ == "__main__" and sys.path:
     # later runner). Before any import that could look there.
     del sys.path[0]
 
+import os
+
+
+# The fork handlers registered in this process from here on, as they are
+# registered: the module that registered each, and its handlers (keyword
+# arguments of os.register_at_fork). A zygote forks without Python's own
+# fork and runs them itself (zygote_fork); in every other mode
+# zygote_serve puts os.register_at_fork back before any node code runs.
+FORK_HANDLERS = []
+_REGISTER_AT_FORK = getattr(os, "register_at_fork", None)
+
+
+def _recorded_register_at_fork(**handlers):
+    _REGISTER_AT_FORK(**handlers)
+    try:
+        module = sys._getframe(1).f_globals.get("__name__", "")
+    except ValueError:
+        module = ""  # called from C with no Python frame under it
+    FORK_HANDLERS.append((module, handlers))
+
+
+if _REGISTER_AT_FORK is not None:
+    os.register_at_fork = _recorded_register_at_fork
+
 import _signal
 import _thread
 import collections
@@ -76,7 +100,6 @@ import json
 import linecache
 import math
 import numbers
-import os
 import random
 import re
 import select
@@ -674,7 +697,7 @@ class Cancel:
         self.at_exit = None
 
     def install(self) -> None:
-        signal.signal(signal.SIGTERM, self._handler)
+        _signal.signal(_SIGTERM, self._handler)  # not signal's: its enums cost a fork pages
         try:
             read_fd, write_fd = os.pipe()
             os.set_blocking(write_fd, False)
@@ -2680,7 +2703,7 @@ def exit_like_a_script(status: int, echo_fd: int) -> None:
     for fd in (1, 2):
         os.dup2(echo_fd, fd)
     CANCEL.on_timeout = None
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _signal.signal(_SIGTERM, _signal.SIG_DFL)
     grace = cancel_grace()
 
     def watchdog():
@@ -3205,18 +3228,28 @@ class ExitReports:
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)
         self.poller = select.poll()
         self.poller.register(self.wake_r, select.POLLIN)
+        self.watched = set()
 
     def wait_for(self, fd: int) -> None:
-        """Returns once fd is readable; reaps and reports exits meanwhile."""
-        self.poller.register(fd, select.POLLIN)
+        """Returns once fd is readable; reaps and reports exits meanwhile.
+
+        Between two forks the zygote writes to as few of its pages as it
+        can (each is copied in it at the next fork): it reaps only once
+        SIGCHLD came, and reads the pipe only when it holds something.
+        """
+        if fd not in self.watched:
+            self.poller.register(fd, select.POLLIN)
+            self.watched.add(fd)
         while True:
-            try:
-                while os.read(self.wake_r, 512):
-                    pass
-            except BlockingIOError:
-                pass
-            self.reap()  # after the pipe is emptied: a later exit wakes the poll
-            if any(ready == fd for ready, _ in self.poller.poll()):
+            readable = False
+            for ready, _ in self.poller.poll():
+                if ready == self.wake_r:
+                    while len(os.read(self.wake_r, 512)) == 512:
+                        pass  # a shorter read emptied it
+                    self.reap()  # after the pipe is emptied: a later exit wakes the poll
+                elif ready == fd:
+                    readable = True
+            if readable:
                 return
 
     def reap(self) -> None:
@@ -3242,8 +3275,8 @@ class ExitReports:
 
     def in_child(self) -> None:
         """In a forked runner: SIGCHLD's default, as a cold start has it, and none of this."""
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        _signal.set_wakeup_fd(-1)
+        _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
         for fd in (self.fd, self.wake_r, self.wake_w):
             os.close(fd)
 
@@ -3415,10 +3448,11 @@ def sandbox_fork_tried() -> str:
 def zygote_serve():
     """In zygote mode, serves forks and returns only in a forked runner, with its output pipes (take_output_pipes)."""
     if len(sys.argv) < 5 or sys.argv[1] != ZYGOTE_FLAG:
+        if _REGISTER_AT_FORK is not None:
+            os.register_at_fork = _REGISTER_AT_FORK  # node code's own forks are Python's
         return None
     import gc
     import socket
-    import warnings
 
     report_fd, control_fd, exits_fd = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     preloads = [m for m in (sys.argv[5] if len(sys.argv) > 5 else "").split(",") if m]
@@ -3440,6 +3474,7 @@ def zygote_serve():
         except Exception as exc:
             no_forks = "%s: %s" % (type(exc).__name__, exc)
     threaded = preload_and_report(report_fd, preloads, forks=True, no_forks=no_forks) or bool(no_forks)
+    FORK_WITH[:] = [libc_fork()]
     # What each fork would otherwise do first, to objects it shares with
     # this process (every page it writes there is copied).
     line_buffered_std_streams()
@@ -3456,6 +3491,7 @@ def zygote_serve():
     threaded = threaded or threads_past_a_fork() > 1
     exits = ExitReports(exits_fd)
     control = socket.socket(fileno=control_fd)
+    keys = frozenset(FORK_REQUEST_KEYS)
     while True:
         exits.wait_for(control_fd)
         try:
@@ -3472,22 +3508,20 @@ def zygote_serve():
             request = json.loads(msg.decode("utf-8"))
         except ValueError:
             request = None
-        if not isinstance(request, dict) or sorted(request) != sorted(FORK_REQUEST_KEYS) or len(fds) != FORK_FDS or threaded:
+        if not isinstance(request, dict) or request.keys() != keys or len(fds) != FORK_FDS or threaded:
             for fd in fds:
                 os.close(fd)
             control.send(FORK_FAILED)
             continue
         remember_cached_code()
         try:
-            with warnings.catch_warnings():
-                # Python 3.12+ warns about forking with threads (a preloaded
-                # library's pool): in the zygote, never in the call.
-                warnings.simplefilter("ignore", DeprecationWarning)
-                runner = os.fork()
+            runner = zygote_fork()
         except OSError:
             runner = -1
         if runner == 0:
             try:
+                if _REGISTER_AT_FORK is not None:
+                    os.register_at_fork = _REGISTER_AT_FORK  # node code's own forks are Python's
                 exits.in_child()
                 control.detach()
                 return zygote_child(request, fds, control_fd)
@@ -3502,6 +3536,120 @@ def zygote_serve():
         for fd in fds:
             os.close(fd)
         control.send(b"%d" % runner if runner > 0 else FORK_FAILED)
+
+
+# The modules whose fork handlers only make their locks usable again in a
+# child of a process with threads. A zygote forks with one thread (it
+# forks no call otherwise): none of its locks is held by a thread the
+# fork leaves behind. zygote_fork does not run them; Python's fork would,
+# and in each child they write to pages it then copies (threading's
+# alone to 135 of the 250 a child copies before its first line).
+LOCKS_ONLY_FORK_HANDLERS = ("threading", "logging", "concurrent.futures.thread")
+
+# How the zygote forks (zygote_serve): libc's fork from libc_fork, or None
+# for Python's own.
+FORK_WITH = [None]
+
+
+def libc_fork():
+    """C's fork, called with the GIL held, where zygote_fork can use it in place of os.fork; else None.
+
+    os.fork also readies the child's interpreter for a fork taken while
+    other threads ran (the GIL, the import lock, the runtime's own locks)
+    and runs the fork handlers of every module: a zygote needs neither
+    of the first (it has one thread, which holds the GIL across the
+    fork), and runs the handlers it has seen registered itself. Only
+    CPython with a GIL, on Linux, where each handler a child would run is
+    one FORK_HANDLERS recorded (_fork_handlers_all_seen).
+    """
+    if _REGISTER_AT_FORK is None or not _fork_handlers_all_seen():
+        return None
+    if sys.implementation.name != "cpython" or "t" in getattr(sys, "abiflags", "") or not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        fork = ctypes.PyDLL(None, use_errno=True).fork
+    except (ImportError, OSError, AttributeError):
+        return None
+    fork.restype = ctypes.c_int
+    fork.argtypes = []
+    return fork
+
+
+def _fork_handlers_all_seen() -> bool:
+    """Whether the handlers Python runs in a forked child are those FORK_HANDLERS recorded, and no other.
+
+    A module imported before this file's first line (a site's .pth or
+    sitecustomize) may have registered one unseen. Python keeps a child's
+    handlers in a list of its own, which the collector tracks: one holding
+    exactly the recorded handlers, in their order, is that list.
+    """
+    import gc
+
+    ours = [h["after_in_child"] for _, h in FORK_HANDLERS if "after_in_child" in h]
+    if not ours:
+        return False  # nothing to find Python's list by
+    return any(
+        type(obj) is list and obj is not ours and len(obj) == len(ours) and all(a is b for a, b in zip(obj, ours))
+        for obj in gc.get_objects()
+    )
+
+
+def zygote_fork() -> int:
+    """Forks a runner as os.fork does, for a zygote with one thread: 0 in the runner, its pid in the zygote.
+
+    The handlers of os.register_at_fork run as Python runs them (before
+    in the reverse of their order, the others in it; what one raises is
+    reported and ignored), but for those of LOCKS_ONLY_FORK_HANDLERS.
+    """
+    fork = FORK_WITH[0]
+    if fork is None:
+        import warnings
+
+        with warnings.catch_warnings():
+            # Python 3.12+ warns about forking with threads (a preloaded
+            # library's pool): in the zygote, never in the call.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return os.fork()
+    _, before, in_parent, in_child = fork_handlers()
+    for handler in before:
+        _run_fork_handler(handler)
+    pid = fork()
+    if pid < 0:
+        import ctypes  # loaded by libc_fork
+
+        err = ctypes.get_errno()
+    for handler in in_child if pid == 0 else in_parent:
+        _run_fork_handler(handler)
+    if pid < 0:
+        raise OSError(err, os.strerror(err))
+    return pid
+
+
+# What fork_handlers returned, and for how many of FORK_HANDLERS.
+FORK_PLAN = [-1, (), (), ()]
+
+
+def fork_handlers() -> list:
+    """[n, before, after_in_parent, after_in_child]: the handlers zygote_fork runs, in their order, of the first n of FORK_HANDLERS.
+
+    Made again only when a module registered another: a fork's zygote
+    writes nothing it need not.
+    """
+    if FORK_PLAN[0] != len(FORK_HANDLERS):
+        kept = [h for module, h in FORK_HANDLERS if module not in LOCKS_ONLY_FORK_HANDLERS]
+        plan = [[h[when] for h in kept if h.get(when) is not None] for when in ("before", "after_in_parent", "after_in_child")]
+        plan[0].reverse()
+        FORK_PLAN[:] = [len(FORK_HANDLERS)] + plan
+    return FORK_PLAN
+
+
+def _run_fork_handler(handler) -> None:
+    try:
+        handler()
+    except BaseException as exc:
+        _report_ignored(exc, handler)
 
 
 def trim_heap() -> None:

@@ -7,6 +7,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import unittest
 
@@ -360,6 +361,108 @@ def f():
     out["default_rng"] = float(numpy.random.default_rng().random())
     return out
 """
+
+
+# A preload that registers fork handlers as a library does (a pool's lock,
+# a generator to reseed): each counts its runs in a file of its own, and
+# the child's also keeps its pid, where the node looks. It also keeps
+# threading's lock of its module state, which Python's own fork replaces
+# in the child (threading's handler) and the zygote's does not.
+FORK_HOOKS = """
+import os, sys, threading
+
+DIR = os.environ["FORK_HOOKS_DIR"]
+child_pid = None
+limbo_lock = threading._active_limbo_lock
+
+def _count(name):
+    with open(os.path.join(DIR, name), "a") as f:
+        f.write("%d\\n" % os.getpid())
+
+def _child():
+    global child_pid
+    child_pid = os.getpid()
+    _count("child")
+
+os.register_at_fork(before=lambda: _count("before"), after_in_parent=lambda: _count("parent"), after_in_child=_child)
+"""
+
+FORK_HOOKS_NODE = """
+import os, sys, threading
+
+def f():
+    hooks = sys.modules["forkhooks"]
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append(threading.current_thread().name), name="t")
+    worker.start()
+    worker.join()
+    r, w = os.pipe()
+    pid = os.fork()  # the node's own fork: Python's, with every handler
+    if pid == 0:
+        os.write(w, b"%d" % (threading._active_limbo_lock is not hooks.limbo_lock))
+        os._exit(0)
+    os.close(w)
+    replaced_in_its_fork = os.read(r, 10) == b"1"
+    os.waitpid(pid, 0)
+    return {
+        "child_handler_ran_here": hooks.child_pid == os.getpid(),
+        "register_at_fork": type(os.register_at_fork).__name__,
+        "main_thread": threading.current_thread() is threading.main_thread() and threading.main_thread().ident == threading.get_ident(),
+        "thread_ran": seen == ["t"],
+        "threading_state_kept": threading._active_limbo_lock is hooks.limbo_lock,
+        "replaced_in_its_fork": replaced_in_its_fork,
+    }
+"""
+
+
+class ZygoteForks(unittest.TestCase):
+    """How a zygote forks: the fork handlers run as Python's own fork runs them, where a node can see it."""
+
+    def test_a_preloads_fork_handlers_run_and_the_runner_is_a_plain_process(self):
+        path = tempfile.mkdtemp(prefix="fluksio-forkhooks-")
+        self.addCleanup(shutil.rmtree, path, True)
+        with open(os.path.join(path, "forkhooks.py"), "w") as f:
+            f.write(FORK_HOOKS)
+        env = {"PYTHONPATH": path, "FORK_HOOKS_DIR": path}
+        zygote = Zygote("forkhooks", env=env)
+        self.addCleanup(zygote.close)
+        self.assertEqual(zygote.report["failed"], {})
+        call_env = ["%s=%s" % kv for kv in dict(os.environ, **env).items()]
+        answers = [zygote.run(run_request(FORK_HOOKS_NODE, "f"), call_env) for _ in range(2)]
+        for answer in answers:
+            self.assertTrue(answer and answer["ok"], answer)
+            seen = answer["outputs"]
+            self.assertEqual(
+                {k: seen[k] for k in ("child_handler_ran_here", "register_at_fork", "main_thread", "thread_ran", "replaced_in_its_fork")},
+                {
+                    "child_handler_ran_here": True,
+                    "register_at_fork": "builtin_function_or_method",  # Python's own, for the node
+                    "main_thread": True,
+                    "thread_ran": True,
+                    "replaced_in_its_fork": True,  # the node's fork ran threading's handler
+                },
+            )
+
+        def pids(name):
+            with open(os.path.join(path, name)) as f:
+                return [int(line) for line in f.read().split()]
+
+        # Before and after in the zygote, once per fork of the zygote (and
+        # of each node's own fork, in the runner); the child's in each.
+        self.assertEqual(pids("before").count(zygote.proc.pid), 2)
+        self.assertEqual(pids("parent").count(zygote.proc.pid), 2)
+        self.assertEqual(len(pids("child")), 4)
+        # Python's fork replaces threading's state in a child; the zygote's
+        # keeps it (one thread forks, none of whose locks another holds),
+        # where every fork handler was registered after the runtime began:
+        # an interpreter whose start-up imported threading, random or
+        # logging (a site's .pth) forks as Python does.
+        startup = subprocess.run(
+            [PYTHON, "-c", "import sys; print(any(m in sys.modules for m in ('threading', 'random', 'logging')))"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()
+        fast = startup == "False" and sys.implementation.name == "cpython" and sys.platform.startswith("linux")
+        self.assertEqual([a["outputs"]["threading_state_kept"] for a in answers], [fast, fast])
 
 
 class PreloadedState(unittest.TestCase):
