@@ -3244,8 +3244,11 @@ class ExitReports:
             readable = False
             for ready, _ in self.poller.poll():
                 if ready == self.wake_r:
-                    while len(os.read(self.wake_r, 512)) == 512:
-                        pass  # a shorter read emptied it
+                    try:
+                        while len(os.read(self.wake_r, 512)) == 512:
+                            pass  # a shorter read emptied it
+                    except BlockingIOError:
+                        pass  # emptied by a read of 512
                     self.reap()  # after the pipe is emptied: a later exit wakes the poll
                 elif ready == fd:
                     readable = True
