@@ -2283,13 +2283,15 @@ def remember_cached_code(budget_s: float = CODE_MEMO_FORK_S) -> None:
         private_dir(cache)
         prefix = "%s-%d-" % (importlib.util.MAGIC_NUMBER.hex(), sys.flags.optimize)
         until = time.monotonic() + budget_s
+        compiled_one = False
         for name in sorted(os.listdir(cache)):
             path = os.path.join(cache, name)
             if len(CODE_MEMO) >= CODE_MEMO_MAX:
                 break
-            if time.monotonic() > until:
-                return  # the next fork goes on from here
+            if compiled_one and time.monotonic() > until:
+                return  # the next fork goes on from here (one entry a fork at least, however slow the machine)
             if name.startswith(prefix) and path not in CODE_MEMO:
+                compiled_one = True
                 try:
                     mtime = os.stat(path).st_mtime
                     filename, source = code_entry_source(read_code_entry(path) or b"")
