@@ -192,17 +192,17 @@ class Zygote:
             self.exits[int.from_bytes(record[:4], sys.byteorder, signed=True)] = int.from_bytes(record[4:8], sys.byteorder)
         return self.exits.pop(pid)
 
-    def fork(self, env, cwd="", stderr_fd=None):
+    def fork(self, env, cwd="", stderr_fd=None, dumps=json.dumps):
         """Asks for one runner; returns (pid, its stdin's write end, its stdout's read end, the node's output read ends).
 
         stderr_fd, when given, is the runner's stderr (the worker's log);
-        otherwise it is /dev/null.
+        otherwise it is /dev/null. dumps writes the request's JSON.
         """
         ends = [os.pipe(), os.pipe(), os.pipe(), os.pipe()]
         stderr = os.dup(stderr_fd) if stderr_fd is not None else os.open(os.devnull, os.O_WRONLY)
         # The runner's: stdin's read end, stdout's write end, stderr, the node's output write ends.
         theirs = [ends[0][0], ends[1][1], stderr, ends[2][1], ends[3][1]]
-        msg = json.dumps({"env": env, "cwd": cwd, "token": "0" * 32}).encode()
+        msg = dumps({"env": env, "cwd": cwd, "token": "0" * 32}).encode()
         self.control.sendmsg([msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", theirs))])
         pid = int(self.control.recv(32))
         for fd in theirs:

@@ -40,9 +40,9 @@ class ZygoteTest(unittest.TestCase):
         self.addCleanup(self.zygote.close)
         self.proc, self.control, self.report = self.zygote.proc, self.zygote.control, self.zygote.report
 
-    def fork(self, env, cwd=""):
+    def fork(self, env, cwd="", dumps=json.dumps):
         """Asks for one runner and runs PROBE in it; returns what it saw."""
-        pid, stdin_w, stdout_r, outputs = self.zygote.fork(env, cwd)
+        pid, stdin_w, stdout_r, outputs = self.zygote.fork(env, cwd, dumps=dumps)
         self.assertGreater(pid, 0)
         with os.fdopen(stdin_w, "wb") as stdin:
             stdin.write(json.dumps(run_request(PROBE, "probe")).encode() + b"\n")
@@ -303,7 +303,9 @@ class ZygoteTest(unittest.TestCase):
         # names one otherwise gets no runner, rather than one in the wrong
         # directory or environment.
         r, w = os.pipe()
-        for request in ({"env": [], "workdir": "/", "token": "0" * 32}, {"env": [], "token": "0" * 32}):
+        # Nor in another order: the zygote checks a request's shape, as
+        # the worker writes it, and only its fork parses it.
+        for request in ({"env": [], "workdir": "/", "token": "0" * 32}, {"env": [], "token": "0" * 32}, {"cwd": "", "env": [], "token": "0" * 32}):
             fds = array.array("i", [r, w, w, w, w])
             self.control.sendmsg([json.dumps(request).encode()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
             self.assertEqual(self.control.recv(32), b"0")
@@ -311,6 +313,17 @@ class ZygoteTest(unittest.TestCase):
         os.close(w)
         env = [k + "=" + v for k, v in os.environ.items()]
         self.assertIsNone(self.fork(env)["marker"])
+
+    def test_a_fork_gets_its_environment_whole_however_the_request_is_written(self):
+        # The zygote only checks a request's shape (FORK_REQUEST_SHAPE),
+        # which holds any JSON string: escapes, control characters, UTF-8
+        # as the worker writes it (unescaped, compact) or escaped.
+        odd = 'a"b\\c\td\ne \u00e9 \u2028 <&> \x01 \\u0041 =='
+        env = [k + "=" + v for k, v in os.environ.items()] + ["ZYGOTE_TEST_MARKER=" + odd]
+        as_the_worker = lambda obj: json.dumps(obj, ensure_ascii=False, separators=(",", ":"))  # noqa: E731
+        for dumps in (as_the_worker, json.dumps, lambda obj: json.dumps(obj, indent=1)):
+            self.assertEqual(self.fork(env, dumps=dumps)["marker"], odd)
+        self.assertEqual(self.fork([k + "=" + v for k, v in os.environ.items()], dumps=lambda obj: json.dumps(dict(obj, env=None)))["marker"], None)
 
     def test_exits_when_the_worker_closes_its_end(self):
         self.control.shutdown(socket.SHUT_RDWR)
