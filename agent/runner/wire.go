@@ -157,7 +157,8 @@ func extraFiles(at map[int]*os.File) []*os.File {
 
 // forkRequest is what the zygote's fork gets besides the descriptors
 // (worker_main.py's FORK_ENV, FORK_CWD and FORK_TOKEN, which are its
-// FORK_REQUEST_KEYS: a request with other keys is refused). The token
+// FORK_REQUEST_KEYS, in this order, which the zygote checks with
+// FORK_REQUEST_SHAPE: a request with other keys is refused). The token
 // travels here, on the worker's private socket to the zygote, which runs
 // no node code.
 type forkRequest struct {
