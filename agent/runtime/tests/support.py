@@ -5,6 +5,7 @@ runtime is $FLUKSIO_TEST_PYTHON, else the one running the tests.
 """
 
 import array
+import atexit
 import hashlib
 import http.server
 import json
@@ -27,6 +28,24 @@ RUNTIME = os.path.join(os.path.dirname(HERE), "worker_main.py")
 EXAMPLES = os.path.join(os.path.dirname(HERE), "examples")
 PYTHON = os.environ.get("FLUKSIO_TEST_PYTHON") or sys.executable
 TOKEN = "test-token"
+
+
+def _private_tmpdir() -> str:
+    """A temporary directory of this test run's own, removed when it ends.
+
+    Without a call directory the runtime keeps its SDK module and shipped
+    code in the temporary directory, and a runner a test kills cannot remove
+    them: every runtime started from here, and every test's own temporary
+    files, use this directory, so a run leaves nothing in /tmp.
+    """
+    path = tempfile.mkdtemp(prefix="fluksio-runtime-tests-")
+    atexit.register(shutil.rmtree, path, True)
+    os.environ["TMPDIR"] = path
+    tempfile.tempdir = path
+    return path
+
+
+TMPDIR = _private_tmpdir()
 
 
 def source(text: str) -> str:

@@ -1,6 +1,7 @@
 """Node code as ML engineers write it: pools, cleanups, loaded files edited, directories."""
 
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -107,7 +108,9 @@ class Artifacts(RuntimeTestCase):
     def setUp(self):
         self.store = ArtifactStore()
         self.addCleanup(self.store.close)
-        self.cache = os.path.join(tempfile.mkdtemp(prefix="fluksio-cache-"), "cache")
+        root = tempfile.mkdtemp(prefix="fluksio-cache-")
+        self.addCleanup(shutil.rmtree, root, True)
+        self.cache = os.path.join(root, "cache")
 
     def env(self):
         env = self.store.env()
@@ -168,6 +171,7 @@ class Artifacts(RuntimeTestCase):
             """
         )
         root = tempfile.mkdtemp(prefix="fluksio-dir-")
+        self.addCleanup(shutil.rmtree, root, True)
         answer, _, _ = self.run_call(run_request(code, "f", {"root": root}), env=self.env())
         self.assertOk(answer)
         out = answer["outputs"]
