@@ -1,6 +1,7 @@
 package test
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"os/exec"
@@ -34,7 +35,10 @@ import (
 // numpy preloaded takes to start on a loaded two-core machine.
 const benchPause = 500 * time.Millisecond
 
-const benchPython = "/usr/bin/python3"
+// benchPython runs the nodes and limit_b2b.py: Debian's python3, or
+// another interpreter named by BENCH_PYTHON (what a call costs depends on
+// the interpreter's version; compare figures of one interpreter only).
+var benchPython = cmp.Or(os.Getenv("BENCH_PYTHON"), "/usr/bin/python3")
 
 var pythonNodes = []struct{ name, source string }{
 	{"trivial", "from fluksio import Port, node\n@node(provides=[Port('y', 'int')])\ndef f(x=1):\n    return x + 1\n"},
