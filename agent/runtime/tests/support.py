@@ -30,8 +30,8 @@ PYTHON = os.environ.get("FLUKSIO_TEST_PYTHON") or sys.executable
 TOKEN = "test-token"
 
 
-def _private_tmpdir() -> str:
-    """A temporary directory of this test run's own, removed when it ends.
+def _use_a_private_tmpdir() -> None:
+    """Makes the temporary directory a new one of this test run's own, removed when it ends.
 
     Without a call directory the runtime keeps its SDK module and shipped
     code in the temporary directory, and a runner a test kills cannot remove
@@ -42,10 +42,9 @@ def _private_tmpdir() -> str:
     atexit.register(shutil.rmtree, path, True)
     os.environ["TMPDIR"] = path
     tempfile.tempdir = path
-    return path
 
 
-TMPDIR = _private_tmpdir()
+_use_a_private_tmpdir()
 
 
 def source(text: str) -> str:
