@@ -135,6 +135,10 @@ func (cc *CallCgroups) SetLimits(l CallLimits) error {
 // Limited reports whether the calls' cgroups hold limits (nil: none).
 func (cc *CallCgroups) Limited() bool { return cc != nil && cc.limits != nil }
 
+// MemoryLimited reports whether the calls' cgroups, a zygote's among them,
+// hold a memory limit (--call-memory-max; nil: none).
+func (cc *CallCgroups) MemoryLimited() bool { return cc.Limited() && cc.limits.limits.MemoryMax > 0 }
+
 // controllerEnabled reports whether the cgroups made in base get ctrl.
 func controllerEnabled(base, ctrl string) bool {
 	b, _ := os.ReadFile(filepath.Join(base, "cgroup.subtree_control"))

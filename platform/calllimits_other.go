@@ -18,3 +18,6 @@ var ErrNoController = errors.New("the controller cannot be had here")
 
 // Limited is false: no call has limits here.
 func (cc *CallCgroups) Limited() bool { return false }
+
+// MemoryLimited is false: no call has limits here.
+func (cc *CallCgroups) MemoryLimited() bool { return false }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -33,17 +34,28 @@ func setTestLimits() error {
 	return err
 }
 
-// A call past --call-memory-max is killed by the kernel, and what the
-// engine is told says it was the call's own limit, with its size.
-func TestCallPastItsMemoryLimitSaysSo(t *testing.T) {
+// underTestLimits runs the test again in the contained child process with
+// limitsEnv's memory limit, and reports true in that child, where the test
+// goes on; it skips where the limit cannot be had.
+func underTestLimits(t *testing.T) bool {
+	t.Helper()
 	if !containedChild {
 		t.Setenv(limitsEnv, "1")
 	}
 	if !inContainedChild(t) {
-		return
+		return false
 	}
 	if noLimits != nil {
 		t.Skipf("the memory limit cannot be had here: %v", noLimits)
+	}
+	return true
+}
+
+// A call past --call-memory-max is killed by the kernel, and what the
+// engine is told says it was the call's own limit, with its size.
+func TestCallPastItsMemoryLimitSaysSo(t *testing.T) {
+	if !underTestLimits(t) {
+		return
 	}
 	r := newRig(t, nil)
 	c := r.mustStart(context.Background(), "over-limit", nil, map[string]any{"alloc_mb": 512})
@@ -55,6 +67,27 @@ func TestCallPastItsMemoryLimitSaysSo(t *testing.T) {
 		t.Errorf("DeathMessage() = %q; want %q…", got, want)
 	}
 	c.end(t, false)
+}
+
+// Under --call-memory-max, a zygote pins none of its pages for its forks:
+// a fork's copies of them would be charged to the zygote's cgroup, which
+// holds that limit too, not to its call's.
+func TestZygoteUnderACallMemoryLimitPinsNothing(t *testing.T) {
+	if !underTestLimits(t) {
+		return
+	}
+	if !ioUringUsable() {
+		t.Skip("io_uring cannot be had here: no zygote pins pages anyway")
+	}
+	z := newZygoteRig(t, 1, nil)
+	z.runPID(t, "teach")
+	zyg := z.zygote(t)
+	for i := range 4 {
+		z.runPID(t, "limited-"+strconv.Itoa(i))
+	}
+	if kib := pinnedKiB(zyg); kib != 0 {
+		t.Errorf("the zygote holds %d KiB pinned under a per-call memory limit; want none", kib)
+	}
 }
 
 // Limits cannot be had without a cgroup per call: the worker refuses to
@@ -72,14 +105,8 @@ func TestCallLimitsWithoutCgroupsAreRefused(t *testing.T) {
 // Where calls have limits, a runner whose call's cgroup could not be made
 // is not started: it would run without them.
 func TestLimitedCallWithoutItsCgroupIsNotStarted(t *testing.T) {
-	if !containedChild {
-		t.Setenv(limitsEnv, "1")
-	}
-	if !inContainedChild(t) {
+	if !underTestLimits(t) {
 		return
-	}
-	if noLimits != nil {
-		t.Skipf("the memory limit cannot be had here: %v", noLimits)
 	}
 	// A box made ahead whose cgroup could not be made: a cookie, no cgroup.
 	b := &box{log: slog.New(slog.DiscardHandler), cookie: "0123456789abcdef0123456789abcdef"}

@@ -308,7 +308,12 @@ func (s *spare) launch(l *launch, args []string, extra []*os.File) error {
 		return err
 	}
 	s.began = time.Now()
-	cmd, err := l.exec(s.box, args, extra, effectiveEnv(p.cfg.env(s.we.env)), s.box.role == platform.CgroupZygote, s.we.rt.Path)
+	env := p.cfg.env(s.we.env)
+	zygote := s.box.role == platform.CgroupZygote
+	if zygote {
+		env = append(env, pinForksEnv+"="+pinForks())
+	}
+	cmd, err := l.exec(s.box, args, extra, effectiveEnv(env), zygote, s.we.rt.Path)
 	if err != nil {
 		return err
 	}

@@ -56,6 +56,21 @@ import (
 // cannot (spareReport.NoForks).
 const sandboxForksEnv = "FLUKSIO_SANDBOX_FORKS"
 
+// pinForksEnv, in a zygote's environment, is "1" where the pages its
+// forks write may be pinned in it (worker_main.py's PIN_FORKS_ENV,
+// ForkPinning): each fork then copies them at once, charged to the
+// zygote's cgroup, not its call's. So it is "0" where calls have a memory
+// limit (--call-memory-max), which a zygote's cgroup holds too.
+const pinForksEnv = "FLUKSIO_PIN_FORKS"
+
+// pinForks is pinForksEnv's value for the zygotes started now.
+func pinForks() string {
+	if callCgroupsSet().MemoryLimited() {
+		return "0"
+	}
+	return "1"
+}
+
 // The flags of the runtime's modes (worker_main.py's SPARE_FLAG,
 // ZYGOTE_FLAG, OUTPUT_FLAG).
 const (

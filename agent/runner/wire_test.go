@@ -103,6 +103,7 @@ func TestWireMatchesTheRuntime(t *testing.T) {
 		{"ARTIFACT_TOKEN_ENV", ArtifactTokenEnv},
 		{"ARTIFACT_CACHE_ENV", ArtifactCacheEnv},
 		{"SANDBOX_FORKS_ENV", sandboxForksEnv},
+		{"PIN_FORKS_ENV", pinForksEnv},
 	}
 	for _, tw := range twins {
 		got, ok := py[tw.name]

@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -117,6 +118,18 @@ func newZygoteRig(t *testing.T, spares int, change func(*Config)) *zygoteRig {
 const pidNode = `import os
 def f():
     return {"pid": os.getpid()}
+`
+
+// fdsNode answers with what each of its descriptors is.
+const fdsNode = `import os
+def f():
+    fds = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            fds.append(os.readlink("/proc/self/fd/" + name))
+        except OSError:
+            pass  # listdir's own, closed
+    return {"fds": fds}
 `
 
 // lingeringNode answers with its pid and that of a process it leaves
@@ -261,6 +274,30 @@ func containsInt(s []int, v int) bool {
 }
 
 // parentOf is the parent pid of a process, from /proc.
+// pinnedKiB is the memory process pid holds pinned (its VmPin), in KiB.
+func pinnedKiB(pid int) int {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmPin:"); ok {
+			kib, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(rest), " kB"))
+			return kib
+		}
+	}
+	return 0
+}
+
+// ioUringUsable reports whether this process may make an io_uring, as a
+// zygote pinning pages for its forks does.
+func ioUringUsable() bool {
+	var params [120]byte // struct io_uring_params
+	fd, _, errno := unix.Syscall(unix.SYS_IO_URING_SETUP, 1, uintptr(unsafe.Pointer(&params[0])), 0)
+	if errno != 0 {
+		return false
+	}
+	unix.Close(int(fd))
+	return true
+}
+
 func parentOf(pid int) int {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
@@ -617,6 +654,43 @@ func TestZygotes(t *testing.T) {
 		if containsInt(next, ran) {
 			t.Errorf("the ended call's runner is among the spares %v", next)
 		}
+	})
+	t.Run("ForksCopyAtOnceThePagesTheirRunnersWrite", func(t *testing.T) {
+		t.Parallel()
+		// Without a per-call memory limit, the zygote pins the pages its
+		// first forked runner listed as written (worker_main.py's
+		// ForkPinning): each later fork copies them at once.
+		if !ioUringUsable() {
+			t.Skip("io_uring cannot be had here")
+		}
+		z := newZygoteRig(t, 1, nil)
+		z.runPID(t, "teach")
+		zyg := z.zygote(t)
+		// The first forked spare lists its pages before its call; the fork
+		// after that list pins them.
+		for i := 0; pinnedKiB(zyg) == 0 && i < 20; i++ {
+			z.runPID(t, "learn-"+strconv.Itoa(i))
+		}
+		if kib := pinnedKiB(zyg); kib == 0 || kib > 16<<10 {
+			t.Fatalf("the zygote holds %d KiB pinned after 20 forked calls; want the pages its runners write (some MiB)", kib)
+		}
+		// No runner holds the ring that pins them, once it serves a call.
+		c, err := z.runNode(context.Background(), "fds", fdsNode)
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		a := answer(t, c.output(t))
+		outputs, _ := a["outputs"].(map[string]any)
+		fds, _ := outputs["fds"].([]any)
+		if len(fds) == 0 {
+			t.Fatalf("the node saw no descriptor: %s", c.outputLine(a))
+		}
+		for _, target := range fds {
+			if strings.Contains(target.(string), "io_uring") {
+				t.Errorf("a forked runner holds its zygote's %s: %v", target, fds)
+			}
+		}
+		c.end(t, true)
 	})
 	t.Run("KilledZygoteIsReplaced", func(t *testing.T) {
 		t.Parallel()

@@ -189,6 +189,11 @@ FORK_FAILED = b"0"
 # (sandbox_fork). Its report says, under "no_forks", why forks cannot be
 # sandboxed where they cannot.
 SANDBOX_FORKS_ENV = "FLUKSIO_SANDBOX_FORKS"
+# In a zygote's environment, "1" where its forks' memory is not held to a
+# per-call limit: the zygote may then pin the pages its forks write, which
+# each fork then copies at once, charged to the zygote's cgroup
+# (PINNED_FOR_FORKS).
+PIN_FORKS_ENV = "FLUKSIO_PIN_FORKS"
 # One exit report of a zygote (ExitReports), in one write, in native byte
 # order: the runner's pid, its raw wait status, its peak memory in KiB.
 EXIT_RECORD_FORMAT = "=iIQ"
@@ -3460,6 +3465,201 @@ def sandbox_fork_tried() -> str:
 
 
 # ---------------------------------------------------------------------------
+# Pages a fork copies at once. A runner forked from a zygote writes to some
+# 700 pages it shares with it (reference counts in shared objects, the
+# allocator's pools, the interpreter's own data), and the kernel copies
+# each at its first write: a fault, a copy, and a flush of the page's old
+# mapping from the TLB. On a virtual machine that is some 30 us a page, most
+# of what a call costs back to back. Where the parent holds a page pinned
+# (as a device's DMA buffer is held), the kernel copies it at the fork
+# instead, in one pass and without a fault. So a zygote learns from its
+# first runner which pages its forks write: that runner, once ready for its
+# call and before any node code runs, lists the pages it holds alone
+# (/proc/self/pagemap), and the zygote pins those of them that are its own
+# with io_uring's registered buffers, on a ring that is never enabled (it
+# can run nothing) and that no runner keeps. Every later fork starts with
+# its own copy of them, and the zygote no longer copies them either when it
+# writes there itself. Where io_uring, the memory-lock limit or the call
+# limits do not allow it, forks copy pages on write, as before.
+# ---------------------------------------------------------------------------
+
+# The zygote's descriptors no runner keeps: the ring holding the pinned
+# pages, and the pipe the learning runner writes to (read end).
+PIN_FDS = []
+# In the runner the zygote learns from: its end of that pipe.
+LEARN_FD = [-1]
+# Why the zygote's pages are not pinned ("" once they are; None while it
+# learns), for its tests and a person at its /proc.
+PINNED_FOR_FORKS = [None]
+# At most this many pages are pinned (16 MiB of 4 KiB pages): what a runner
+# writes of its zygote's is a few MiB; the memory-lock limit is often 8 MiB
+# in all.
+PIN_MAX_PAGES = 4096
+# A mapping this large is not read for pages to pin (a reserve, not a heap).
+PIN_MAPPING_MAX_PAGES = 1 << 16
+_PM_PRESENT, _PM_FILE_OR_SHARED, _PM_EXCLUSIVE = 1 << 63, 1 << 61, 1 << 56
+_SYS_IO_URING_SETUP, _SYS_IO_URING_REGISTER = 425, 427  # the same on every architecture
+_IORING_SETUP_R_DISABLED = 1 << 6
+_IORING_REGISTER_BUFFERS = 0
+
+
+def page_shift() -> int:
+    """log2 of the system's page size (4 KiB on most machines, 16 or 64 KiB on some arm64 ones)."""
+    return os.sysconf("SC_PAGE_SIZE").bit_length() - 1
+
+
+def private_pages(mask: int, want: int) -> list:
+    """Page numbers of this process's private writable memory whose pagemap entry e has e & mask == want."""
+    import array
+
+    shift = page_shift()
+    with open("/proc/self/maps") as f:
+        maps = f.read().splitlines()
+    fd = os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
+    pages = []
+    try:
+        for line in maps:
+            fields = line.split()
+            if fields[1][1] != "w" or fields[1][3] != "p" or (len(fields) > 5 and fields[5] in ("[vvar]", "[vsyscall]")):
+                continue
+            start, end = (int(x, 16) >> shift for x in fields[0].split("-"))
+            if end - start > PIN_MAPPING_MAX_PAGES:
+                continue
+            entries = array.array("Q", os.pread(fd, (end - start) * 8, start * 8))
+            pages.extend(start + i for i, e in enumerate(entries) if e & mask == want)
+    finally:
+        os.close(fd)
+    return pages
+
+
+def list_copied_pages() -> None:
+    """In the runner its zygote learns from: writes the pages it copied (those it holds alone) to the zygote, once."""
+    fd, LEARN_FD[0] = LEARN_FD[0], -1
+    try:
+        import array
+
+        pages = private_pages(_PM_PRESENT | _PM_EXCLUSIVE | _PM_FILE_OR_SHARED, _PM_PRESENT | _PM_EXCLUSIVE)
+        data = array.array("Q", pages[: 2 * PIN_MAX_PAGES]).tobytes()
+        os.set_blocking(fd, False)  # a full pipe loses the list, never the call
+        while data:
+            data = data[os.write(fd, data) :]
+    except Exception:
+        pass  # the zygote pins nothing: forks copy on write
+    finally:
+        os.close(fd)
+
+
+def pin_for_forks(pages) -> str:
+    """Pins those of pages that are this process's own anonymous pages, so that each fork copies them at once; why not, or ""."""
+    import ctypes
+
+    ours = set(private_pages(_PM_PRESENT | _PM_FILE_OR_SHARED, _PM_PRESENT))
+    wanted = sorted(ours.intersection(pages))[:PIN_MAX_PAGES]
+    if not wanted:
+        return "no page of the zygote's to pin"
+    runs = []  # [first page, count]
+    for page in wanted:
+        if runs and runs[-1][0] + runs[-1][1] == page:
+            runs[-1][1] += 1
+        else:
+            runs.append([page, 1])
+    syscall = ctypes.CDLL(None, use_errno=True).syscall
+    syscall.restype = ctypes.c_long
+    params = (ctypes.c_uint32 * 30)()  # struct io_uring_params
+    params[2] = _IORING_SETUP_R_DISABLED  # its flags: no request runs until enabled, which it never is
+    ring = syscall(ctypes.c_long(_SYS_IO_URING_SETUP), ctypes.c_uint32(1), params)
+    if ring < 0:
+        return "io_uring_setup: %s" % os.strerror(ctypes.get_errno())
+    shift = page_shift()
+    iovecs = (ctypes.c_uint64 * (2 * len(runs)))(*[v for page, n in runs for v in (page << shift, n << shift)])
+    if syscall(ctypes.c_long(_SYS_IO_URING_REGISTER), ctypes.c_int(ring), ctypes.c_uint(_IORING_REGISTER_BUFFERS), iovecs, ctypes.c_uint(len(runs))) < 0:
+        why = os.strerror(ctypes.get_errno())
+        os.close(ring)
+        return "registering %d pages with io_uring: %s (the memory-lock limit, ulimit -l, may be lower)" % (len(wanted), why)
+    os.set_inheritable(ring, False)
+    PIN_FDS.append(ring)
+    return ""
+
+
+class ForkPinning:
+    """The zygote's side: makes one runner list the pages it copied, then pins them (PINNED_FOR_FORKS)."""
+
+    def __init__(self, allowed: bool):
+        self.learn = -1  # the pipe's read end while a runner learns
+        self.listed = b""
+        if not allowed:
+            PINNED_FOR_FORKS[0] = "not asked for (per-call memory limits, or not Linux)"
+
+    def before_fork(self) -> None:
+        """Takes in a list that came, and, while none did, readies the next fork to list its pages."""
+        if PINNED_FOR_FORKS[0] is not None:
+            return
+        if self.learn >= 0:
+            if not self._read():
+                return  # its runner has not listed them yet
+            return self._pin()
+        r, w = self._pipe()
+        self.learn = r
+        PIN_FDS.append(r)
+        LEARN_FD[0] = w
+
+    @staticmethod
+    def _pipe():
+        """A pipe whose ends are above the descriptors a runner takes its call's into (0 to 4); its read end does not block."""
+        ends = []
+        for fd in os.pipe():
+            ends.append(fcntl_dup_high(fd))
+            os.close(fd)
+        os.set_blocking(ends[0], False)
+        return ends
+
+    def after_fork(self) -> None:
+        """In the zygote: its end of the learning runner's pipe is closed."""
+        if LEARN_FD[0] >= 0:
+            os.close(LEARN_FD[0])
+            LEARN_FD[0] = -1
+
+    def _read(self) -> bool:
+        """Reads what the learning runner wrote; True once it closed its end."""
+        while True:
+            try:
+                chunk = os.read(self.learn, 65536)
+            except BlockingIOError:
+                return False
+            except OSError:
+                chunk = b""
+            if not chunk:
+                return True
+            self.listed += chunk
+
+    def _pin(self) -> None:
+        import array
+
+        PIN_FDS.remove(self.learn)
+        os.close(self.learn)
+        self.learn = -1
+        listed, self.listed = self.listed, b""
+        if not listed:
+            return  # that runner ended before it listed them: the next fork learns
+        pages = array.array("Q")
+        pages.frombytes(listed[: len(listed) // 8 * 8])
+        try:
+            PINNED_FOR_FORKS[0] = pin_for_forks(pages)
+        except Exception as exc:
+            PINNED_FOR_FORKS[0] = "%s: %s" % (type(exc).__name__, exc)
+
+
+def in_fork_child() -> None:
+    """In a runner just forked: the zygote's pinning descriptors are not its own."""
+    for fd in PIN_FDS:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    del PIN_FDS[:]
+
+
+# ---------------------------------------------------------------------------
 # Zygote mode: the forks it serves, and the runner each becomes
 # ---------------------------------------------------------------------------
 
@@ -3482,6 +3682,7 @@ def zygote_serve():
     # fork, and frozen below with the rest.
     remember_cached_code(CODE_MEMO_START_S)
     sandbox = os.environ.pop(SANDBOX_FORKS_ENV, "")
+    pin = os.environ.pop(PIN_FORKS_ENV, "") == "1" and sys.platform.startswith("linux")
     no_forks = ""
     if sandbox:
         # The call directories' directory, then the paths the machine's
@@ -3511,6 +3712,7 @@ def zygote_serve():
     exits = ExitReports(exits_fd)
     control = socket.socket(fileno=control_fd)
     shape = re.compile(FORK_REQUEST_SHAPE)
+    pinning = ForkPinning(pin)
     while True:
         exits.wait_for(control_fd)
         try:
@@ -3533,11 +3735,13 @@ def zygote_serve():
             control.send(FORK_FAILED)
             continue
         remember_cached_code()
+        pinning.before_fork()
         try:
             runner = zygote_fork()
         except OSError:
             runner = -1
         if runner == 0:
+            in_fork_child()
             try:
                 if _REGISTER_AT_FORK is not None:
                     os.register_at_fork = _REGISTER_AT_FORK  # node code's own forks are Python's
@@ -3546,6 +3750,7 @@ def zygote_serve():
                 return zygote_child(json.loads(request), fds, control_fd)
             except BaseException:
                 os._exit(70)  # the worker answers for a runner that died unanswered
+        pinning.after_fork()
         if runner > 0:
             exits.runners.add(runner)
             try:
@@ -3925,8 +4130,11 @@ def main() -> None:
     try:
         prepare_call(channel, echo_fd, worker_pipes)
         worker_pipes = None  # the mark lives on in MARK_NODE_OUTPUT's closure only
-        if FORKED and not request_waiting(REHEARSE_AFTER_S):
+        if FORKED and (LEARN_FD[0] >= 0 or not request_waiting(REHEARSE_AFTER_S)):
             rehearse_call()
+        if LEARN_FD[0] >= 0:
+            # Before the request: no node code has run in this process.
+            list_copied_pages()
         # What the runtime made so far stays out of the collector's way (a
         # runner forked from a zygote does not copy its pages for it), and
         # at exit, the objects the collector lists are the call's own. Done
