@@ -51,7 +51,8 @@ func inContainedChild(t *testing.T, env ...string) bool {
 	t.Helper()
 	if containedChild {
 		if !forksHere(nil) {
-			t.Fatal("the contained child test process cannot fork calls from zygotes")
+			t.Fatalf("the contained child test process cannot fork calls from zygotes (cgroups per call: %v; a subreaper: %v, asked once, and %v now)",
+				callCgroupsSet() != nil, isSubreaper(), platform.IsSubreaper())
 		}
 		return true
 	}
