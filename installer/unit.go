@@ -73,6 +73,11 @@ TimeoutStopSec=@STOP_TIMEOUT@
 //     to pick node code (the worker raises each runner to +500), not the
 //     worker that would report what happened. Only a system unit may lower
 //     it; a user manager would refuse to start the service.
+//   - LimitMEMLOCK=64M: each zygote pins the pages its forks write, some
+//     2 to 3 MiB, so that a fork copies them at once rather than one fault
+//     at a time (worker_main.py's ForkPinning); the pinned pages count
+//     against this limit for the service's user as a whole, and the
+//     default 8M would cover only a few environments' zygotes.
 //   - Delegate=yes: the worker may make a cgroup per call under its own and
 //     kill it whole when the call ends (--containment); for that its
 //     cgroup must be writable, so no ProtectControlGroups (it would mount
@@ -122,6 +127,9 @@ StateDirectory=fluksio-worker
 StateDirectoryMode=0750
 # Data loaders in node code open many files at once.
 LimitNOFILE=65536
+# A zygote pins the pages its forks write (a few MiB each) so that a fork
+# copies them at once; 8M, the default, is shared by all the worker's zygotes.
+LimitMEMLOCK=64M
 
 # Hardening that leaves GPUs (/dev) and a Python under /home or /opt usable.
 NoNewPrivileges=yes
