@@ -3488,8 +3488,9 @@ def sandbox_fork_tried() -> str:
 PIN_FDS = []
 # In the runner the zygote learns from: its end of that pipe.
 LEARN_FD = [-1]
-# Why the zygote's pages are not pinned ("" once they are; None while it
-# learns), for its tests and a person at its /proc.
+# What became of the pinning: None while the zygote learns, "" once its
+# pages are pinned, else why they are not (for a debugger: nothing reports
+# it yet).
 PINNED_FOR_FORKS = [None]
 # At most this many pages are pinned (16 MiB of 4 KiB pages): what a runner
 # writes of its zygote's is a few MiB; the memory-lock limit is often 8 MiB
@@ -3595,10 +3596,14 @@ class ForkPinning:
         if PINNED_FOR_FORKS[0] is not None:
             return
         if self.learn >= 0:
-            if not self._read():
-                return  # its runner has not listed them yet
-            return self._pin()
-        r, w = self._pipe()
+            if self._read():
+                self._pin()
+            return  # the next fork learns again where its runner ended unlisted
+        try:
+            r, w = self._pipe()
+        except OSError as exc:
+            PINNED_FOR_FORKS[0] = "no pipe to learn on: %s" % exc  # forks copy on write
+            return
         self.learn = r
         PIN_FDS.append(r)
         LEARN_FD[0] = w
@@ -3608,16 +3613,18 @@ class ForkPinning:
         """A pipe whose ends are above the descriptors a runner takes its call's into (0 to 4); its read end does not block."""
         ends = []
         for fd in os.pipe():
-            ends.append(fcntl_dup_high(fd))
-            os.close(fd)
+            try:
+                ends.append(fcntl_dup_high(fd))
+            finally:
+                os.close(fd)
         os.set_blocking(ends[0], False)
         return ends
 
     def after_fork(self) -> None:
         """In the zygote: its end of the learning runner's pipe is closed."""
-        if LEARN_FD[0] >= 0:
-            os.close(LEARN_FD[0])
-            LEARN_FD[0] = -1
+        fd, LEARN_FD[0] = LEARN_FD[0], -1
+        if fd >= 0:
+            os.close(fd)
 
     def _read(self) -> bool:
         """Reads what the learning runner wrote; True once it closed its end."""
