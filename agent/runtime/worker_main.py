@@ -3550,36 +3550,33 @@ def list_copied_pages() -> None:
         os.close(fd)
 
 
-def pin_for_forks(pages) -> str:
-    """Pins those of pages that are this process's own anonymous pages, so that each fork copies them at once; why not, or ""."""
-    import ctypes
-
-    ours = set(private_pages(_PM_PRESENT | _PM_FILE_OR_SHARED, _PM_PRESENT))
-    wanted = sorted(ours.intersection(pages))[:PIN_MAX_PAGES]
+def pin_for_forks(pages) -> None:
+    """Pins those of pages that are this process's own anonymous pages, so that each fork copies them at once; raises OSError if it cannot."""
+    wanted = sorted(set(private_pages(_PM_PRESENT | _PM_FILE_OR_SHARED, _PM_PRESENT)).intersection(pages))[:PIN_MAX_PAGES]
     if not wanted:
-        return "no page of the zygote's to pin"
+        raise OSError("no page of the zygote's to pin")
     runs = []  # [first page, count]
     for page in wanted:
         if runs and runs[-1][0] + runs[-1][1] == page:
             runs[-1][1] += 1
         else:
             runs.append([page, 1])
-    syscall = ctypes.CDLL(None, use_errno=True).syscall
-    syscall.restype = ctypes.c_long
+    c = _libc()
+    ctypes, shift = c.ctypes, page_shift()
     params = (ctypes.c_uint32 * 30)()  # struct io_uring_params
     params[2] = _IORING_SETUP_R_DISABLED  # its flags: no request runs until enabled, which it never is
-    ring = syscall(ctypes.c_long(_SYS_IO_URING_SETUP), ctypes.c_uint32(1), params)
-    if ring < 0:
-        return "io_uring_setup: %s" % os.strerror(ctypes.get_errno())
-    shift = page_shift()
+    ring = c.check(c.syscall(ctypes.c_long(_SYS_IO_URING_SETUP), ctypes.c_uint32(1), params), "io_uring_setup")
     iovecs = (ctypes.c_uint64 * (2 * len(runs)))(*[v for page, n in runs for v in (page << shift, n << shift)])
-    if syscall(ctypes.c_long(_SYS_IO_URING_REGISTER), ctypes.c_int(ring), ctypes.c_uint(_IORING_REGISTER_BUFFERS), iovecs, ctypes.c_uint(len(runs))) < 0:
-        why = os.strerror(ctypes.get_errno())
+    try:
+        c.check(
+            c.syscall(ctypes.c_long(_SYS_IO_URING_REGISTER), ctypes.c_int(ring), ctypes.c_uint(_IORING_REGISTER_BUFFERS), iovecs, ctypes.c_uint(len(runs))),
+            "registering %d pages with io_uring (the memory-lock limit, ulimit -l, may be lower)" % len(wanted),
+        )
+    except OSError:
         os.close(ring)
-        return "registering %d pages with io_uring: %s (the memory-lock limit, ulimit -l, may be lower)" % (len(wanted), why)
+        raise
     os.set_inheritable(ring, False)
     PIN_FDS.append(ring)
-    return ""
 
 
 class ForkPinning:
@@ -3651,7 +3648,8 @@ class ForkPinning:
         pages = array.array("Q")
         pages.frombytes(listed[: len(listed) // 8 * 8])
         try:
-            PINNED_FOR_FORKS[0] = pin_for_forks(pages)
+            pin_for_forks(pages)
+            PINNED_FOR_FORKS[0] = ""
         except Exception as exc:
             PINNED_FOR_FORKS[0] = "%s: %s" % (type(exc).__name__, exc)
 
